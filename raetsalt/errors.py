@@ -1,0 +1,54 @@
+"""The one exception tree of raetsalt.
+
+``LocalError`` means the caller misused an API; ``RemoteError`` means a peer (or a file,
+or a user's input) broke the rules.  Everything that parses bytes from the network raises
+only ``BadPacket``; the engine catches exactly that, drops the datagram and counts it.
+"""
+
+from __future__ import annotations
+
+import nacl.exceptions
+
+
+class RaetSaltError(Exception):
+    """Root of every error raetsalt raises on purpose."""
+
+
+class LocalError(RaetSaltError):
+    """The caller used an API in a way it does not allow (wrong state, bad argument)."""
+
+
+class RemoteError(RaetSaltError):
+    """A peer sent something that breaks the protocol."""
+
+
+class BadPacket(RemoteError):
+    """A received datagram is malformed, forged or otherwise unusable.
+
+    ``trigger`` is a stable short string (see ``raetsalt.engine.events.DropReason``)
+    naming why, for counters and tests.
+    """
+
+    def __init__(self, message: str, trigger: str = "malformed") -> None:
+        super().__init__(message)
+        self.trigger = trigger
+
+
+class CryptoError(RemoteError, nacl.exceptions.CryptoError):
+    """A box did not open or a signature did not verify."""
+
+
+class KeepError(RaetSaltError):
+    """The on-disk keep is unreadable, corrupt or cannot be written."""
+
+
+class ConfigError(RaetSaltError):
+    """A configuration file or option is invalid; the message names file and key."""
+
+
+class TargetError(LocalError, ValueError):
+    """A target expression is malformed or uses an unsupported matcher."""
+
+
+class AclDenied(RaetSaltError):
+    """An access-control check refused a request."""
