@@ -1,0 +1,1 @@
+"""Command-line entry points (argparse); the only place besides drivers that prints."""
