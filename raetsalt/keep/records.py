@@ -1,0 +1,193 @@
+"""Pure data of the keep: records, enums, the ``Keep`` protocol and small pure helpers.
+
+Nothing here touches the file system or the clock; ``raetsalt.keep.store`` holds the two
+implementations (``FileKeep``, ``MemoryKeep``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol, runtime_checkable
+
+from raetsalt.errors import KeepError, LocalError
+
+__all__ = [
+    "Acceptance",
+    "AutoMode",
+    "LocalRecord",
+    "RemoteRecord",
+    "RoleRecord",
+    "Keep",
+    "MAX_NAME_LENGTH",
+    "validate_name",
+    "fingerprint",
+    "normalize_fingerprint",
+]
+
+
+class Acceptance(str, Enum):
+    """Acceptance state of a role's keys (salt-key's accepted / unaccepted / rejected)."""
+
+    PENDING = "pending"
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"
+
+
+class AutoMode(str, Enum):
+    """How keys of a role seen for the first time are treated.
+
+    NEVER pends them for an operator; ONCE and ALWAYS accept them.  Unlike raet, ALWAYS never
+    overrides a stored decision (see ``raetsalt.keep.store``), so ONCE and ALWAYS behave the
+    same; ALWAYS is kept so raet/salt configurations (``open_mode``) still parse.
+    """
+
+    NEVER = "never"
+    ONCE = "once"
+    ALWAYS = "always"
+
+
+@dataclass
+class LocalRecord:
+    """Our own estate, including its PRIVATE keys (``sighex`` Ed25519 seed, ``prihex``
+    Curve25519 secret, both hex).  ``puid`` is the next uid to hand out to a new remote."""
+
+    name: str
+    role: str
+    main: bool
+    kind: int
+    sighex: str
+    prihex: str
+    ha: tuple[str, int]
+    puid: int
+
+
+@dataclass
+class RemoteRecord:
+    """A remote estate as seen from here: ``uid`` is our id for it (raet ``nuid``), ``fuid``
+    its id for us, ``sid`` our session id towards it.  Keys live in its role's record."""
+
+    name: str
+    role: str
+    uid: int
+    fuid: int
+    ha: tuple[str, int]
+    sid: int
+    main: bool
+    kind: int
+    joined: bool
+
+
+@dataclass
+class RoleRecord:
+    """Long-term public keys of a role and their acceptance; all estates sharing a role
+    share this one record (raet semantics)."""
+
+    role: str
+    acceptance: Acceptance
+    verhex: str
+    pubhex: str
+
+
+@runtime_checkable
+class Keep(Protocol):
+    """What the engine needs from persistence.  Implementations: ``FileKeep``, ``MemoryKeep``.
+
+    Loaders return ``None`` (or empty collections) when nothing is stored and raise
+    ``KeepError`` when stored data is corrupt.  Removers are idempotent.  Names and roles
+    must pass :func:`validate_name`, otherwise ``KeepError``.
+    """
+
+    def load_local(self) -> LocalRecord | None: ...
+
+    def save_local(self, record: LocalRecord) -> None: ...
+
+    def load_remotes(self) -> list[RemoteRecord]: ...
+
+    def save_remote(self, record: RemoteRecord) -> None: ...
+
+    def remove_remote(self, name: str) -> None: ...
+
+    def load_role(self, role: str) -> RoleRecord | None: ...
+
+    def save_role(self, record: RoleRecord) -> None: ...
+
+    def remove_role(self, role: str) -> None: ...
+
+    def list_roles(self) -> list[RoleRecord]: ...
+
+    def status_role(self, role: str, verhex: str, pubhex: str, auto: AutoMode) -> Acceptance:
+        """Decide (and persist) the acceptance of ``role`` presenting these keys."""
+        ...
+
+    def list_denied(self) -> dict[str, list[tuple[str, str]]]:
+        """role -> [(verhex, pubhex)] of key pairs refused because they differ from the
+        stored keys of an accepted or pending role (oldest first)."""
+        ...
+
+    def remove_denied(self, role: str) -> None: ...
+
+
+# Names and roles become file names in FileKeep, so the same rule applies everywhere (the
+# MemoryKeep enforces it too, so engine tests catch names a real keep would refuse).  The
+# alphabet covers host names, FQDNs and salt ids such as ``web1_minion``; 200 leaves room for
+# the ".json" suffix and temp-file decorations under the usual 255-byte file name limit while
+# still admitting any DNS name (253).
+MAX_NAME_LENGTH = 200
+_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@+=~-]*")
+
+
+def validate_name(name: object, what: str = "name") -> str:
+    """Return ``name`` if it is usable as an estate name or role, else raise KeepError.
+
+    Allowed: 1..200 characters from ``A-Z a-z 0-9 _ . @ + = ~ -``, not starting with ``.``,
+    ``-``, ``@``, ``+``, ``=`` or ``~``, and never containing ``..``.
+    """
+    if not isinstance(name, str):
+        raise KeepError(f"invalid {what} {name!r}: not a string")
+    if not name:
+        raise KeepError(f"invalid {what}: empty")
+    if len(name) > MAX_NAME_LENGTH:
+        raise KeepError(f"invalid {what} {name[:40]!r}...: longer than {MAX_NAME_LENGTH}")
+    if ".." in name:
+        raise KeepError(f"invalid {what} {name!r}: contains '..'")
+    if not _NAME_RE.fullmatch(name):
+        raise KeepError(
+            f"invalid {what} {name!r}: only letters, digits and _.@+=~- are allowed"
+            " (first character a letter, digit or _)"
+        )
+    return name
+
+
+_HASH_TYPES = frozenset({"sha256", "sha512", "sha384", "sha224", "sha1", "md5", "blake2b"})
+
+
+def fingerprint(hexkey: str, hash_type: str = "sha256") -> str:
+    """Fingerprint of one hex-encoded NaCl key, in salt-key's format.
+
+    Salt's ``salt-key -f`` shows a hash (``hash_type``, default sha256) of the DER key as
+    colon-separated lowercase hex pairs.  RAET keys have no DER form, so we hash the raw key
+    bytes (the 32 bytes behind ``verhex`` or ``pubhex``) instead.  RAET-era salt hashed a
+    ``"pub: ...\\nverify: ..."`` text blob (and crashed on Python 3, salt-raet-era.md 5.13);
+    a per-key fingerprint lets an operator compare it with what the minion prints for its
+    own public key.  Raises LocalError for a non-hex key or an unknown hash type.
+    """
+    if hash_type not in _HASH_TYPES:
+        raise LocalError(f"unknown hash type {hash_type!r}")
+    try:
+        raw = bytes.fromhex(hexkey)
+    except (TypeError, ValueError) as exc:
+        raise LocalError(f"key is not hex: {hexkey!r}") from exc
+    digest = hashlib.new(hash_type, raw).hexdigest()
+    return ":".join(digest[i : i + 2] for i in range(0, len(digest), 2))
+
+
+def normalize_fingerprint(text: str) -> str:
+    """Canonical form of a user-typed fingerprint: lowercase, colon-separated pairs.
+
+    Accepts the colons or not, and either case, so ``AB:cd`` and ``abcd`` are equal.
+    """
+    bare = text.strip().replace(":", "").lower()
+    return ":".join(bare[i : i + 2] for i in range(0, len(bare), 2))

@@ -1,0 +1,707 @@
+"""Keep implementations: ``FileKeep`` (JSON files, for daemons and the key tool) and
+``MemoryKeep`` (same behaviour in memory, for engine tests).
+
+On-disk layout of a ``FileKeep(dirpath)``::
+
+    <dirpath>/                     mode 0700
+        .lock                      flock(2) target serialising read-modify-write operations
+        local/estate.json          our estate: name, role, main, kind, ha, puid AND the
+                                   private keys sighex/prihex (mode 0600)
+        remote/<name>.json         one per remote estate: name, role, uid, fuid, ha, sid,
+                                   main, kind, joined
+        role/<role>.json           one per remote role: role, acceptance
+                                   ("pending"/"accepted"/"rejected"), verhex, pubhex
+        denied/<role>.json         key pairs refused for a known role:
+                                   {"role": ..., "keys": [{"verhex": ..., "pubhex": ...}]}
+
+Every file is a JSON object, 2-space indented, with ``"format": 1``.  Readers tolerate unknown
+extra fields (and a missing ``format``) but a missing or mistyped required field, bad JSON, a
+file name that disagrees with the name inside, or an unreadable file raises ``KeepError``
+naming the path; such a file is never deleted or rewritten behind the operator's back (raet
+deleted keep files whose field set did not match, raet-protocol.md Q8).
+
+Writes are atomic: the new content goes to ``.<file>.<pid>.<random>.tmp`` in the same
+directory, created with mode 0600 (never chmod-ed later), is fsync-ed, ``os.replace``-d over
+the target, and the directory is fsync-ed (``durable=False`` skips both fsyncs, for
+benchmarks).  A crash leaves either the old or the new file, plus at worst a stray temp file
+that readers ignore.  Nothing is cached: every load re-reads the file, so the key tool and a
+running daemon can share one keep; operations that read and then write (``status_role``,
+accept/reject/delete) hold an exclusive ``flock`` on ``.lock`` so they do not interleave.
+
+Key acceptance (``status_role``) follows raet's table (raet-protocol.md section 9) with
+these deliberate changes, closer to salt's ``_auth`` (salt-semantics.md 5.2):
+
+=========================  =========  =========  =========
+stored role                never      once       always
+=========================  =========  =========  =========
+none (first sight)         PENDING*   ACCEPTED*  ACCEPTED*
+accepted, same keys        ACCEPTED   ACCEPTED   ACCEPTED
+accepted, other keys       REJECTED+  REJECTED+  REJECTED+   (raet: always -> accepted)
+pending, same keys         PENDING    ACCEPTED*  ACCEPTED*
+pending, other keys        REJECTED+  REJECTED+  REJECTED+   (raet: always -> accepted)
+rejected, any keys         REJECTED   REJECTED   REJECTED    (raet: always -> accepted)
+=========================  =========  =========  =========
+
+``*`` written to the role record; ``+`` the presented pair is recorded as *denied* for the
+role (salt's "denied" state) and the stored record is left alone.
+
+* Auto mode never overrides a stored decision, so a known identity cannot be taken over by
+  whoever presents new keys (raet Q7), and an operator's rejection sticks.
+* A pending role presented with other keys is treated like salt does (denied), not replaced
+  by the newest keys: otherwise anyone could swap the key an operator is about to accept.
+* As a consequence ONCE and ALWAYS behave identically.
+* A legitimately rebuilt minion is let in by the operator: ``accept_denied`` promotes its
+  denied pair, or ``delete_role`` forgets the role so the next join is a first sight.
+* At most ``MAX_DENIED_PER_ROLE`` distinct pairs are remembered per role (oldest dropped),
+  because joins are unauthenticated and a flood of random keys must not fill the disk.
+  Presenting an already-denied pair again writes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from raetsalt.errors import KeepError, LocalError
+from raetsalt.keep.records import (
+    Acceptance,
+    AutoMode,
+    LocalRecord,
+    RemoteRecord,
+    RoleRecord,
+    fingerprint,
+    normalize_fingerprint,
+    validate_name,
+)
+
+__all__ = ["FileKeep", "MemoryKeep", "MAX_DENIED_PER_ROLE", "FORMAT_VERSION"]
+
+FORMAT_VERSION = 1
+MAX_DENIED_PER_ROLE = 8
+
+# Document kinds; each maps to a sub-directory of a FileKeep.
+_LOCAL = "local"
+_REMOTE = "remote"
+_ROLE = "role"
+_DENIED = "denied"
+_KINDS = (_LOCAL, _REMOTE, _ROLE, _DENIED)
+_LOCAL_KEY = "estate"
+
+Doc = dict[str, Any]
+
+
+# --------------------------------------------------------------------------- field checks
+# One checker per field type.  Used both when parsing a stored document (problem in the
+# file) and when saving a record (problem in the caller's record): the same rules apply, so a
+# record that saves always loads back equal.
+
+
+def _check_str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("must be a string")
+    return value
+
+
+def _check_int(value: Any) -> int:
+    # bool is an int subclass; a JSON true where a uid belongs is corruption, not 1.
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError("must be an integer")
+    return value
+
+
+def _check_bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError("must be true or false")
+    return value
+
+
+def _check_ha(value: Any) -> tuple[str, int]:
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise ValueError("must be [host, port]")
+    host, port = value
+    if not isinstance(host, str) or not isinstance(port, int) or isinstance(port, bool):
+        raise ValueError("must be [host (string), port (integer)]")
+    return (host, port)
+
+
+def _check_acceptance(value: Any) -> Acceptance:
+    try:
+        return Acceptance(value)
+    except ValueError:
+        raise ValueError(
+            "must be one of " + ", ".join(repr(a.value) for a in Acceptance)
+        ) from None
+
+
+def _check_name(value: Any) -> str:
+    try:
+        return validate_name(value)
+    except KeepError as exc:
+        raise ValueError(str(exc)) from None
+
+
+_Schema = dict[str, Callable[[Any], Any]]
+
+_LOCAL_SCHEMA: _Schema = {
+    "name": _check_name,
+    "role": _check_name,
+    "main": _check_bool,
+    "kind": _check_int,
+    "sighex": _check_str,
+    "prihex": _check_str,
+    "ha": _check_ha,
+    "puid": _check_int,
+}
+_REMOTE_SCHEMA: _Schema = {
+    "name": _check_name,
+    "role": _check_name,
+    "uid": _check_int,
+    "fuid": _check_int,
+    "ha": _check_ha,
+    "sid": _check_int,
+    "main": _check_bool,
+    "kind": _check_int,
+    "joined": _check_bool,
+}
+_ROLE_SCHEMA: _Schema = {
+    "role": _check_name,
+    "acceptance": _check_acceptance,
+    "verhex": _check_str,
+    "pubhex": _check_str,
+}
+
+
+def _parse_fields(doc: Any, schema: _Schema, where: str) -> dict[str, Any]:
+    """Checked values of the schema's fields from ``doc``; extra keys are ignored."""
+    if not isinstance(doc, dict):
+        raise KeepError(f"{where}: expected a JSON object, found {type(doc).__name__}")
+    version = doc.get("format", FORMAT_VERSION)
+    if version != FORMAT_VERSION:
+        raise KeepError(f"{where}: unsupported format {version!r} (expected {FORMAT_VERSION})")
+    out: dict[str, Any] = {}
+    for field, check in schema.items():
+        if field not in doc:
+            raise KeepError(f"{where}: missing required field {field!r}")
+        try:
+            out[field] = check(doc[field])
+        except ValueError as exc:
+            raise KeepError(f"{where}: field {field!r} {exc}") from None
+    return out
+
+
+def _record_doc(record: Any, schema: _Schema, where: str) -> Doc:
+    """JSON document for a record, refusing (KeepError) values that would not load back."""
+    doc: Doc = {"format": FORMAT_VERSION}
+    for field, check in schema.items():
+        value = getattr(record, field)
+        try:
+            checked = check(value)
+        except ValueError as exc:
+            raise KeepError(f"{where}: refusing to save, field {field!r} {exc}") from None
+        if isinstance(checked, tuple):
+            checked = list(checked)
+        elif isinstance(checked, Acceptance):
+            checked = checked.value
+        doc[field] = checked
+    return doc
+
+
+def _parse_denied(doc: Any, where: str) -> list[tuple[str, str]]:
+    if not isinstance(doc, dict):
+        raise KeepError(f"{where}: expected a JSON object, found {type(doc).__name__}")
+    _parse_fields(doc, {"role": _check_name}, where)
+    keys = doc.get("keys")
+    if not isinstance(keys, list):
+        raise KeepError(f"{where}: field 'keys' must be a list")
+    pairs: list[tuple[str, str]] = []
+    for i, item in enumerate(keys):
+        fields = _parse_fields(item, {"verhex": _check_str, "pubhex": _check_str}, f"{where} keys[{i}]")
+        pairs.append((fields["verhex"], fields["pubhex"]))
+    return pairs
+
+
+# --------------------------------------------------------------------------- shared policy
+
+
+class _BaseKeep:
+    """Record handling and acceptance policy over five storage primitives.
+
+    Subclasses store JSON documents addressed by (kind, key) and provide a transaction that
+    serialises read-modify-write sequences.  Keeping all policy here guarantees FileKeep and
+    MemoryKeep behave the same.
+    """
+
+    # -- storage primitives ---------------------------------------------------------------
+
+    def _where(self, kind: str, key: str) -> str:
+        raise NotImplementedError
+
+    def _read(self, kind: str, key: str) -> Any | None:
+        """Parsed JSON of a document, None if absent; KeepError if unreadable/not JSON."""
+        raise NotImplementedError
+
+    def _write(self, kind: str, key: str, doc: Doc) -> None:
+        raise NotImplementedError
+
+    def _delete(self, kind: str, key: str) -> None:
+        """Remove a document; absent is fine."""
+        raise NotImplementedError
+
+    def _keys(self, kind: str) -> list[str]:
+        """Sorted keys of every document of a kind."""
+        raise NotImplementedError
+
+    def _transaction(self) -> contextlib.AbstractContextManager[None]:
+        raise NotImplementedError
+
+    # -- documents <-> records -----------------------------------------------------------
+
+    def _get_role(self, role: str) -> RoleRecord | None:
+        where = self._where(_ROLE, role)
+        doc = self._read(_ROLE, role)
+        if doc is None:
+            return None
+        rec = RoleRecord(**_parse_fields(doc, _ROLE_SCHEMA, where))
+        if rec.role != role:
+            raise KeepError(f"{where}: holds role {rec.role!r}, not {role!r}")
+        return rec
+
+    def _put_role(self, record: RoleRecord) -> None:
+        role = validate_name(record.role, "role")
+        where = self._where(_ROLE, role)
+        self._write(_ROLE, role, _record_doc(record, _ROLE_SCHEMA, where))
+
+    def _get_denied(self, role: str) -> list[tuple[str, str]]:
+        where = self._where(_DENIED, role)
+        doc = self._read(_DENIED, role)
+        if doc is None:
+            return []
+        pairs = _parse_denied(doc, where)
+        if doc["role"] != role:
+            raise KeepError(f"{where}: holds role {doc['role']!r}, not {role!r}")
+        return pairs
+
+    def _put_denied(self, role: str, pairs: list[tuple[str, str]]) -> None:
+        if not pairs:
+            self._delete(_DENIED, role)
+            return
+        doc: Doc = {
+            "format": FORMAT_VERSION,
+            "role": role,
+            "keys": [{"verhex": v, "pubhex": p} for v, p in pairs],
+        }
+        self._write(_DENIED, role, doc)
+
+    def _get_remotes(self) -> list[RemoteRecord]:
+        remotes = []
+        for name in self._keys(_REMOTE):
+            where = self._where(_REMOTE, name)
+            doc = self._read(_REMOTE, name)
+            if doc is None:  # removed between listing and reading
+                continue
+            rec = RemoteRecord(**_parse_fields(doc, _REMOTE_SCHEMA, where))
+            if rec.name != name:
+                raise KeepError(f"{where}: holds remote {rec.name!r}, not {name!r}")
+            remotes.append(rec)
+        return remotes
+
+    # -- the Keep protocol ----------------------------------------------------------------
+
+    def load_local(self) -> LocalRecord | None:
+        """Our estate with its private keys, or None before the first save."""
+        doc = self._read(_LOCAL, _LOCAL_KEY)
+        if doc is None:
+            return None
+        return LocalRecord(**_parse_fields(doc, _LOCAL_SCHEMA, self._where(_LOCAL, _LOCAL_KEY)))
+
+    def save_local(self, record: LocalRecord) -> None:
+        where = self._where(_LOCAL, _LOCAL_KEY)
+        doc = _record_doc(record, _LOCAL_SCHEMA, where)
+        with self._transaction():
+            self._write(_LOCAL, _LOCAL_KEY, doc)
+
+    def load_remotes(self) -> list[RemoteRecord]:
+        """Every stored remote, sorted by name."""
+        return self._get_remotes()
+
+    def save_remote(self, record: RemoteRecord) -> None:
+        name = validate_name(record.name, "remote name")
+        doc = _record_doc(record, _REMOTE_SCHEMA, self._where(_REMOTE, name))
+        with self._transaction():
+            self._write(_REMOTE, name, doc)
+
+    def remove_remote(self, name: str) -> None:
+        validate_name(name, "remote name")
+        with self._transaction():
+            self._delete(_REMOTE, name)
+
+    def load_role(self, role: str) -> RoleRecord | None:
+        return self._get_role(validate_name(role, "role"))
+
+    def save_role(self, record: RoleRecord) -> None:
+        with self._transaction():
+            self._put_role(record)
+
+    def remove_role(self, role: str) -> None:
+        """Remove only the role record (see ``delete_role`` for the operator's cascade)."""
+        validate_name(role, "role")
+        with self._transaction():
+            self._delete(_ROLE, role)
+
+    def list_roles(self) -> list[RoleRecord]:
+        """Every role record, sorted by role; roles deleted while listing are skipped."""
+        out = []
+        for role in self._keys(_ROLE):
+            rec = self._get_role(role)
+            if rec is not None:
+                out.append(rec)
+        return out
+
+    def status_role(self, role: str, verhex: str, pubhex: str, auto: AutoMode) -> Acceptance:
+        """Acceptance of ``role`` presenting (verhex, pubhex); see the module docstring.
+
+        Writes only when something changes, so repeated joins cost no disk writes.
+        Raises KeepError for an invalid role name and LocalError for non-string keys.
+        """
+        validate_name(role, "role")
+        if not isinstance(verhex, str) or not isinstance(pubhex, str):
+            raise LocalError("verhex and pubhex must be strings")
+        auto = AutoMode(auto)
+        with self._transaction():
+            stored = self._get_role(role)
+            if stored is None:
+                acceptance = Acceptance.PENDING if auto is AutoMode.NEVER else Acceptance.ACCEPTED
+                self._put_role(RoleRecord(role, acceptance, verhex, pubhex))
+                return acceptance
+            if stored.acceptance is Acceptance.REJECTED:
+                return Acceptance.REJECTED
+            if (stored.verhex, stored.pubhex) != (verhex, pubhex):
+                self._add_denied(role, verhex, pubhex)
+                return Acceptance.REJECTED
+            if stored.acceptance is Acceptance.PENDING and auto is not AutoMode.NEVER:
+                stored.acceptance = Acceptance.ACCEPTED
+                self._put_role(stored)
+            return stored.acceptance
+
+    def _add_denied(self, role: str, verhex: str, pubhex: str) -> None:
+        pairs = self._get_denied(role)
+        if (verhex, pubhex) in pairs:
+            return
+        pairs.append((verhex, pubhex))
+        self._put_denied(role, pairs[-MAX_DENIED_PER_ROLE:])
+
+    def list_denied(self) -> dict[str, list[tuple[str, str]]]:
+        """role -> denied (verhex, pubhex) pairs, oldest first; roles sorted."""
+        out: dict[str, list[tuple[str, str]]] = {}
+        for role in self._keys(_DENIED):
+            pairs = self._get_denied(role)
+            if pairs:
+                out[role] = pairs
+        return out
+
+    def remove_denied(self, role: str) -> None:
+        """Forget the denied keys of ``role`` and nothing else (its record and remotes stay)."""
+        validate_name(role, "role")
+        with self._transaction():
+            self._delete(_DENIED, role)
+
+    # -- operator actions (the key tool) --------------------------------------------------
+
+    def _set_acceptance(self, role: str, acceptance: Acceptance) -> RoleRecord:
+        validate_name(role, "role")
+        with self._transaction():
+            stored = self._get_role(role)
+            if stored is None:
+                raise LocalError(f"no key stored for role {role!r}")
+            if stored.acceptance is not acceptance:
+                stored.acceptance = acceptance
+                self._put_role(stored)
+            return stored
+
+    def accept_role(self, role: str) -> RoleRecord:
+        """Mark the stored keys of ``role`` accepted (from pending or rejected).
+
+        Returns the updated record; LocalError if the role is unknown.  A pended join
+        completes on its next redo because the engine re-reads the record.
+        """
+        return self._set_acceptance(role, Acceptance.ACCEPTED)
+
+    def reject_role(self, role: str) -> RoleRecord:
+        """Mark the stored keys of ``role`` rejected; it stays rejected whatever the auto
+        mode until accepted or deleted.  LocalError if the role is unknown."""
+        return self._set_acceptance(role, Acceptance.REJECTED)
+
+    def accept_denied(self, role: str, verhex: str | None = None) -> RoleRecord:
+        """Replace the keys of ``role`` by one of its denied pairs and accept them.
+
+        This is salt-key's ``-a --include-denied`` for a rebuilt minion.  ``verhex`` picks
+        the pair; it may be omitted when exactly one pair is denied.  The pair leaves the
+        denied list, the others stay.  LocalError if there is no such pair or the choice is
+        ambiguous.
+        """
+        validate_name(role, "role")
+        with self._transaction():
+            pairs = self._get_denied(role)
+            chosen = [p for p in pairs if verhex is None or p[0] == verhex]
+            if not chosen:
+                raise LocalError(f"no denied key for role {role!r}" + (
+                    f" with verhex {verhex!r}" if verhex is not None else ""))
+            if len(chosen) > 1:
+                raise LocalError(
+                    f"role {role!r} has {len(chosen)} denied keys; say which (verhex)")
+            pair = chosen[0]
+            record = RoleRecord(role, Acceptance.ACCEPTED, pair[0], pair[1])
+            self._put_role(record)
+            self._put_denied(role, [p for p in pairs if p != pair])
+            return record
+
+    def delete_role(self, role: str, *, include_denied: bool = True) -> list[str]:
+        """Forget ``role`` completely: its record, every remote estate of that role and
+        (unless ``include_denied`` is False) its denied keys, like ``salt-key -d``.
+
+        Returns the names of the removed remotes.  The next join of that role is a first
+        sight again.
+        """
+        validate_name(role, "role")
+        with self._transaction():
+            removed = [r.name for r in self._get_remotes() if r.role == role]
+            for name in removed:
+                self._delete(_REMOTE, name)
+            self._delete(_ROLE, role)
+            if include_denied:
+                self._delete(_DENIED, role)
+            return removed
+
+    def delete_denied(self, role: str) -> None:
+        """Operator name for :meth:`remove_denied`: drop only the denied keys of ``role``
+        (the long-standing salt-key gap, user-asks 7)."""
+        self.remove_denied(role)
+
+    def find_fingerprint(self, fp: str, hash_type: str = "sha256") -> list[tuple[str, str]]:
+        """(role, state) of every stored key whose fingerprint is ``fp``.
+
+        State is an ``Acceptance`` value or ``"denied"``.  ``fp`` may be typed with or
+        without colons, in either case.  Keys that are not valid hex never match.
+        """
+        want = normalize_fingerprint(fp)
+        fingerprint("", hash_type)  # LocalError now for an unknown hash type
+
+        def matches(*hexkeys: str) -> bool:
+            for hexkey in hexkeys:
+                try:
+                    if fingerprint(hexkey, hash_type) == want:
+                        return True
+                except LocalError:  # not hex: cannot be the key the operator means
+                    continue
+            return False
+
+        found: list[tuple[str, str]] = []
+        for rec in self.list_roles():
+            if matches(rec.verhex, rec.pubhex):
+                found.append((rec.role, rec.acceptance.value))
+        for role, pairs in self.list_denied().items():
+            if any(matches(v, p) for v, p in pairs):
+                found.append((role, "denied"))
+        return found
+
+
+# --------------------------------------------------------------------------- FileKeep
+
+
+class FileKeep(_BaseKeep):
+    """A keep in a directory (layout in the module docstring).
+
+    Safe to share between processes (a daemon and the key tool): writes are atomic
+    replacements and read-modify-write operations hold an exclusive lock.
+    """
+
+    def __init__(self, dirpath: str | os.PathLike[str], *, durable: bool = True) -> None:
+        self.dirpath = Path(dirpath)
+        self.durable = durable
+        for sub in ("", *_KINDS):
+            path = self.dirpath / sub
+            try:
+                path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            except OSError as exc:
+                raise KeepError(f"{path}: cannot create keep directory: {exc.strerror or exc}") from exc
+            if not path.is_dir():
+                raise KeepError(f"{path}: exists and is not a directory")
+        self._lock_path = self.dirpath / ".lock"
+        # Serialises threads of this process; flock serialises processes (a fresh open file
+        # description per transaction, so threads would also exclude each other, but the
+        # RLock lets one thread nest transactions without deadlocking on its own flock).
+        self._thread_lock = threading.RLock()
+        self._depth = 0
+
+    def __repr__(self) -> str:
+        return f"FileKeep({str(self.dirpath)!r})"
+
+    def path_of(self, kind: str, key: str) -> Path:
+        """File holding document ``key`` of ``kind`` (``local``/``remote``/``role``/``denied``)."""
+        if kind not in _KINDS:
+            raise LocalError(f"unknown keep document kind {kind!r}")
+        return self.dirpath / kind / f"{key}.json"
+
+    def _where(self, kind: str, key: str) -> str:
+        return str(self.path_of(kind, key))
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        with self._thread_lock:
+            if self._depth:
+                self._depth += 1
+                try:
+                    yield
+                finally:
+                    self._depth -= 1
+                return
+            try:
+                fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError as exc:
+                raise KeepError(f"{self._lock_path}: cannot open lock file: {exc.strerror or exc}") from exc
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                self._depth = 1
+                try:
+                    yield
+                finally:
+                    self._depth = 0
+            finally:
+                os.close(fd)  # closing releases the flock
+
+    def _read(self, kind: str, key: str) -> Any | None:
+        path = self.path_of(kind, key)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise KeepError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        try:
+            return json.loads(data.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise KeepError(f"{path}: not UTF-8 text: {exc}") from None
+        except json.JSONDecodeError as exc:
+            raise KeepError(f"{path}: not valid JSON: {exc}") from None
+
+    def _write(self, kind: str, key: str, doc: Doc) -> None:
+        path = self.path_of(kind, key)
+        data = (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            # O_EXCL + mode 0600 at creation: the private keys are never readable by others,
+            # not even for a moment, whatever the umask.
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                if self.durable:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise KeepError(f"{path}: cannot write: {exc.strerror or exc}") from exc
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        self._sync_dir(path.parent)
+
+    def _delete(self, kind: str, key: str) -> None:
+        path = self.path_of(kind, key)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise KeepError(f"{path}: cannot remove: {exc.strerror or exc}") from exc
+        self._sync_dir(path.parent)
+
+    def _sync_dir(self, dirpath: Path) -> None:
+        # The rename/unlink is only durable once the directory entry is on disk.
+        if not self.durable:
+            return
+        try:
+            fd = os.open(dirpath, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise KeepError(f"{dirpath}: cannot open directory to sync: {exc.strerror or exc}") from exc
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            raise KeepError(f"{dirpath}: cannot sync directory: {exc.strerror or exc}") from exc
+        finally:
+            os.close(fd)
+
+    def _keys(self, kind: str) -> list[str]:
+        directory = self.dirpath / kind
+        try:
+            entries = os.listdir(directory)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise KeepError(f"{directory}: cannot list: {exc.strerror or exc}") from exc
+        keys = []
+        for entry in entries:
+            # Dot files are our temp files (or the operator's editor); other suffixes
+            # (backups such as "x.json~") are not documents.
+            if entry.startswith(".") or not entry.endswith(".json"):
+                continue
+            key = entry[: -len(".json")]
+            try:
+                validate_name(key)
+            except KeepError as exc:
+                raise KeepError(f"{directory / entry}: file name is not a valid name: {exc}") from None
+            keys.append(key)
+        return sorted(keys)
+
+
+# --------------------------------------------------------------------------- MemoryKeep
+
+
+class MemoryKeep(_BaseKeep):
+    """In-memory keep with exactly FileKeep's rules (validation, acceptance policy, errors).
+
+    Documents are stored as JSON text, so records handed in or out are never shared with
+    the keep (mutating a loaded record changes nothing until it is saved).
+    """
+
+    def __init__(self) -> None:
+        self._docs: dict[tuple[str, str], str] = {}
+        self._lock = threading.RLock()
+
+    def __repr__(self) -> str:
+        return f"MemoryKeep({len(self._docs)} documents)"
+
+    def _where(self, kind: str, key: str) -> str:
+        return f"memory:{kind}/{key}"
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        with self._lock:
+            yield
+
+    def _read(self, kind: str, key: str) -> Any | None:
+        text = self._docs.get((kind, key))
+        return None if text is None else json.loads(text)
+
+    def _write(self, kind: str, key: str, doc: Doc) -> None:
+        self._docs[(kind, key)] = json.dumps(doc)
+
+    def _delete(self, kind: str, key: str) -> None:
+        self._docs.pop((kind, key), None)
+
+    def _keys(self, kind: str) -> list[str]:
+        return sorted(k for (d, k) in self._docs if d == kind)
+
