@@ -1,0 +1,162 @@
+"""Body serialisation (raet-protocol.md §3.4).
+
+* JSON (bk 1): UTF-8, compact separators, ASCII escapes as Python's ``json.dumps``
+  writes them by default (what raet sends); the value must be a JSON object, and an
+  empty object travels as an empty body.  Decoded objects are plain dicts, which keep
+  the key order of the wire.
+* msgpack (bk 3): a map; packed with the msgpack >= 1.0 defaults (str as UTF-8 str,
+  bytes as bin).  raet 0.6.8 cannot use this kind at all with msgpack >= 1.0, so it
+  only matters between raetsalt peers.
+* raw (bk 2): the bytes as given (the allow handshake's fixed layouts).
+* nada (bk 0): no body.
+
+Drop trigger for everything here: ``"body"``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import msgpack
+
+from raetsalt.errors import BadPacket, LocalError
+from raetsalt.wire.constants import MAX_BODY_DEPTH, MAX_BODY_SIZE
+from raetsalt.wire.enums import BodyKind
+
+__all__ = ["encode_body", "decode_body_untrusted"]
+
+_JSON_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
+def encode_body(kind: BodyKind, value: Any) -> bytes:
+    """Serialise ``value`` as a body of ``kind``.
+
+    JSON and msgpack take a mapping (an empty one gives ``b""``); raw takes bytes;
+    nada takes ``None`` or an empty mapping and gives ``b""``.  Raises ``LocalError``
+    for anything else (including values JSON cannot represent).
+    """
+    if kind == BodyKind.JSON:
+        if not isinstance(value, Mapping):
+            raise LocalError(f"a JSON body must be a mapping, not {type(value).__name__}")
+        if not value:
+            return b""
+        try:
+            return _JSON_ENCODER.encode(value).encode("utf-8")
+        except (TypeError, ValueError) as exc:
+            raise LocalError(f"body is not JSON serialisable: {exc}") from exc
+    if kind == BodyKind.RAW:
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise LocalError(f"a raw body must be bytes, not {type(value).__name__}")
+        return bytes(value)
+    if kind == BodyKind.MSGPACK:
+        if not isinstance(value, Mapping):
+            raise LocalError(f"a msgpack body must be a mapping, not {type(value).__name__}")
+        if not value:
+            return b""
+        try:
+            return msgpack.packb(value)  # type: ignore[no-any-return]
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise LocalError(f"body is not msgpack serialisable: {exc}") from exc
+    if kind == BodyKind.NADA:
+        if value is None or (isinstance(value, Mapping) and not value):
+            return b""
+        raise LocalError("a nada body carries no value")
+    raise LocalError(f"unknown body kind {kind!r}")
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    # Iterative walk so a hostile nesting cannot hit Python's recursion limit here.
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values() if _is_container(child))
+        elif isinstance(item, list | tuple):
+            stack.extend((child, depth + 1) for child in item if _is_container(child))
+    return False
+
+
+def _is_container(value: Any) -> bool:
+    return isinstance(value, dict | list | tuple)
+
+
+def _reject_constant(name: str) -> Any:
+    # NaN and Infinity are not JSON; Python's encoder would write them, raet's peers
+    # (and ours) should never have to read them.
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def _reject_ext(code: int, data: bytes) -> Any:
+    raise ValueError(f"msgpack extension type {code} not accepted")
+
+
+def _decode_json(data: bytes) -> Any:
+    if not data:
+        return {}
+    try:
+        value = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise BadPacket("body is not valid JSON", "body") from None
+    if not isinstance(value, dict):
+        raise BadPacket("JSON body is not an object", "body")
+    # Counting brackets (fast, in C) bounds the depth from above; only bodies with
+    # many containers pay for the exact walk.
+    if data.count(b"{") + data.count(b"[") > MAX_BODY_DEPTH and _depth_exceeds(
+        value, MAX_BODY_DEPTH
+    ):
+        raise BadPacket(f"body nests deeper than {MAX_BODY_DEPTH}", "body")
+    return value
+
+
+def _decode_msgpack(data: bytes) -> Any:
+    if not data:
+        return {}
+    try:
+        value = msgpack.unpackb(
+            data,
+            raw=False,
+            strict_map_key=True,
+            use_list=True,
+            ext_hook=_reject_ext,
+            timestamp=0,
+            # Container and string length limits default to len(data) in unpackb, so
+            # a forged length prefix cannot make the unpacker allocate more than that.
+        )
+    # msgpack raises a zoo of types for bad input (ValueError subclasses, TypeError for
+    # unhashable keys, its own ExtraData/FormatError/StackError, OverflowError); the
+    # input is untrusted, so every failure means the same thing: a bad body.
+    except Exception:
+        raise BadPacket("body is not valid msgpack", "body") from None
+    if not isinstance(value, dict):
+        raise BadPacket("msgpack body is not a map", "body")
+    if _depth_exceeds(value, MAX_BODY_DEPTH):
+        raise BadPacket(f"body nests deeper than {MAX_BODY_DEPTH}", "body")
+    return value
+
+
+def decode_body_untrusted(
+    kind: BodyKind, data: bytes, *, max_size: int = MAX_BODY_SIZE
+) -> Any:
+    """Decode a received (already decrypted) body of ``kind``.
+
+    JSON and msgpack give a dict (``{}`` for an empty body), raw gives the bytes, nada
+    gives ``{}`` and requires an empty body.  Bodies longer than ``max_size`` or nested
+    deeper than ``MAX_BODY_DEPTH`` are refused.  Raises only ``BadPacket("body")``.
+    """
+    if len(data) > max_size:
+        raise BadPacket(f"body of {len(data)} bytes exceeds {max_size}", "body")
+    if kind == BodyKind.JSON:
+        return _decode_json(bytes(data))
+    if kind == BodyKind.RAW:
+        return bytes(data)
+    if kind == BodyKind.MSGPACK:
+        return _decode_msgpack(bytes(data))
+    if kind == BodyKind.NADA:
+        if data:
+            raise BadPacket("body kind nada with a non-empty body", "body")
+        return {}
+    raise BadPacket(f"unknown body kind {kind!r}", "body")
