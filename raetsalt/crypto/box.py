@@ -1,0 +1,84 @@
+"""NaCl ``crypto_box`` with a precomputed shared key: packet coats and allow boxes.
+
+Layout (raet-protocol.md §3.5), libsodium "easy" form::
+
+    encrypt(plain, nonce)  -> tag (16) || cipher (len(plain))
+    seal(plain)            -> tag (16) || cipher || nonce (24, random)
+
+raet recomputes the X25519 agreement for every packet; here ``beforenm`` runs once
+per ``SessionBox`` and every packet only pays for XSalsa20-Poly1305.
+"""
+
+from __future__ import annotations
+
+import nacl.bindings as _sodium
+import nacl.exceptions
+import nacl.utils
+
+from raetsalt.errors import BadPacket, LocalError
+
+__all__ = ["SessionBox"]
+
+NONCE_SIZE = _sodium.crypto_box_NONCEBYTES  # 24
+TAG_SIZE = 16  # Poly1305 tag (crypto_box_MACBYTES)
+KEY_SIZE = _sodium.crypto_box_PUBLICKEYBYTES  # 32
+
+_easy = _sodium.crypto_box_easy_afternm
+_open_easy = _sodium.crypto_box_open_easy_afternm
+_random = nacl.utils.random
+
+
+class SessionBox:
+    """Encrypts to and decrypts from one peer with ``X25519(our_secret, their_public)``.
+
+    Both directions use the same shared key, so ``SessionBox(a.secret, b.public)`` and
+    ``SessionBox(b.secret, a.public)`` open each other's boxes.
+
+    .. warning:: holds the precomputed shared secret.
+    """
+
+    __slots__ = ("_key",)
+
+    def __init__(self, our_secret: bytes, their_public: bytes) -> None:
+        """Raises ``LocalError`` unless both keys are 32 bytes."""
+        if len(our_secret) != KEY_SIZE or len(their_public) != KEY_SIZE:
+            raise LocalError(f"box keys must be {KEY_SIZE} bytes")
+        try:
+            self._key: bytes = _sodium.crypto_box_beforenm(their_public, our_secret)
+        except nacl.exceptions.CryptoError as exc:
+            # libsodium refuses low-order public keys (all-zero shared secret).
+            raise LocalError(f"unusable public key: {exc}") from exc
+
+    def encrypt(self, plain: bytes, nonce: bytes) -> bytes:
+        """``tag || cipher`` of ``plain`` under ``nonce`` (24 bytes, never reused)."""
+        return _easy(plain, nonce, self._key)
+
+    def decrypt_untrusted(self, cipher: bytes, nonce: bytes) -> bytes:
+        """Open ``tag || cipher``; raises only ``BadPacket(trigger="decrypt")``."""
+        if len(nonce) != NONCE_SIZE or len(cipher) < TAG_SIZE:
+            raise BadPacket("box too short or bad nonce", "decrypt")
+        try:
+            return _open_easy(cipher, nonce, self._key)
+        except (nacl.exceptions.CryptoError, TypeError, ValueError):
+            raise BadPacket("box does not open", "decrypt") from None
+
+    def seal(self, plain: bytes) -> bytes:
+        """raet's coat: ``encrypt(plain, random nonce) || nonce``; ``b""`` stays ``b""``."""
+        if not plain:
+            return b""
+        nonce = _random(NONCE_SIZE)
+        return _easy(plain, nonce, self._key) + nonce
+
+    def open_untrusted(self, coat: bytes) -> bytes:
+        """Inverse of ``seal``; raises only ``BadPacket(trigger="decrypt")``."""
+        if not coat:
+            return b""
+        if len(coat) < TAG_SIZE + NONCE_SIZE:
+            raise BadPacket(f"coat of {len(coat)} bytes is too short for a box", "decrypt")
+        try:
+            return _open_easy(coat[:-NONCE_SIZE], coat[-NONCE_SIZE:], self._key)
+        except (nacl.exceptions.CryptoError, TypeError, ValueError):
+            raise BadPacket("coat does not open", "decrypt") from None
+
+    def __repr__(self) -> str:
+        return "SessionBox(<shared key>)"
