@@ -28,7 +28,9 @@ __all__ = [
 ]
 
 
-class Acceptance(str, Enum):
+# (str, Enum) rather than StrEnum: the contract fixes it, and str() of a member stays
+# "Acceptance.ACCEPTED" for logs while ``.value`` is what is stored.
+class Acceptance(str, Enum):  # noqa: UP042
     """Acceptance state of a role's keys (salt-key's accepted / unaccepted / rejected)."""
 
     PENDING = "pending"
@@ -36,7 +38,7 @@ class Acceptance(str, Enum):
     REJECTED = "rejected"
 
 
-class AutoMode(str, Enum):
+class AutoMode(str, Enum):  # noqa: UP042
     """How keys of a role seen for the first time are treated.
 
     NEVER pends them for an operator; ONCE and ALWAYS accept them.  Unlike raet, ALWAYS never

@@ -213,6 +213,9 @@ def _record_doc(record: Any, schema: _Schema, where: str) -> Doc:
     return doc
 
 
+_PAIR_SCHEMA: _Schema = {"verhex": _check_str, "pubhex": _check_str}
+
+
 def _parse_denied(doc: Any, where: str) -> list[tuple[str, str]]:
     if not isinstance(doc, dict):
         raise KeepError(f"{where}: expected a JSON object, found {type(doc).__name__}")
@@ -222,7 +225,7 @@ def _parse_denied(doc: Any, where: str) -> list[tuple[str, str]]:
         raise KeepError(f"{where}: field 'keys' must be a list")
     pairs: list[tuple[str, str]] = []
     for i, item in enumerate(keys):
-        fields = _parse_fields(item, {"verhex": _check_str, "pubhex": _check_str}, f"{where} keys[{i}]")
+        fields = _parse_fields(item, _PAIR_SCHEMA, f"{where} keys[{i}]")
         pairs.append((fields["verhex"], fields["pubhex"]))
     return pairs
 
@@ -515,6 +518,10 @@ class _BaseKeep:
 # --------------------------------------------------------------------------- FileKeep
 
 
+def _why(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
 class FileKeep(_BaseKeep):
     """A keep in a directory (layout in the module docstring).
 
@@ -530,7 +537,7 @@ class FileKeep(_BaseKeep):
             try:
                 path.mkdir(mode=0o700, parents=True, exist_ok=True)
             except OSError as exc:
-                raise KeepError(f"{path}: cannot create keep directory: {exc.strerror or exc}") from exc
+                raise KeepError(f"{path}: cannot create keep directory: {_why(exc)}") from exc
             if not path.is_dir():
                 raise KeepError(f"{path}: exists and is not a directory")
         self._lock_path = self.dirpath / ".lock"
@@ -565,7 +572,7 @@ class FileKeep(_BaseKeep):
             try:
                 fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             except OSError as exc:
-                raise KeepError(f"{self._lock_path}: cannot open lock file: {exc.strerror or exc}") from exc
+                raise KeepError(f"{self._lock_path}: cannot open lock file: {_why(exc)}") from exc
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 self._depth = 1
@@ -584,7 +591,7 @@ class FileKeep(_BaseKeep):
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise KeepError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+            raise KeepError(f"{path}: cannot read: {_why(exc)}") from exc
         try:
             return json.loads(data.decode("utf-8"))
         except UnicodeDecodeError as exc:
@@ -612,7 +619,7 @@ class FileKeep(_BaseKeep):
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            raise KeepError(f"{path}: cannot write: {exc.strerror or exc}") from exc
+            raise KeepError(f"{path}: cannot write: {_why(exc)}") from exc
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -626,7 +633,7 @@ class FileKeep(_BaseKeep):
         except FileNotFoundError:
             return
         except OSError as exc:
-            raise KeepError(f"{path}: cannot remove: {exc.strerror or exc}") from exc
+            raise KeepError(f"{path}: cannot remove: {_why(exc)}") from exc
         self._sync_dir(path.parent)
 
     def _sync_dir(self, dirpath: Path) -> None:
@@ -636,11 +643,11 @@ class FileKeep(_BaseKeep):
         try:
             fd = os.open(dirpath, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as exc:
-            raise KeepError(f"{dirpath}: cannot open directory to sync: {exc.strerror or exc}") from exc
+            raise KeepError(f"{dirpath}: cannot open directory to sync: {_why(exc)}") from exc
         try:
             os.fsync(fd)
         except OSError as exc:
-            raise KeepError(f"{dirpath}: cannot sync directory: {exc.strerror or exc}") from exc
+            raise KeepError(f"{dirpath}: cannot sync directory: {_why(exc)}") from exc
         finally:
             os.close(fd)
 
@@ -651,7 +658,7 @@ class FileKeep(_BaseKeep):
         except FileNotFoundError:
             return []
         except OSError as exc:
-            raise KeepError(f"{directory}: cannot list: {exc.strerror or exc}") from exc
+            raise KeepError(f"{directory}: cannot list: {_why(exc)}") from exc
         keys = []
         for entry in entries:
             # Dot files are our temp files (or the operator's editor); other suffixes
@@ -662,7 +669,7 @@ class FileKeep(_BaseKeep):
             try:
                 validate_name(key)
             except KeepError as exc:
-                raise KeepError(f"{directory / entry}: file name is not a valid name: {exc}") from None
+                raise KeepError(f"{directory / entry}: bad file name: {exc}") from None
             keys.append(key)
         return sorted(keys)
 

@@ -7,6 +7,7 @@ import pytest
 from raetsalt.keep import FileKeep, MemoryKeep
 from raetsalt.keep.store import _BaseKeep
 
+
 @pytest.fixture(params=["file", "memory"])
 def keep(request: pytest.FixtureRequest, tmp_path: Path) -> _BaseKeep:
     """Every behavioural test runs against both implementations."""

@@ -111,7 +111,9 @@ def test_status_role_validates_input(keep: _BaseKeep) -> None:
     assert keep.list_roles() == []
 
 
-def test_status_role_writes_only_on_change(keep: _BaseKeep, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_status_role_writes_only_on_change(
+    keep: _BaseKeep, monkeypatch: pytest.MonkeyPatch
+) -> None:
     writes: list[tuple[str, str]] = []
     real_write = keep._write
 

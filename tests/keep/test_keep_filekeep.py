@@ -143,7 +143,12 @@ def test_durable_fsyncs_and_non_durable_does_not(
 ) -> None:
     calls: list[int] = []
     real_fsync = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real_fsync(fd))[1])
+
+    def spy_fsync(fd: int) -> None:
+        calls.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy_fsync)
     FileKeep(tmp_path / "d").save_remote(remote())
     assert len(calls) == 2  # file, then directory
     calls.clear()
