@@ -29,11 +29,12 @@ Target types (``TARGET_TYPES``)
     ``key:value`` matched with Salt's ``subdict_match`` rules: nested keys via the
     delimiter (deepest split tried first, so ``a:b:c`` tries ``grains[a][b]`` against
     ``c`` and then ``grains[a]`` against ``b:c``); lists match if any element matches;
-    a dict matches if the pattern names one of its keys (``k:*`` = key exists) and
-    ``*:`` searches every nested value.  Both the grain value and the pattern are
-    lower-cased before matching, so glob grain matching is case-insensitive and a
-    ``grain_pcre`` pattern is *also lower-cased*: ``\\D``, ``\\S``, ``\\W`` silently
-    become ``\\d``, ``\\s``, ``\\w`` exactly as in Salt.  Regexes are start-anchored.
+    a dict matches if the pattern names one of its keys (``k:*`` = key exists);
+    ``*:v`` tests every top-level value (list items too, nested dicts by key).
+    Both the grain value and the pattern are lower-cased before matching, so glob
+    grain matching is case-insensitive, and a ``grain_pcre`` pattern is *also*
+    lower-cased: ``\\D``, ``\\S``, ``\\W`` silently become ``\\d``, ``\\s``, ``\\w``,
+    exactly as in Salt.  Regexes are start-anchored.
 ``ipcidr``
     an address (equality with any ``ipv4``/``ipv6`` grain address) or a network
     (``in`` test).  Networks must not have host bits set (``10.0.0.1/24`` is
@@ -351,6 +352,7 @@ def _value_match(value: Any, pattern: str, regex: bool) -> bool:
 
 
 _MISSING = object()
+_INT_RE = re.compile(r"-?[0-9]+\Z")
 
 
 def _traverse(data: Any, path: Sequence[str]) -> Any:
@@ -358,21 +360,26 @@ def _traverse(data: Any, path: Sequence[str]) -> Any:
     ptr = data
     for key in path:
         if isinstance(ptr, list):
-            found = _MISSING
+            if _INT_RE.match(key):
+                try:
+                    ptr = ptr[int(key)]
+                except IndexError:
+                    return _MISSING
+                continue
             for item in ptr:
                 if isinstance(item, Mapping) and key in item:
-                    found = item[key]
+                    ptr = item[key]
                     break
-            if found is _MISSING:
-                try:
-                    found = ptr[int(key)]
-                except (ValueError, IndexError):
-                    return _MISSING
-            ptr = found
-        elif isinstance(ptr, Mapping):
-            if key not in ptr:
+            else:
                 return _MISSING
-            ptr = ptr[key]
+        elif isinstance(ptr, Mapping):
+            if key in ptr:
+                ptr = ptr[key]
+            elif _INT_RE.match(key) and int(key) in ptr:
+                # Salt YAML-loads a missing key, so "1" finds an integer key 1.
+                ptr = ptr[int(key)]
+            else:
+                return _MISSING
         else:
             return _MISSING
     return ptr
@@ -387,15 +394,17 @@ def _dict_match(target: Mapping[str, Any], pattern: str, delimiter: str, regex: 
     if _subdict_match(target, pattern, delimiter, regex):
         return True
     if wildcard:
-        for key, value in target.items():
-            if _value_match(key, pattern, regex):
-                return True
+        # "*:pattern" tests the values one level down: scalars and list items by
+        # pattern, nested dicts by key (the wildcard does not recurse further).
+        for value in target.values():
             if isinstance(value, Mapping):
                 if _dict_match(value, pattern, delimiter, regex):
                     return True
             elif isinstance(value, list):
                 if any(_value_match(item, pattern, regex) for item in value):
                     return True
+            elif _value_match(value, pattern, regex):
+                return True
     return False
 
 
