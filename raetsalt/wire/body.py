@@ -27,7 +27,8 @@ from raetsalt.wire.enums import BodyKind
 
 __all__ = ["encode_body", "decode_body_untrusted"]
 
-_JSON_ENCODER = json.JSONEncoder(separators=(",", ":"))
+# allow_nan=False: NaN and Infinity are not JSON, and our decoder refuses them.
+_JSON_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 
 def encode_body(kind: BodyKind, value: Any) -> bytes:
