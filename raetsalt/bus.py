@@ -1,0 +1,212 @@
+"""Event-bus bookkeeping: tag matching, listeners, bounded queues, fire_master expansion.
+
+Pure (no sockets, no clock).  The manor yard (``raetsalt.manor``) feeds it events and
+drains the per-listener queues into lane pages; the client library (``raetsalt.event``)
+uses ``tag_matches`` to filter what it reads.  Semantics follow salt-semantics.md §6.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections import Counter, deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import msgpack
+
+from raetsalt.errors import LocalError
+
+MATCH_TYPES = ("startswith", "endswith", "find", "regex", "fnmatch")
+FIRE_MASTER_TAG = "fire_master"
+
+# Tags a minion may not fire on the master bus (salt-semantics.md §6.4).  Salt applies the
+# list only to batches; raetsalt applies it to single events as well.
+MINION_BLACKLIST = (
+    "salt/job/*/publish",
+    "salt/job/*/new",
+    "salt/job/*/return",
+    "salt/key",
+    "salt/cloud/*",
+    "salt/run/*",
+    "salt/cluster/*",
+    "salt/wheel/*/new",
+    "salt/wheel/*/return",
+)
+
+
+@lru_cache(maxsize=256)
+def _regex(tag: str) -> re.Pattern[str]:
+    return re.compile("^" + tag)
+
+
+def tag_matches(event_tag: str, tag: str, match_type: str | None = None) -> bool:
+    """Salt's tag test; ``match_type`` None means 'startswith'.
+
+    'regex' is anchored at the start only; 'fnmatch' is a whole-string glob, so an empty
+    tag matches nothing there while it matches everything for the other types.
+    """
+    if match_type is None or match_type == "startswith":
+        return event_tag.startswith(tag)
+    if match_type == "endswith":
+        return event_tag.endswith(tag)
+    if match_type == "find":
+        return tag in event_tag
+    if match_type == "regex":
+        return _regex(tag).search(event_tag) is not None
+    if match_type == "fnmatch":
+        return fnmatch.fnmatch(event_tag, tag)
+    raise LocalError(f"unknown match_type {match_type!r}; use one of {', '.join(MATCH_TYPES)}")
+
+
+def is_blacklisted(tag: str) -> bool:
+    """True for tags a minion is not allowed to put on the master bus."""
+    return any(fnmatch.fnmatchcase(tag, pattern) for pattern in MINION_BLACKLIST)
+
+
+def expand_fire_master(data: Mapping[str, Any], minion_id: str | None) -> list[dict[str, Any]]:
+    """Turn a ``fire_master`` event's data into the events the master bus should see.
+
+    Returns ``[{'tag': ..., 'data': ...}, ...]`` following Salt's ``_minion_event``:
+
+    * batch (``events`` is a list): each item is fired under its own ``tag``, its data
+      being the item's ``data`` when present, else the item itself; with a ``pretag`` a
+      copy under ``<pretag>/<tag>`` comes first;
+    * single (``tag`` + ``data``): the whole load ``{id, cmd, tag, data, pretag}`` is fired
+      under ``tag`` (so listeners find the payload in ``['data']['data']``, as in Salt).
+
+    Blacklisted tags and malformed items are left out.  ``minion_id`` (the node's own id)
+    overrides any ``id`` the payload claims.
+    """
+    out: list[dict[str, Any]] = []
+    pretag = data.get("pretag")
+    pretag = pretag if isinstance(pretag, str) and pretag else None
+    events = data.get("events")
+    if isinstance(events, list):
+        for item in events:
+            if not isinstance(item, Mapping) or not isinstance(item.get("tag"), str):
+                continue
+            tag = item["tag"]
+            if not tag or is_blacklisted(tag):
+                continue
+            payload = item.get("data", item)
+            if not isinstance(payload, Mapping):
+                payload = {"data": payload}
+            if pretag is not None:
+                out.append({"tag": f"{pretag}/{tag}", "data": dict(payload)})
+            out.append({"tag": tag, "data": dict(payload)})
+        return out
+    tag = data.get("tag")
+    if not isinstance(tag, str) or not tag or is_blacklisted(tag):
+        return out
+    load = {
+        "id": minion_id if minion_id is not None else data.get("id"),
+        "cmd": "_minion_event",
+        "tag": tag,
+        "data": data.get("data"),
+        "pretag": pretag,
+    }
+    if pretag is not None:
+        out.append({"tag": f"{pretag}/{tag}", "data": dict(load)})
+    out.append({"tag": tag, "data": load})
+    return out
+
+
+def encode_event(tag: str, data: Mapping[str, Any]) -> bytes:
+    """One event as msgpack ``[tag, data]``: encoded once, shared by every listener."""
+    return msgpack.packb([tag, data], use_bin_type=True)
+
+
+def encode_batch(route: Mapping[str, Any], encoded_events: Iterable[bytes], count: int) -> bytes:
+    """Body ``{route, events: [[tag, data], ...]}`` built from already encoded events.
+
+    msgpack containers are a header followed by their items, so the events are spliced
+    in as they are instead of being decoded and encoded again per listener.
+    """
+    packer = msgpack.Packer(use_bin_type=True)
+    return b"".join(
+        (
+            packer.pack_map_header(2),
+            packer.pack("route"),
+            packer.pack(route),
+            packer.pack("events"),
+            packer.pack_array_header(count),
+            *encoded_events,
+        )
+    )
+
+
+@dataclass(slots=True)
+class _Listener:
+    queue: deque[bytes] = field(default_factory=deque)
+    queued_bytes: int = 0
+    lost: int = 0
+
+
+class EventBus:
+    """Listeners and their bounded queues of encoded events.
+
+    A listener that does not keep up loses its oldest events once it has ``max_events``
+    queued or ``max_bytes`` worth (counted per listener in ``lost`` and in
+    ``stats['events_lost']``); the bus itself never waits for anybody.
+    """
+
+    def __init__(self, *, max_events: int = 20000, max_bytes: int = 16 * 1024 * 1024) -> None:
+        self.max_events = max_events
+        self.max_bytes = max_bytes
+        self.stats: Counter[str] = Counter()
+        self._listeners: dict[str, _Listener] = {}
+
+    def subscribe(self, listener: str) -> None:
+        if listener not in self._listeners:
+            self._listeners[listener] = _Listener()
+
+    def unsubscribe(self, listener: str) -> None:
+        self._listeners.pop(listener, None)
+
+    def listeners(self) -> list[str]:
+        return list(self._listeners)
+
+    def is_listening(self, listener: str) -> bool:
+        return listener in self._listeners
+
+    def lost(self, listener: str) -> int:
+        entry = self._listeners.get(listener)
+        return entry.lost if entry is not None else 0
+
+    def queued(self, listener: str) -> int:
+        entry = self._listeners.get(listener)
+        return len(entry.queue) if entry is not None else 0
+
+    def publish(self, encoded: bytes) -> None:
+        """Queue one encoded event (see ``encode_event``) for every listener."""
+        self.stats["events"] += 1
+        size = len(encoded)
+        for entry in self._listeners.values():
+            entry.queue.append(encoded)
+            entry.queued_bytes += size
+            while len(entry.queue) > self.max_events or entry.queued_bytes > self.max_bytes:
+                entry.queued_bytes -= len(entry.queue.popleft())
+                entry.lost += 1
+                self.stats["events_lost"] += 1
+
+    def pending(self) -> list[str]:
+        """Listeners with queued events."""
+        return [name for name, entry in self._listeners.items() if entry.queue]
+
+    def take(self, listener: str, max_bytes: int) -> list[bytes]:
+        """Dequeue events for ``listener`` totalling at most ``max_bytes`` (at least one)."""
+        entry = self._listeners.get(listener)
+        if entry is None or not entry.queue:
+            return []
+        queue = entry.queue
+        batch = [queue.popleft()]
+        total = len(batch[0])
+        while queue and total + len(queue[0]) <= max_bytes:
+            item = queue.popleft()
+            total += len(item)
+            batch.append(item)
+        entry.queued_bytes -= total
+        return batch

@@ -1,0 +1,225 @@
+"""Non-blocking AF_UNIX datagram pump for lane yards (the only lane code that touches sockets).
+
+``UxdSocket`` binds a yard's socket file, and moves datagrams between the kernel and a
+sans-IO handler (``raetsalt.lane.Lane`` or ``raetsalt.manor.Manor``), which must offer
+``receive_datagram(data, src_path, now)``, ``send_blocked(path, datagrams, now)``,
+``send_succeeded(path)`` and ``send_failed(path, now)``.
+
+Sending never blocks: a destination whose queue is full (EAGAIN) is handed back to the
+handler with the unsent datagrams, which retries later; a destination with nobody bound
+(ENOENT, ECONNREFUSED) is reported as failed; anything else is counted and dropped.
+
+Access control is the file system's: a yard's socket file is mode 0600 (0660 with a
+group), and the node's socket directory 0700 (0750 with a group).  Clients ``connect`` to
+the manor, which makes the kernel deliver to them only datagrams from the manor and lets
+a sender wait for room (``send_waiting``) instead of spinning.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import socket
+import stat
+import time
+from collections import Counter
+from typing import Protocol
+
+from raetsalt.errors import ConfigError, LocalError
+from raetsalt.lane.page import MAX_PAGE_SIZE
+
+# struct sockaddr_un.sun_path is 108 bytes including the terminating NUL.
+MAX_SOCKET_PATH = 107
+# Asked for; Linux caps it at net.core.[rw]mem_max (raet asks for 100 pages' worth too).
+SOCKET_BUFFER = 100 * MAX_PAGE_SIZE
+
+
+class DatagramHandler(Protocol):
+    def receive_datagram(self, data: bytes, src_path: str | None, now: float) -> None: ...
+    def send_blocked(self, path: str, datagrams: list[bytes], now: float) -> None: ...
+    def send_succeeded(self, path: str) -> None: ...
+    def send_failed(self, path: str, now: float) -> None: ...
+
+
+def check_socket_path(path: str, sock_dir: str | None = None) -> str:
+    """Return ``path`` if it fits ``sun_path``, else raise ConfigError naming sock_dir."""
+    size = len(os.fsencode(path))
+    if size > MAX_SOCKET_PATH:
+        where = f"sock_dir {sock_dir!r} is too long: " if sock_dir is not None else ""
+        raise ConfigError(
+            f"{where}socket path {path!r} is {size} bytes, the limit is {MAX_SOCKET_PATH}"
+        )
+    return path
+
+
+def prepare_sock_dir(sock_dir: str, group: int | None = None) -> None:
+    """Create ``sock_dir`` (and parents) and give it mode 0700, or 0750 owned by ``group``."""
+    os.makedirs(sock_dir, mode=0o700, exist_ok=True)
+    info = os.stat(sock_dir)
+    if not stat.S_ISDIR(info.st_mode):
+        raise ConfigError(f"sock_dir {sock_dir!r} is not a directory")
+    if info.st_uid == os.geteuid():
+        if group is not None:
+            os.chown(sock_dir, -1, group)
+            os.chmod(sock_dir, 0o750)
+        else:
+            os.chmod(sock_dir, 0o700)
+
+
+def _unlink_if_stale(path: str) -> None:
+    """Remove a socket file nobody is bound to any more; refuse to steal a live one."""
+    if not os.path.exists(path):
+        return
+    if not stat.S_ISSOCK(os.lstat(path).st_mode):
+        raise LocalError(f"{path!r} exists and is not a socket")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        probe.connect(path)
+    except ConnectionRefusedError:
+        os.unlink(path)
+        return
+    except FileNotFoundError:
+        return
+    finally:
+        probe.close()
+    raise LocalError(f"another process serves {path!r}")
+
+
+class UxdSocket:
+    """One bound, non-blocking AF_UNIX datagram socket.
+
+    :param path: where to bind (checked against the ``sun_path`` limit).
+    :param group: gid that may use the socket too (mode 0660 instead of 0600).
+    :param connect_to: a peer path to connect to (clients connect to their manor).
+    :param replace_stale: unlink a dead socket file at ``path`` first (servers).
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        group: int | None = None,
+        connect_to: str | None = None,
+        replace_stale: bool = False,
+        sock_dir: str | None = None,
+    ) -> None:
+        self.path = check_socket_path(path, sock_dir)
+        self.stats: Counter[str] = Counter()
+        if replace_stale:
+            _unlink_if_stale(path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+                sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
+            sock.bind(path)
+            try:
+                if group is not None:
+                    os.chown(path, -1, group)
+                os.chmod(path, 0o660 if group is not None else 0o600)
+                if connect_to is not None:
+                    sock.connect(check_socket_path(connect_to, sock_dir))
+            except BaseException:
+                os.unlink(path)
+                raise
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+        self.connected_to = connect_to
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def close(self) -> None:
+        """Close the socket and remove its file."""
+        if self.sock.fileno() >= 0:
+            self.sock.close()
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+
+    def receive_into(self, handler: DatagramHandler, now: float, limit: int = 512) -> int:
+        """Hand up to ``limit`` waiting datagrams to ``handler``; returns how many."""
+        recvfrom = self.sock.recvfrom
+        count = 0
+        while count < limit:
+            try:
+                # One byte over the page limit so an oversize datagram is seen as such.
+                data, address = recvfrom(MAX_PAGE_SIZE + 1)
+            except (BlockingIOError, InterruptedError):
+                break
+            count += 1
+            # Unbound senders show up as '' or None; abstract addresses as bytes.
+            handler.receive_datagram(data, address if isinstance(address, str) else None, now)
+        return count
+
+    def send_all(
+        self, datagrams: list[tuple[bytes, str]], handler: DatagramHandler, now: float
+    ) -> None:
+        """Send each (datagram, path) without blocking; report outcomes to ``handler``."""
+        if not datagrams:
+            return
+        sendto = self.sock.sendto
+        blocked: dict[str, list[bytes]] = {}
+        failed: set[str] = set()
+        sent: set[str] = set()
+        for data, path in datagrams:
+            if path in blocked:
+                blocked[path].append(data)
+                continue
+            if path in failed:
+                continue
+            try:
+                sendto(data, path)
+            except (BlockingIOError, InterruptedError):
+                blocked[path] = [data]
+            except OSError as exc:
+                if exc.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTDIR):
+                    failed.add(path)
+                elif exc.errno == errno.ENOBUFS:
+                    blocked[path] = [data]
+                else:
+                    self.stats[f"send_error_{errno.errorcode.get(exc.errno or 0, exc.errno)}"] += 1
+            else:
+                sent.add(path)
+        for path in sent:
+            handler.send_succeeded(path)
+        for path, rest in blocked.items():
+            handler.send_blocked(path, rest, now)
+        for path in failed:
+            handler.send_failed(path, now)
+
+    def send_waiting(self, data: bytes, timeout: float | None) -> bool:
+        """Send on a connected socket, waiting up to ``timeout`` s for room (None: forever).
+
+        Returns False on timeout.  Raises OSError when the peer is gone.
+        """
+        try:
+            self.sock.send(data)
+            return True
+        except BlockingIOError:
+            pass
+        # For a connected AF_UNIX datagram socket the kernel reports writability only when
+        # the peer's queue has room, so this waits for the peer instead of spinning.
+        poller = select.poll()
+        poller.register(self.sock.fileno(), select.POLLOUT)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining_ms = None
+            if deadline is not None:
+                remaining_ms = max(0, round((deadline - time.monotonic()) * 1000))
+            if not poller.poll(remaining_ms) and remaining_ms is not None:
+                return False
+            try:
+                self.sock.send(data)
+                return True
+            except BlockingIOError:
+                continue
+
+    def wait_readable(self, timeout: float | None) -> bool:
+        """Block until a datagram is waiting or ``timeout`` seconds pass (None: forever)."""
+        readable, _, _ = select.select([self.sock], [], [], timeout)
+        return bool(readable)

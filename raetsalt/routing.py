@@ -1,0 +1,112 @@
+"""Message addresses and the routing decision a manor yard makes (salt-raet-era.md §4.1, §4.3).
+
+Every lane or road message body carries ``route: {src: [estate, yard, share], dst: [...]}``
+where ``None`` means "local" (estate, yard) or "don't care" (share).  ``route`` is a pure
+function: given where a message wants to go and who we are, it says deliver here, forward
+over the road, or drop, and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from raetsalt.errors import BadPacket
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    """(estate, yard, share); None means unspecified."""
+
+    estate: str | None = None
+    yard: str | None = None
+    share: str | None = None
+
+    def to_wire(self) -> list[str | None]:
+        return [self.estate, self.yard, self.share]
+
+    @classmethod
+    def from_wire_untrusted(cls, value: Any) -> Address:
+        """Parse ``[estate, yard, share]`` (list or tuple); raises only BadPacket."""
+        if not isinstance(value, list | tuple) or len(value) != 3:
+            raise BadPacket("address is not [estate, yard, share]", "bad_route")
+        if not all(part is None or isinstance(part, str) for part in value):
+            raise BadPacket("address parts must be strings or null", "bad_route")
+        return cls(value[0], value[1], value[2])
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Source and destination of a message."""
+
+    src: Address
+    dst: Address
+
+    def to_wire(self) -> dict[str, list[str | None]]:
+        return {"src": self.src.to_wire(), "dst": self.dst.to_wire()}
+
+    @classmethod
+    def from_body_untrusted(cls, body: Mapping[str, Any]) -> Route:
+        """The ``route`` of a message body; raises only BadPacket."""
+        route = body.get("route")
+        if not isinstance(route, Mapping):
+            raise BadPacket("message has no route", "bad_route")
+        return cls(
+            Address.from_wire_untrusted(route.get("src")),
+            Address.from_wire_untrusted(route.get("dst")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DeliverLocal:
+    """Hand the message to ``yard`` on our lane; None means the manor itself (by share)."""
+
+    yard: str | None
+    share: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """Send the message over the road to ``estate``."""
+
+    estate: str
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    """Do not deliver; ``reason`` is a stable short string."""
+
+    reason: str
+
+
+Decision = DeliverLocal | Forward | Drop
+
+
+def route(
+    msg_route: Route,
+    local_estate: str | None,
+    local_yards: Collection[str],
+    *,
+    from_road: bool = False,
+    manor: str = "manor",
+) -> Decision:
+    """Decide what the manor yard does with a message.
+
+    :param local_estate: our estate name (None before the road is set up).
+    :param local_yards: yard names currently known on our lane.
+    :param from_road: the message arrived over the road, so it must be for us: a manor
+        never relays road traffic to a third estate.
+    """
+    dst = msg_route.dst
+    if dst.estate is not None and dst.estate != local_estate:
+        if from_road:
+            return Drop("not_our_estate")
+        return Forward(dst.estate)
+    if dst.yard is None or dst.yard == manor:
+        if dst.share is None:
+            return Drop("no_share")
+        return DeliverLocal(None, dst.share)
+    if dst.yard in local_yards:
+        return DeliverLocal(dst.yard, dst.share)
+    return Drop("unknown_yard")
