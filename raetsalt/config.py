@@ -383,8 +383,7 @@ SCHEMA: tuple[Option, ...] = (
         "user",
         _string(nonempty=True, nullable=True),
         _both(None),
-        "User the daemon switches to after start-up.  null keeps the user that "
-        "started it.",
+        "User the daemon switches to after start-up.  null keeps the user that started it.",
         "Identity and transport",
     ),
     # ---------------------------------------------------------------- network
@@ -392,8 +391,7 @@ SCHEMA: tuple[Option, ...] = (
         "interface",
         _ip_address(),
         _both("0.0.0.0"),
-        "Local address the road (UDP) socket binds to.  With ipv6 true the "
-        "default becomes '::'.",
+        "Local address the road (UDP) socket binds to.  With ipv6 true the default becomes '::'.",
         "Network (RAET road)",
     ),
     Option(
@@ -416,8 +414,7 @@ SCHEMA: tuple[Option, ...] = (
         "raet_alt_port",
         _PORT,
         {"minion": 4511},
-        "UDP port of the caller estate that raetsalt-call uses when no minion "
-        "daemon is running.",
+        "UDP port of the caller estate that raetsalt-call uses when no minion daemon is running.",
         "Network (RAET road)",
     ),
     Option(
@@ -495,8 +492,7 @@ SCHEMA: tuple[Option, ...] = (
         "acceptance_wait_time_max",
         _number(0.0),
         {"minion": 0.0},
-        "Ceiling for the doubling retry wait while pending; 0 means the wait "
-        "does not grow.",
+        "Ceiling for the doubling retry wait while pending; 0 means the wait does not grow.",
         "Presence and reconnection",
     ),
     Option(
@@ -746,8 +742,7 @@ SCHEMA: tuple[Option, ...] = (
         "publisher_acl_blacklist",
         _blacklist(),
         {"master": {}},
-        "Users and modules (regexes) that publisher_acl and external_auth never "
-        "allow.",
+        "Users and modules (regexes) that publisher_acl and external_auth never allow.",
         "Access control",
         example=("publisher_acl_blacklist:", "  users: [root]", "  modules: [cmd.*]"),
     ),
@@ -906,9 +901,7 @@ def _validate_file(path: str, raw: Mapping[Any, Any], node: str) -> Opts:
     return checked
 
 
-def _unknown_key_message(
-    path: str, key: str, node: str, other: str, opt: Option | None
-) -> str:
+def _unknown_key_message(path: str, key: str, node: str, other: str, opt: Option | None) -> str:
     if opt is not None:
         return f"{path}: key '{key}' is a {other} option; it has no meaning in a {node} config"
     message = f"{path}: unknown key '{key}'"
@@ -1002,12 +995,20 @@ def _include_paths(including_file: str, pattern: str, *, strict: bool) -> list[s
     if os.path.isfile(full):
         return [full]
     if strict:
-        raise ConfigError(f"{including_file}: key 'include' names '{pattern}', which does not exist")
+        raise ConfigError(
+            f"{including_file}: key 'include' names '{pattern}', which does not exist"
+        )
     return []
 
 
 def _load_includes(
-    including_file: str, patterns: Iterable[str], node: str, into: _Loaded, seen: set[str], *, strict: bool
+    including_file: str,
+    patterns: Iterable[str],
+    node: str,
+    into: _Loaded,
+    seen: set[str],
+    *,
+    strict: bool,
 ) -> None:
     for pattern in patterns:
         for path in _include_paths(including_file, pattern, strict=strict):
