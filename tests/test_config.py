@@ -523,3 +523,15 @@ def test_example_main_rejects_bad_usage(capsys: pytest.CaptureFixture[str]) -> N
     assert config._main(["syndic"]) == 2
     assert config._main(["minion"]) == 0
     assert capsys.readouterr().out == example_config("minion")
+
+
+def test_example_snippets_are_valid_settings(tmp_path: Path) -> None:
+    for opt in SCHEMA:
+        if not opt.example:
+            continue
+        node = "master" if "master" in opt.nodes else "minion"
+        path = write(tmp_path / node, "\n".join(opt.example) + "\n")
+        loader = master_config if node == "master" else minion_config
+        opts = loader(path) if opt.name != "include" else None
+        if opts is not None:
+            assert opts[opt.name] == yaml.safe_load(path.read_text())[opt.name]
