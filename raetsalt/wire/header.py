@@ -220,7 +220,35 @@ def _bad(message: str, trigger: str = "header") -> BadPacket:
     return BadPacket(message, trigger)
 
 
+# Fast path: a head in exactly raet's field order (what every raet and raetsalt sender
+# writes) is matched by one regular expression.  Anything else (other order, dt/oi
+# lines, unknown keys, garbage) falls through to the line-by-line parser, which also
+# produces the precise error.
+_CANONICAL_KEYS = ("pl", "hl", "fg", "vn", "pk", "hk", "se", "de", "si", "ti", "tk",
+                   "sn", "sc", "ml", "bk", "ck", "fk", "fl")  # fmt: skip
+_CANONICAL_RE = re.compile(
+    rb"ri RAET\npl ([0-9a-fA-F]{1,8})\nhl ([0-9a-fA-F]{1,8})\nfg ([0-9a-fA-F]{2})"
+    + b"".join(
+        rb"(?:\n" + key.encode() + rb" ([0-9a-fA-F]{1,8}))?" for key in _CANONICAL_KEYS[3:]
+    )
+    + rb"\n\n"
+)
+
+
 def _parse_raet_fields(head: bytes) -> dict[str, int]:
+    match = _CANONICAL_RE.fullmatch(head)
+    if match is not None:
+        fields = {
+            key: int(value, 16)
+            for key, value in zip(_CANONICAL_KEYS, match.groups(), strict=True)
+            if value is not None
+        }
+        fields["ri"] = 0
+        return fields
+    return _parse_raet_lines(head)
+
+
+def _parse_raet_lines(head: bytes) -> dict[str, int]:
     try:
         text = head[: -len(HEAD_END)].decode("ascii")
     except UnicodeDecodeError:

@@ -22,6 +22,7 @@ from raetsalt.wire import (
     pack_packet,
     parse_packet_untrusted,
 )
+from raetsalt.wire.header import _CANONICAL_RE, _parse_raet_fields, _parse_raet_lines
 
 uint32 = st.one_of(st.integers(0, 16), st.integers(0, 0xFFFFFFFF))
 
@@ -62,6 +63,13 @@ def test_header_round_trip(header: Header, coat: bytes) -> None:
     assert len(packet.foot) == (64 if header.foot_kind == FootKind.NACL else 0)
     # Re-encoding the parsed header gives the same bytes: the head is canonical.
     assert _packed(packet.header, packet.coat) == datagram
+
+
+@given(header=headers.filter(lambda h: h.head_kind == HeadKind.RAET), coat=st.binary(max_size=8))
+def test_fast_and_line_parsers_agree(header: Header, coat: bytes) -> None:
+    head = parse_packet_untrusted(_packed(header, coat)).head
+    assert _CANONICAL_RE.fullmatch(head) is not None  # our own heads take the fast path
+    assert _parse_raet_fields(head) == _parse_raet_lines(head)
 
 
 def _parse_or_bad(data: bytes) -> None:
