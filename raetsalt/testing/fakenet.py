@@ -1,0 +1,114 @@
+"""An in-memory datagram network with a seeded route hook, for deterministic engine tests.
+
+``FakeNet`` moves datagrams between engines that have the sans-IO surface
+(``receive_datagram`` / ``datagrams_to_send`` / ``next_timer`` / ``handle_timer``) and
+can lose, duplicate, delay (and so reorder) and corrupt them, all drawn from one
+``random.Random`` so a seed replays the same run.  Time is virtual: ``run_until`` jumps
+from one event (delivery or timer) to the next, so a 30-second time-out costs nothing.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+
+class Engine(Protocol):
+    def receive_datagram(self, data: bytes, address: tuple[str, int], now: float) -> None: ...
+
+    def datagrams_to_send(self, now: float) -> list[tuple[bytes, tuple[str, int]]]: ...
+
+    def next_timer(self) -> float | None: ...
+
+    def handle_timer(self, now: float) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Conditions:
+    """What the network does to each datagram; probabilities are per datagram."""
+
+    loss: float = 0.0
+    duplicate: float = 0.0
+    corrupt: float = 0.0
+    latency: float = 0.0005
+    jitter: float = 0.0
+    """Extra random delay in [0, jitter); larger than the sending gap means reordering."""
+
+
+@dataclass
+class FakeNet:
+    """Datagram delivery between registered engines, in virtual time."""
+
+    conditions: Conditions = field(default_factory=Conditions)
+    seed: int = 0
+    now: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+        self.hosts: dict[tuple[str, int], Engine] = {}
+        self.down: set[tuple[str, int]] = set()
+        self._queue: list[tuple[float, int, bytes, tuple[str, int], tuple[str, int]]] = []
+        self._seq = itertools.count()
+        self.delivered = 0
+        self.lost = 0
+
+    def attach(self, address: tuple[str, int], engine: Engine) -> None:
+        self.hosts[address] = engine
+        self.down.discard(address)
+
+    def detach(self, address: tuple[str, int]) -> None:
+        """The host is gone (crashed): datagrams to it vanish, its timers stop."""
+        self.hosts.pop(address, None)
+
+    def _collect(self) -> None:
+        cond, rng = self.conditions, self.rng
+        for source, engine in list(self.hosts.items()):
+            for data, destination in engine.datagrams_to_send(self.now):
+                copies = 2 if cond.duplicate and rng.random() < cond.duplicate else 1
+                for _ in range(copies):
+                    if cond.loss and rng.random() < cond.loss:
+                        self.lost += 1
+                        continue
+                    if cond.corrupt and rng.random() < cond.corrupt and data:
+                        buf = bytearray(data)
+                        buf[rng.randrange(len(buf))] ^= 1 << rng.randrange(8)
+                        data = bytes(buf)
+                    delay = cond.latency + (rng.random() * cond.jitter if cond.jitter else 0.0)
+                    heapq.heappush(self._queue, (self.now + delay, next(self._seq), data, source, destination))
+
+    def step(self, until: float) -> bool:
+        """Advance to the next delivery or timer at or before ``until``; False if none."""
+        self._collect()
+        timers = [(t, a) for a, e in self.hosts.items() if (t := e.next_timer()) is not None]
+        next_timer = min(timers)[0] if timers else None
+        next_packet = self._queue[0][0] if self._queue else None
+        candidates = [t for t in (next_timer, next_packet) if t is not None and t <= until]
+        if not candidates:
+            return False
+        self.now = max(self.now, min(candidates))
+        while self._queue and self._queue[0][0] <= self.now:
+            _, _, data, source, destination = heapq.heappop(self._queue)
+            engine = self.hosts.get(destination)
+            if engine is not None:
+                self.delivered += 1
+                engine.receive_datagram(data, source, self.now)
+        for address, engine in list(self.hosts.items()):
+            when = engine.next_timer()
+            if when is not None and when <= self.now:
+                engine.handle_timer(self.now)
+        self._collect()
+        return True
+
+    def run_until(self, done: Callable[[], bool], *, timeout: float = 60.0, max_steps: int = 2_000_000) -> bool:
+        """Step until ``done()`` or virtual ``timeout`` seconds pass; returns ``done()``."""
+        deadline = self.now + timeout
+        for _ in range(max_steps):
+            if done():
+                return True
+            if not self.step(deadline):
+                self.now = max(self.now, deadline)
+                return done()
+        raise AssertionError("FakeNet.run_until: step budget exhausted (livelock?)")
