@@ -1,0 +1,1 @@
+"""Aliases that let scripts written for ``salt.utils`` run with ``raetsalt.utils``."""

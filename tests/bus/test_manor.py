@@ -1,0 +1,176 @@
+"""The manor yard, sans-IO: subscription, delivery, fire_master hook, slow listeners, routing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from raetsalt.bus import EventBus
+from raetsalt.lane.engine import Lane, MessageReceived
+from raetsalt.manor import LocalMessage, Manor
+
+LANE = "minion-abc"
+
+
+def path(yard: str) -> str:
+    return f"/s/{LANE}.{yard}.uxd"
+
+
+class Client:
+    """A client yard talking to the manor through the sans-IO surfaces only."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.lane = Lane(lane_name=LANE, yard_name=name, accept=False)
+        self.lane.add_yard("manor", path("manor"))
+
+    def send(self, manor: Manor, share: str, **fields: Any) -> None:
+        body = {"route": {"src": [None, self.name, None], "dst": [None, "manor", share]}, **fields}
+        self.lane.send(body, "manor")
+        for data, _ in self.lane.datagrams_to_send(0.0):
+            manor.receive_datagram(data, path(self.name), 0.0)
+
+    def bodies(self, datagrams: list[tuple[bytes, str]]) -> list[dict]:
+        for data, dest in datagrams:
+            if dest == path(self.name):
+                self.lane.receive_datagram(data, path("manor"), 0.0)
+        out = []
+        while (event := self.lane.next_event()) is not None:
+            if isinstance(event, MessageReceived):
+                out.append(event.body)
+        return out
+
+
+def make_manor(**kwargs: Any) -> Manor:
+    return Manor(lane=Lane(lane_name=LANE, yard_name="manor"), node="minion", node_id="m1",
+                 **kwargs)
+
+
+def events_of(bodies: list[dict]) -> list[list]:
+    return [e for b in bodies if b["route"]["dst"][2] == "event" for e in b["events"]]
+
+
+def test_subscribe_is_acknowledged_and_events_reach_subscribers_only() -> None:
+    manor = make_manor()
+    listener, emitter = Client("ev1"), Client("ev2")
+    listener.send(manor, "event_req")
+    [ack] = listener.bodies(manor.datagrams_to_send(0.0))
+    assert ack["route"]["dst"] == [None, "ev1", "event_ack"]
+    emitter.send(manor, "event_fire", tag="mytag", data={"message": "a drop in the bucket"})
+    emitter.send(manor, "event_fire", tag="other", data={"n": 2})
+    out = manor.datagrams_to_send(0.0)
+    assert events_of(listener.bodies(out)) == [["mytag", {"message": "a drop in the bucket"}],
+                                               ["other", {"n": 2}]]
+    assert emitter.bodies(out) == []
+
+
+def test_unsubscribe_stops_delivery() -> None:
+    manor = make_manor()
+    listener = Client("ev1")
+    listener.send(manor, "event_req")
+    listener.send(manor, "event_unreq")
+    manor.fire_event("t", {"n": 1})
+    assert events_of(listener.bodies(manor.datagrams_to_send(0.0))) == []
+
+
+def test_fire_master_batch_calls_hook_per_event_and_still_reaches_local_bus() -> None:
+    forwarded: list[dict] = []
+    manor = make_manor(forward_to_master=forwarded.append)
+    listener, emitter = Client("ev1"), Client("ev2")
+    listener.send(manor, "event_req")
+    events = [{"message": f"a dr{v}p in the bucket", "tag": "mytag"} for v in "aeiou"]
+    payload = {"id": "m1", "events": events, "tag": None, "pretag": None, "data": None}
+    emitter.send(manor, "event_fire", tag="fire_master", data=payload)
+    assert [e["tag"] for e in forwarded] == ["mytag"] * 5
+    assert [e["data"]["message"] for e in forwarded] == [e["message"] for e in events]
+    local = events_of(listener.bodies(manor.datagrams_to_send(0.0)))
+    assert [t for t, _ in local] == ["fire_master"]
+    assert manor.stats["fire_master_forwarded"] == 5
+
+
+def test_fire_master_hook_failure_does_not_stop_the_bus() -> None:
+    def broken(event: dict) -> None:
+        raise RuntimeError("road down")
+
+    manor = make_manor(forward_to_master=broken)
+    Client("ev2").send(manor, "event_fire", tag="fire_master",
+                       data={"tag": "x", "data": {}, "events": None, "pretag": None})
+    assert manor.stats["fire_master_hook_error"] == 1
+
+
+def test_master_does_not_forward_fire_master() -> None:
+    forwarded: list[dict] = []
+    manor = Manor(lane=Lane(lane_name="master", yard_name="manor"), node="master",
+                  forward_to_master=forwarded.append)
+    manor.fire_event("fire_master", {"tag": "x", "data": {}})
+    assert forwarded == []
+
+
+def test_stalled_listener_is_bounded_and_others_keep_receiving() -> None:
+    manor = make_manor(bus=EventBus(max_events=100))
+    stalled, healthy = Client("ev1"), Client("ev2")
+    stalled.send(manor, "event_req")
+    healthy.send(manor, "event_req")
+    manor.datagrams_to_send(0.0)  # acks
+    now = 0.0
+    received = 0
+    for n in range(2000):
+        manor.fire_event("t", {"n": n})
+        out = manor.datagrams_to_send(now)
+        # The stalled yard's socket is always full; the healthy one takes everything.
+        blocked = [d for d, p in out if p == path("ev1")]
+        if blocked:
+            manor.send_blocked(path("ev1"), blocked, now)
+        received += len(events_of(healthy.bodies(out)))
+        now += 0.001
+        timer = manor.get_timer()
+        if timer is not None and timer <= now:
+            manor.handle_timer(now)
+    assert received == 2000
+    assert manor.bus.queued("ev1") <= 100
+    assert manor.bus.lost("ev1") >= 2000 - 100 - 8 * 60
+    assert manor.lane.backlog("ev1") <= 8
+
+
+def test_reaped_listener_is_unsubscribed() -> None:
+    manor = make_manor()
+    Client("ev1").send(manor, "event_req")
+    manor.datagrams_to_send(0.0)
+    manor.send_failed(path("ev1"), 0.0)
+    assert manor.bus.listeners() == []
+
+
+def test_route_source_is_rewritten_to_the_verified_yard() -> None:
+    manor = make_manor()
+    body = {"route": {"src": [None, "manor", None], "dst": [None, "manor", "remote_cmd"]}, "x": 1}
+    client = Client("ev9")
+    client.lane.send(body, "manor")
+    for data, _ in client.lane.datagrams_to_send(0.0):
+        manor.receive_datagram(data, path("ev9"), 0.0)
+    message = manor.next_event()
+    assert isinstance(message, LocalMessage)
+    assert message.share == "remote_cmd" and message.source == "ev9"
+    assert message.body["route"]["src"] == [None, "ev9", None]
+
+
+def test_foreign_estate_goes_to_the_road_hook_or_is_dropped() -> None:
+    sent: list[tuple[str, dict]] = []
+    manor = make_manor(forward_over_road=lambda estate, body: sent.append((estate, body)))
+    client = Client("ev1")
+    body = {"route": {"src": [None, "ev1", None], "dst": ["master_master", None, "remote_cmd"]}}
+    client.lane.send(body, "manor")
+    for data, _ in client.lane.datagrams_to_send(0.0):
+        manor.receive_datagram(data, path("ev1"), 0.0)
+    assert [estate for estate, _ in sent] == ["master_master"]
+    no_road = make_manor()
+    client2 = Client("ev1")
+    client2.lane.send(body, "manor")
+    for data, _ in client2.lane.datagrams_to_send(0.0):
+        no_road.receive_datagram(data, path("ev1"), 0.0)
+    assert no_road.stats["no_road"] == 1
+
+
+def test_unencodable_or_malformed_fire_is_counted() -> None:
+    manor = make_manor()
+    Client("ev1").send(manor, "event_fire", tag="", data={})
+    Client("ev1").send(manor, "event_fire", tag="t", data=[1])
+    assert manor.stats["bad_event"] == 2
