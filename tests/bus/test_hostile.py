@@ -1,0 +1,110 @@
+"""Acceptance D and E against a real bus host: hostile pages, a listener that stops reading,
+and a process of another user.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import pytest
+
+from raetsalt.event import MasterEvent, SaltEvent, lane_name_for
+from raetsalt.lane.page import PackKind, encode_body, paginate
+
+from .helpers import Proc, start_bus
+
+
+def raw_yard(sock_dir: str, lane: str, yard: str) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(os.path.join(sock_dir, f"{lane}.{yard}.uxd"))
+    return sock
+
+
+def page(sn: str, body: dict, dn: str = "manor") -> bytes:
+    [data] = paginate(encode_body(body), pack_kind=PackKind.MSGPACK, source=sn, destination=dn,
+                      session_id="abc", book_id=1)
+    return data
+
+
+def roundtrip(sock_dir: str, tag: str) -> dict | None:
+    with MasterEvent(sock_dir) as listener, SaltEvent("master", sock_dir) as emitter:
+        assert emitter.fire_event({"ok": tag}, tag)
+        return listener.get_event(wait=5, tag=tag)
+
+
+def test_garbage_and_spoofed_pages_do_not_hurt_the_bus(procs: list[Proc], short_dir: str) -> None:
+    sock_dir = os.path.join(short_dir, "s")
+    manor = start_bus(procs, "master", sock_dir)
+    with MasterEvent(sock_dir) as victim:
+        mallory = raw_yard(sock_dir, "master", "evmallory")
+        unbound = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        fire = {"route": {"src": [None, "x", None], "dst": [None, "manor", "event_fire"]},
+                "tag": "spoof", "data": {"evil": 1}}
+        hostile = [
+            b"", b"\x00" * 100, b"ri RAET\n" + os.urandom(200), b"ri RAET\nvn 0\n\n",
+            page("evmallory", {"route": 5}),
+            page("evmallory", {"route": {"src": 1, "dst": 2}}),
+            page("evmallory", {}, dn="somebodyelse"),
+            page("evmallory", fire)[:-3] + b"\xc1\xc1\xc1",
+            page("manor", fire),  # claims the manor's own name
+            page(victim._lane.yard_name, fire),  # claims the victim's name
+        ]
+        for data in hostile:
+            mallory.sendto(data, manor)
+            unbound.sendto(page("evmallory", fire), manor)
+        mallory.close()
+        unbound.close()
+        # The bus still serves, and none of the forged events came through.
+        assert (roundtrip(sock_dir, "after") or {}).get("ok") == "after"
+        got = victim.get_event(wait=5, tag="", full=True)
+        assert got is not None and got["tag"] == "after"
+
+
+def test_listener_that_stops_reading_does_not_block_emitter(procs: list[Proc], short_dir: str) -> None:
+    sock_dir = os.path.join(short_dir, "s")
+    manor = start_bus(procs, "master", sock_dir)
+    lane = lane_name_for("master", None)
+    stalled = raw_yard(sock_dir, lane, "evstall")
+    stalled.sendto(page("evstall", {"route": {"src": [None, "evstall", None],
+                                              "dst": [None, "manor", "event_req"]}}), manor)
+    assert b"event_ack" in stalled.recv(70000)
+    with MasterEvent(sock_dir) as healthy, SaltEvent("master", sock_dir) as emitter:
+        started = time.monotonic()
+        for n in range(20000):
+            assert emitter.fire_event({"n": n, "pad": "x" * 50}, "flood")
+        elapsed = time.monotonic() - started
+        assert emitter.fire_event({"last": True}, "done")
+        assert healthy.get_event(wait=10, tag="done") is not None
+    assert elapsed < 10, f"emitter was held up for {elapsed:.1f}s"
+    stalled.close()
+    assert roundtrip(sock_dir, "still-serving") is not None
+
+
+def test_other_user_cannot_reach_the_bus(procs: list[Proc], short_dir: str) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to switch to a second uid")
+    sock_dir = os.path.join(short_dir, "s")
+    manor = start_bus(procs, "master", sock_dir)
+    assert oct(os.stat(sock_dir).st_mode & 0o777) == "0o700"
+    assert oct(os.stat(manor).st_mode & 0o777) == "0o600"
+    pid = os.fork()
+    if pid == 0:  # child: become nobody and try every way in
+        code = 1
+        try:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            try:
+                sock.sendto(page("evx", {}), manor)
+            except PermissionError:
+                event = SaltEvent("master", sock_dir)
+                if not event.fire_event({"a": 1}, "intruder") and not event.connect_pub(0.5):
+                    code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert roundtrip(sock_dir, "owner-ok") is not None
