@@ -227,8 +227,7 @@ class SaltEvent:
         if not self._connect():
             return False
         assert self._lane is not None and self._sock is not None
-        route = Route(Address(None, self._lane.yard_name, None), Address(None, MANOR, share))
-        body = {"route": route.to_wire(), **fields}
+        body = {"route": self._route_wire(share), **fields}
         try:
             self._lane.send(body, MANOR)
         except (LocalError, TypeError, ValueError, OverflowError):
@@ -244,6 +243,11 @@ class SaltEvent:
                 self._disconnect()
                 return False
         return True
+
+    def _route_wire(self, share: str) -> dict[str, list[str | None]]:
+        assert self._lane is not None
+        yard = self._lane.yard_name
+        return Route(Address(None, yard, None), Address(None, MANOR, share)).to_wire()
 
     def _receive(self, timeout: float | None) -> None:
         assert self._sock is not None and self._lane is not None

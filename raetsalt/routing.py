@@ -29,11 +29,14 @@ class Address:
     @classmethod
     def from_wire_untrusted(cls, value: Any) -> Address:
         """Parse ``[estate, yard, share]`` (list or tuple); raises only BadPacket."""
-        if not isinstance(value, list | tuple) or len(value) != 3:
+        if type(value) is not list and type(value) is not tuple or len(value) != 3:
             raise BadPacket("address is not [estate, yard, share]", "bad_route")
-        if not all(part is None or isinstance(part, str) for part in value):
-            raise BadPacket("address parts must be strings or null", "bad_route")
-        return cls(value[0], value[1], value[2])
+        estate, yard, share = value
+        # Plain type checks: this runs for every lane message the manor routes.
+        for part in (estate, yard, share):
+            if part is not None and type(part) is not str:
+                raise BadPacket("address parts must be strings or null", "bad_route")
+        return cls(estate, yard, share)
 
 
 @dataclass(frozen=True, slots=True)
