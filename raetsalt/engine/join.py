@@ -282,7 +282,7 @@ class JoinCorrespondent(Transaction):
     def receive(self, packet: Packet, now: float) -> None:
         kind = packet.header.packet_kind
         if kind == PacketKind.ACK and not self.pending:
-            self._complete(now)
+            self.complete(now)
         elif kind == PacketKind.REQUEST:
             # A retransmitted request: the joiner missed our reply.
             if self.pending:
@@ -302,13 +302,19 @@ class JoinCorrespondent(Transaction):
         elif kind in (PacketKind.NACK, PacketKind.REFUSE):
             self.finish()
 
-    def _complete(self, now: float) -> None:
+    @property
+    def awaiting_ack(self) -> bool:
+        """Our response is out and only the joiner's ack is missing."""
+        return not self.pending and not self.remote_pended
+
+    def complete(self, now: float) -> None:
         road, remote = self.road, self.remote
         if remote.sid == 0:
             remote.next_sid()
         if self.vacuous_key is not None:
             remote.rsid = 0
         remote.joined = True
+        remote.last_join = (self.destination_uid, self.tid)
         road.save_remote(remote)
         self.finish()
         road.emit(Joined(remote.name, initiator=False))

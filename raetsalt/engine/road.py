@@ -92,6 +92,8 @@ class RoadConfig:
     max_message_size: int = 16 * 1024 * 1024
     max_receivers: int = 64
     """Concurrent incoming messages per remote."""
+    rejoin_after: int = 3
+    """Consecutive unanswered alives after which a connecting side re-joins."""
     retry_min: float = 0.5
     retry_max: float = 10.0
     """Bounds of the jittered back-off between connection attempts."""
@@ -389,8 +391,7 @@ class Road:
 
     def on_joined(self, remote: Remote, now: float) -> None:
         # A (re)join means the other side may have lost its session: start over.
-        remote.allowed = False
-        remote.session = None
+        self._lose_session(remote)
         remote.retry_delay = 0.0
         if remote.auto_connect:
             self.allow(remote.uid, now)
@@ -427,10 +428,16 @@ class Road:
         self.allow(remote.uid, now)
 
     def on_alive_timeout(self, remote: Remote, now: float) -> None:
+        if now - remote.last_rx < self.config.alive_timeout:
+            # Only the alive was lost: other authenticated packets kept arriving.
+            self._rearm(remote, now)
+            return
+        remote.alive_failures += 1
         self._set_alive(remote, False)
         self.emit(TransactionFailed(remote.name, "alive", "timeout"))
-        if remote.auto_connect:
-            # The other side may be gone or restarted: re-establish from the join.
+        if remote.auto_connect and remote.alive_failures >= self.config.rejoin_after:
+            # Silent for several alives: it may have restarted without its keep.  A
+            # restart with its keep answers "unallowed" and needs no re-join.
             self._lose_session(remote)
             remote.joined = None
             self.on_connect_failed(remote)
@@ -450,8 +457,16 @@ class Road:
         self._pump(remote, now)
 
     def _lose_session(self, remote: Remote) -> None:
+        """The session keys are gone: end its message transactions; ours go out again."""
         remote.allowed = False
         remote.session = None
+        for txn in list(remote.transactions.values()):
+            if isinstance(txn, MessageSender):
+                remote.outbox.appendleft(txn.outgoing)
+                txn.finish()
+            elif isinstance(txn, MessageReceiver):
+                txn.finish()
+        remote.sender = None
 
     def _set_alive(self, remote: Remote, alive: bool) -> None:
         if remote.alive is not alive:
@@ -537,6 +552,7 @@ class Road:
             raise BadPacket("signature does not verify", DropReason.SIGNATURE.value)
         # Authenticated from here on.
         remote.last_rx = now
+        remote.alive_failures = 0
         self._set_alive(remote, True)
         ours = bool(header.flags & Flag.CF)  # a reply within a transaction we started
         if not ours and not self._check_session(remote, packet, address):
@@ -565,8 +581,8 @@ class Road:
             remote.rsid = sid
             remote.replay.reset()
             for txn in list(remote.transactions.values()):
-                if not txn.initiator and txn.sid != sid:
-                    txn.finish()
+                if not txn.initiator and txn.sid != sid and txn.kind != TransactionKind.JOIN:
+                    txn.finish()  # joins always carry si 0 and are not part of a session
         return True
 
     def _correspond(self, remote: Remote, packet: Packet, address: tuple[str, int], now: float) -> None:
@@ -582,6 +598,11 @@ class Road:
             raise BadPacket("packet belongs to no transaction", DropReason.STALE.value)
 
     def _start_allow_correspondent(self, remote: Remote, packet: Packet, now: float) -> None:
+        joining = remote.in_progress(TransactionKind.JOIN)
+        if isinstance(joining, JoinCorrespondent) and joining.awaiting_ack:
+            # The hello is signed with the key the join delivered, so the joiner completed
+            # the join; its ack was lost or overtaken.  Finish the join instead of refusing.
+            joining.complete(now)
         if not remote.joined:
             self._reply_stale(packet, remote.ha, PacketKind.UNJOINED)
             return
@@ -601,7 +622,15 @@ class Road:
                 other.finish()  # a newer, valid hello supersedes any unfinished handshake
         remote.transactions[txn.key] = txn
 
+    def _handshaking(self, remote: Remote) -> bool:
+        return any(t.kind in (TransactionKind.JOIN, TransactionKind.ALLOW) for t in remote.transactions.values())
+
     def _answer_alive(self, remote: Remote, packet: Packet, address: tuple[str, int]) -> None:
+        if self._handshaking(remote) and not remote.allowed:
+            # Our side of a handshake is still running; answering "unallowed" now would
+            # start another one.  The alive's own retry will find the session up.
+            self.stats["alive_during_handshake"] += 1
+            return
         if not remote.joined:
             kind = PacketKind.UNJOINED
         elif not remote.allowed:
@@ -623,7 +652,8 @@ class Road:
             self._reply_stale(packet, remote.ha)
             return
         if not remote.allowed:
-            self._reply_stale(packet, remote.ha, PacketKind.UNALLOWED)
+            if not self._handshaking(remote):
+                self._reply_stale(packet, remote.ha, PacketKind.UNALLOWED)
             return
         receivers = sum(1 for t in remote.transactions.values() if isinstance(t, MessageReceiver))
         if receivers >= self.config.max_receivers:
@@ -729,6 +759,9 @@ class Road:
             self._reply_stale(packet, address, PacketKind.REJECT)
             self.emit(JoinRejected(join.name, join.role, here=True))
             return
+        if existing is not None and existing.last_join == (header.source_uid, header.transaction_id):
+            # A late duplicate of the request whose join already completed.
+            raise BadPacket("duplicate of a completed join request", DropReason.STALE.value)
         remote = existing
         if remote is None:
             remote = Remote(uid=self._new_uid(), name=join.name, ha=address)
