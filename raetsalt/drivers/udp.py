@@ -1,0 +1,478 @@
+"""Non-blocking UDP pump for a sans-IO ``Road``: the road's only contact with sockets.
+
+``RoadStack`` owns one UDP socket (IPv4 or IPv6, chosen by the bound address) and one
+``Road``.  Each wake-up (``service_ready``) it
+
+1. drains the socket: ``recvfrom_into`` in a loop until EAGAIN (at most ``max_drain``
+   datagrams, so a flood cannot starve timers and sends), handing every datagram to
+   ``Road.receive_datagram``;
+2. fires the road's due timers;
+3. sends everything ``Road.datagrams_to_send`` returns.  On EAGAIN the rest stays queued
+   in order and the socket is watched for writability; nothing ever blocks;
+4. returns the events the road emitted.
+
+Between wake-ups ``service(timeout)`` waits on a selector for readability (and
+writability while datagrams are queued) at most until ``Road.next_timer()``: no busy
+loop, no fixed sleeps.  To embed a stack in another selector loop, ``register`` it with
+that selector, call ``service_ready()`` when its file descriptor is ready and also when
+``timeout()`` expires.
+
+Socket choices and why:
+
+* no ``SO_REUSEADDR``: two processes must not silently share a port (raet set it);
+* ``SO_RCVBUF``/``SO_SNDBUF`` ask for 4 MiB (Linux caps it at ``[rw]mem_max`` and
+  doubles it); the receive buffer absorbs scheduling gaps (perf-anchors.md section 2);
+* an IPv6 socket is ``IPV6_V6ONLY``, so peer addresses are never IPv4-mapped and
+  always compare equal to the addresses the road stores;
+* OS errors of a single ``recvfrom``/``sendto`` (ICMP-reported ECONNREFUSED,
+  EHOSTUNREACH, ENOBUFS ...) are counted in ``stats`` and the datagram is dropped; the
+  road's retransmissions recover.  They never escape ``service``.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import selectors
+import socket
+from collections import Counter, deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
+from typing import Any
+
+from raetsalt.drivers.clock import Clock, monotonic
+from raetsalt.engine.events import Event, MessageReceived
+from raetsalt.engine.road import Road, RoadConfig
+from raetsalt.errors import LocalError
+from raetsalt.keep.records import AutoMode, Keep
+from raetsalt.keep.store import FileKeep
+
+log = logging.getLogger(__name__)
+
+SOCKET_BUFFER = 4 * 1024 * 1024
+"""Bytes asked for SO_RCVBUF and SO_SNDBUF; the kernel may grant less (or double it)."""
+RECEIVE_BUFFER = 65536
+"""Largest datagram read whole; anything bigger is truncated and then refused by the parser."""
+MAX_DRAIN = 4096
+"""Datagrams read per wake-up before timers and sends get their turn."""
+
+Address = tuple[str, int]
+
+
+class StackTimeout(TimeoutError):
+    """``run_until`` ran out of time; ``events`` holds every event seen meanwhile."""
+
+    def __init__(self, message: str, events: list[Event]) -> None:
+        super().__init__(message)
+        self.events = events
+
+
+def parse_ha(text: str, *, default_host: str = "127.0.0.1") -> Address:
+    """Parse ``HOST:PORT``, ``[V6]:PORT``, ``:PORT`` or ``PORT`` into ``(host, port)``.
+
+    Raises ``ValueError`` with a readable message on anything else.
+    """
+    text = text.strip()
+    if text.startswith("["):
+        host, sep, port = text[1:].partition("]:")
+        if not sep:
+            raise ValueError(f"bad address {text!r}: expected [IPV6]:PORT")
+    elif ":" in text:
+        host, _, port = text.rpartition(":")
+        if ":" in host:
+            raise ValueError(f"bad address {text!r}: write IPv6 hosts as [ADDR]:PORT")
+    else:
+        host, port = "", text
+    try:
+        number = int(port)
+    except ValueError:
+        raise ValueError(f"bad address {text!r}: port {port!r} is not a number") from None
+    if not 0 <= number <= 65535:
+        raise ValueError(f"bad address {text!r}: port {number} out of range")
+    return (host or default_host, number)
+
+
+def format_ha(ha: Address) -> str:
+    """Inverse of ``parse_ha`` (IPv6 hosts in brackets)."""
+    host, port = ha[0], ha[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def resolve(ha: Address, family: int = socket.AF_UNSPEC) -> tuple[int, Address]:
+    """Resolve ``ha`` to ``(family, (numeric_host, port))``.
+
+    The road compares stored addresses with datagram sources, so they must be numeric and
+    spelled as the kernel reports them.  Raises ``LocalError`` if the name does not resolve
+    (in ``family``, when given).
+    """
+    host, port = ha
+    try:
+        infos = socket.getaddrinfo(host, port, family, socket.SOCK_DGRAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise LocalError(f"cannot resolve {format_ha(ha)}: {exc}") from exc
+    for fam, _type, _proto, _canon, sockaddr in infos:
+        if fam in (socket.AF_INET, socket.AF_INET6):
+            return fam, (str(sockaddr[0]), int(sockaddr[1]))
+    raise LocalError(f"cannot resolve {format_ha(ha)}: no IPv4/IPv6 address")
+
+
+def _errname(exc: OSError) -> str:
+    return errno.errorcode.get(exc.errno or 0, str(exc.errno)).lower()
+
+
+class RoadStack:
+    """A ``Road`` bound to a UDP socket.
+
+    ``keep`` is a keep directory (opened as ``FileKeep``) or any ``Keep``.  ``ha`` is the
+    address to bind (port 0 picks a free port; see ``address``).  ``name`` is needed only
+    when the keep holds no estate yet.  ``auto`` overrides ``config.auto`` when given.
+    ``sock`` may be an already bound UDP socket (e.g. from socket activation); the stack
+    takes ownership, makes it non-blocking and does not change its options.
+
+    Use as a context manager, or call ``open()`` and ``close()``.
+    """
+
+    def __init__(
+        self,
+        keep: str | os.PathLike[str] | Keep,
+        ha: Address = ("127.0.0.1", 0),
+        *,
+        name: str | None = None,
+        main: bool = False,
+        auto: AutoMode | None = None,
+        config: RoadConfig | None = None,
+        clock: Clock = monotonic,
+        rng: Any = None,
+        sock: socket.socket | None = None,
+        buffer_size: int = SOCKET_BUFFER,
+        max_drain: int = MAX_DRAIN,
+    ) -> None:
+        self._keep_arg = keep
+        self.bind_ha = ha
+        self.name = name
+        self.main = main
+        config = config or RoadConfig()
+        self.config = config if auto is None else replace(config, auto=AutoMode(auto))
+        self.clock = clock
+        self._rng = rng
+        self._sock: socket.socket | None = sock
+        self.buffer_size = buffer_size
+        self.max_drain = max_drain
+        self.stats: Counter[str] = Counter()
+        """Driver counters: ``rx``/``tx`` datagrams, ``tx_blocked`` (EAGAIN on send),
+        ``rx_error_<errno>``/``tx_error_<errno>``, ``engine_error``."""
+        self.rcvbuf = 0
+        self.sndbuf = 0
+        self.family = socket.AF_INET
+        self.address: Address = ("", 0)
+        self._road: Road | None = None
+        self._selector: selectors.BaseSelector | None = None
+        self._registered: dict[selectors.BaseSelector, Any] = {}
+        self._txq: deque[tuple[bytes, Address]] = deque()
+        self._want_write = False
+        self._events: list[Event] = []
+        self._rxbuf = bytearray(RECEIVE_BUFFER)
+
+    # -- life cycle -----------------------------------------------------------------------
+
+    def open(self) -> RoadStack:
+        """Bind the socket and load (or create) the estate; returns ``self``.
+
+        Raises ``LocalError`` when the address cannot be bound (in use, not local) and
+        ``KeepError``/``LocalError`` from the keep and road.
+        """
+        if self._road is not None:
+            return self
+        keep: Keep = (
+            FileKeep(self._keep_arg)
+            if isinstance(self._keep_arg, (str, os.PathLike))
+            else self._keep_arg
+        )
+        sock = self._sock if self._sock is not None else self._bind()
+        self._sock = sock
+        try:
+            sock.setblocking(False)
+            self.family = sock.family
+            self.address = (str(sock.getsockname()[0]), int(sock.getsockname()[1]))
+            self.rcvbuf = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+            self.sndbuf = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+            kwargs: dict[str, Any] = {}
+            if self._rng is not None:
+                kwargs["rng"] = self._rng
+            self._road = Road(
+                keep=keep,
+                ha=self.address,
+                name=self.name or "",
+                main=self.main,
+                config=self.config,
+                now=self.clock(),
+                **kwargs,
+            )
+            self._selector = selectors.DefaultSelector()
+            self._selector.register(sock, selectors.EVENT_READ)
+            self._registered[self._selector] = None
+        except BaseException:
+            self._sock = None
+            sock.close()
+            raise
+        return self
+
+    def _bind(self) -> socket.socket:
+        family, addr = resolve(self.bind_ha)
+        sock = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            for option in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, option, self.buffer_size)
+                except OSError:  # some kernels refuse instead of capping: keep the default
+                    pass
+            sock.bind(addr)
+        except OSError as exc:
+            sock.close()
+            if exc.errno == errno.EADDRINUSE:
+                raise LocalError(f"cannot bind {format_ha(addr)}: address already in use") from exc
+            raise LocalError(f"cannot bind {format_ha(addr)}: {exc.strerror or exc}") from exc
+        return sock
+
+    def close(self) -> None:
+        """Close the socket and forget selector registrations.  Idempotent.
+
+        Datagrams still queued for sending are dropped; the keep is already up to date.
+        """
+        for selector in list(self._registered):
+            if selector is not self._selector:
+                self.unregister(selector)
+        if self._selector is not None:
+            self._selector.close()
+            self._selector = None
+        self._registered.clear()
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        self._road = None
+
+    def __enter__(self) -> RoadStack:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def road(self) -> Road:
+        """The engine (raises ``LocalError`` before ``open``)."""
+        if self._road is None:
+            raise LocalError("the stack is not open")
+        return self._road
+
+    @property
+    def sock(self) -> socket.socket:
+        if self._sock is None or self._road is None:
+            raise LocalError("the stack is not open")
+        return self._sock
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    # -- commands (each sends what it produced at once) ------------------------------------
+
+    def connect(self, ha: Address) -> int:
+        """Keep a session with the estate at ``ha`` (join, allow, re-establish); returns
+        its uid.  A host name is resolved once, here, in the socket's family."""
+        _family, addr = resolve(ha, self.family)
+        uid = self.road.connect(addr, self.clock())
+        self._after_command()
+        return uid
+
+    def join(self, uid: int) -> None:
+        self.road.join(uid, self.clock())
+        self._after_command()
+
+    def allow(self, uid: int) -> None:
+        self.road.allow(uid, self.clock())
+        self._after_command()
+
+    def alive(self, uid: int) -> None:
+        self.road.alive(uid, self.clock())
+        self._after_command()
+
+    def send(self, to: str | int, body: Mapping[str, Any]) -> int:
+        """Queue a message (see ``Road.send_message``); returns its mid.  The outcome comes
+        as ``MessageDelivered`` or ``TransactionFailed(kind="message")``."""
+        mid = self.road.send_message(to, body, self.clock())
+        self._after_command()
+        return mid
+
+    def _after_command(self) -> None:
+        self._flush(self.clock())
+        self._collect()
+
+    # -- servicing ------------------------------------------------------------------------
+
+    def next_deadline(self) -> float | None:
+        """Clock time by which ``service_ready`` must run again even if nothing arrives
+        (``None``: only when the socket is ready)."""
+        if self._events:
+            return self.clock()
+        return self.road.next_timer()
+
+    def timeout(self, now: float | None = None) -> float | None:
+        """Seconds until ``next_deadline`` (never negative), for a selector's ``select``."""
+        deadline = self.next_deadline()
+        if deadline is None:
+            return None
+        return max(0.0, deadline - (self.clock() if now is None else now))
+
+    def register(self, selector: selectors.BaseSelector, data: Any = None) -> None:
+        """Watch this stack's socket in ``selector`` (with ``data``).  The stack adds and
+        removes write interest by itself while sends are blocked; call ``service_ready``
+        whenever the selector reports it, whichever event."""
+        selector.register(self.sock, self._interest(), data)
+        self._registered[selector] = data
+
+    def unregister(self, selector: selectors.BaseSelector) -> None:
+        """Stop watching this stack's socket in ``selector`` (no error if it was not)."""
+        self._registered.pop(selector, None)
+        if self._sock is not None:
+            try:
+                selector.unregister(self._sock)
+            except (KeyError, ValueError):
+                pass
+
+    def service(self, timeout: float | None = 0.0) -> list[Event]:
+        """One wake-up: wait until the socket is ready, a timer is due or ``timeout``
+        seconds passed (``None``: no limit but the road's timers), then read, run timers,
+        send, and return the events.  An empty list means nothing happened."""
+        wait = self.timeout()
+        if timeout is not None:
+            wait = max(0.0, timeout) if wait is None else min(wait, max(0.0, timeout))
+        if self._selector is None:
+            raise LocalError("the stack is not open")
+        if wait is None or wait > 0.0:
+            self._selector.select(wait)
+        return self.service_ready()
+
+    def service_ready(self) -> list[Event]:
+        """Do whatever is possible without blocking and return the events."""
+        now = self.clock()
+        self._read(now)
+        road = self.road
+        # A timer handler may arm another timer that is already due (a retry "now"):
+        # run a few rounds, the rest waits for the next wake-up (with a zero timeout).
+        for _ in range(4):
+            deadline = road.next_timer()
+            if deadline is None or deadline > now:
+                break
+            road.handle_timer(now)
+        self._flush(now)
+        self._collect()
+        events, self._events = self._events, []
+        return events
+
+    def run_until(
+        self, predicate: Callable[[list[Event]], bool], timeout: float
+    ) -> list[Event]:
+        """Service until ``predicate(events so far)`` is true; return those events.
+
+        The predicate is also checked before the first wake-up (with an empty list), so a
+        condition on ``road`` state may already hold.  Raises ``StackTimeout`` (carrying
+        the events) after ``timeout`` seconds.
+        """
+        events: list[Event] = []
+        deadline = self.clock() + timeout
+        if predicate(events):
+            return events
+        while True:
+            remaining = deadline - self.clock()
+            if remaining <= 0:
+                raise StackTimeout(f"condition not met within {timeout} s", events)
+            events.extend(self.service(remaining))
+            if predicate(events):
+                return events
+
+    def messages(
+        self,
+        timeout: float | None = None,
+        *,
+        on_event: Callable[[Event], None] | None = None,
+    ) -> Iterator[MessageReceived]:
+        """Yield received messages as they arrive, for ``timeout`` seconds (``None``:
+        forever).  Every other event goes to ``on_event`` if given."""
+        deadline = None if timeout is None else self.clock() + timeout
+        while True:
+            remaining = None if deadline is None else deadline - self.clock()
+            if remaining is not None and remaining <= 0:
+                return
+            for event in self.service(remaining):
+                if isinstance(event, MessageReceived):
+                    yield event
+                elif on_event is not None:
+                    on_event(event)
+
+    @property
+    def dropped(self) -> int:
+        """Datagrams the road dropped (all ``drop_*`` counters of ``road.stats``)."""
+        return sum(v for k, v in self.road.stats.items() if k.startswith("drop_"))
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _collect(self) -> None:
+        road = self.road
+        while (event := road.next_event()) is not None:
+            self._events.append(event)
+
+    def _read(self, now: float) -> None:
+        sock, road, buf = self.sock, self.road, self._rxbuf
+        for _ in range(self.max_drain):
+            try:
+                size, source = sock.recvfrom_into(buf)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                # An ICMP error queued on the socket (ECONNREFUSED, EHOSTUNREACH ...)
+                # is reported once by the next receive; the datagram is not lost.
+                self.stats[f"rx_error_{_errname(exc)}"] += 1
+                continue
+            self.stats["rx"] += 1
+            try:
+                road.receive_datagram(bytes(buf[:size]), (source[0], source[1]), now)
+            except Exception:  # noqa: BLE001 - one datagram must never stop the stack
+                self.stats["engine_error"] += 1
+                log.exception("road failed on a datagram from %s", format_ha(source[:2]))
+
+    def _flush(self, now: float) -> None:
+        txq = self._txq
+        txq.extend(self.road.datagrams_to_send(now))
+        sock = self.sock
+        while txq:
+            data, address = txq[0]
+            try:
+                sock.sendto(data, address)
+            except BlockingIOError:
+                self.stats["tx_blocked"] += 1
+                self._set_want_write(True)
+                return
+            except OSError as exc:
+                # Unreachable, no route, no buffers: dropped like a lost datagram.
+                self.stats[f"tx_error_{_errname(exc)}"] += 1
+            else:
+                self.stats["tx"] += 1
+            txq.popleft()
+        self._set_want_write(False)
+
+    def _interest(self) -> int:
+        return selectors.EVENT_READ | (selectors.EVENT_WRITE if self._want_write else 0)
+
+    def _set_want_write(self, want: bool) -> None:
+        if want == self._want_write:
+            return
+        self._want_write = want
+        for selector, data in self._registered.items():
+            selector.modify(self.sock, self._interest(), data)
+
+    @property
+    def queued(self) -> int:
+        """Datagrams waiting for the socket to become writable."""
+        return len(self._txq)
