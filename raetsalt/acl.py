@@ -27,9 +27,10 @@ A rule list holds entries of two shapes::
 * A target key is any compound expression (``*`` = everything); the **whole**
   requested target set must fall inside the key's set.  A target that matches no
   minion passes (empty subset), as in Salt.  ``minions`` must therefore hold every
-  accepted minion (id -> cached grains, ``None`` when unknown); the requested set is
-  taken at its *possible* bound and the allowed set at its *definite* bound (see
-  :mod:`raetsalt.targeting`), so unknown grains can only deny.
+  accepted minion (id -> cached grains, ``None`` when unknown).  For a minion with
+  unknown grains the request must imply the key under every value its grain terms
+  could take (:func:`raetsalt.targeting.target_within`), so unknown grains can only
+  deny.
 * Positional rule ``i`` requires argument ``i`` to exist; arguments beyond the rules
   are not restricted.  Each kwargs rule requires that key; extra kwargs are free.
   A spec may be a list of ``{args, kwargs}`` dicts; any one may match.
@@ -84,7 +85,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raetsalt.errors import ConfigError, TargetError
-from raetsalt.targeting import MinionTable, Nodegroups, match_bounds, validate_target
+from raetsalt.targeting import (
+    MinionTable,
+    Nodegroups,
+    target_within,
+    validate_target,
+)
 
 __all__ = [
     "FIND_JOB_WHITELIST",
@@ -289,19 +295,27 @@ def _fun_allows(
 
 
 class _TargetSets:
-    """Caches the definite set of each ACL target key for one request."""
+    """Caches, for one request, whether its target lies inside each ACL target key."""
 
-    def __init__(self, minions: MinionTable, nodegroups: Nodegroups | None) -> None:
+    def __init__(
+        self, tgt: Any, tgt_type: str, minions: MinionTable, nodegroups: Nodegroups | None
+    ) -> None:
+        self.tgt = tgt
+        self.tgt_type = tgt_type
         self.minions = minions
         self.nodegroups = nodegroups
-        self.cache: dict[str, frozenset[str] | None] = {}
+        self.cache: dict[str, bool] = {}
 
-    def allowed(self, expr: str) -> frozenset[str] | None:
+    def inside(self, expr: str) -> bool:
+        if expr == "*":
+            return True
         if expr not in self.cache:
             try:
-                self.cache[expr] = match_bounds(expr, "compound", self.minions, self.nodegroups).definite
+                self.cache[expr] = target_within(
+                    self.tgt, self.tgt_type, expr, self.minions, self.nodegroups
+                )
             except TargetError:
-                self.cache[expr] = None  # a broken rule grants nothing
+                self.cache[expr] = False  # a broken rule grants nothing
         return self.cache[expr]
 
 
@@ -310,8 +324,7 @@ def _check_function(
     fun: str,
     args: list[Any],
     kwargs: Mapping[str, Any],
-    requested: frozenset[str] | None,
-    targets: _TargetSets | None,
+    targets: _TargetSets,
     strict: bool,
 ) -> _Outcome:
     """Scan entries in order for one function (Salt's auth_check inner loop)."""
@@ -331,14 +344,7 @@ def _check_function(
             if stage == 0:
                 continue
             rule = f"{entry.origin} -> {_show(tgt_key)} -> {_show(cond)}"
-            if requested is None or targets is None:
-                inside = False
-            elif tgt_key == "*":
-                inside = True
-            else:
-                allowed_set = targets.allowed(tgt_key)
-                inside = allowed_set is not None and requested <= allowed_set
-            if not inside:
+            if not targets.inside(tgt_key):
                 if out.stage < 1:
                     out = _Outcome(False, None, 1, rule)
                 continue
@@ -378,16 +384,16 @@ def _auth_check(
         return Decision(False, f"{who}: empty function name in {fun!r}")
     tgt_type = tgt_type or "glob"
     try:
-        requested = match_bounds(tgt, tgt_type, minions, nodegroups).possible
+        validate_target(tgt, tgt_type, nodegroups)
     except TargetError as exc:
         return Decision(False, f"{who}: invalid target: {exc}")
-    targets = _TargetSets(minions, nodegroups)
+    targets = _TargetSets(tgt, tgt_type, minions, nodegroups)
     rules: list[str] = []
     for f, (args, kwargs) in zip(funs, _per_function_args(funs, arg, kwarg)):
         if f in whitelist:
             rules.append(f"whitelist -> {f!r}")
             continue
-        outcome = _check_function(entries, f, args, kwargs, requested, targets, strict)
+        outcome = _check_function(entries, f, args, kwargs, targets, strict)
         if not outcome.allowed:
             return Decision(False, _deny_text(who, f, outcome.stage, tgt, tgt_type), outcome.near_rule)
         if outcome.rule not in rules:

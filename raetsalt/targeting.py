@@ -98,9 +98,12 @@ Other divergences, each chosen as the safe or the consistent option:
   whose grains are ``None`` is *unknown* for ``G@``/``P@``/``S@`` and evaluation is
   three-valued: :func:`match_bounds` returns the minions that *definitely* match and
   those that *possibly* match (``not unknown`` stays unknown).  :func:`match_minions`
-  returns the definite set.  ACL checks compare the *possible* set of a requested
-  target against the *definite* set of an allowed expression, so missing data can
-  only ever deny.  When every minion has grains, both sets are equal.
+  returns the definite set.  For ACL subset checks, :func:`target_within` decides
+  an unknown minion by treating every grain/ipcidr term as an independent unknown
+  and requiring "requested implies allowed" under *every* assignment, so
+  ``G@os:Ubuntu`` stays inside ``G@os:Ubuntu`` but missing data can never let a
+  request reach a minion the allowed expression might exclude.  When every minion
+  has grains, both bounds are equal and this is plain set inclusion.
 
 Nothing here performs I/O or reads a clock.
 """
@@ -109,6 +112,7 @@ from __future__ import annotations
 
 import fnmatch
 import ipaddress
+import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -126,6 +130,7 @@ __all__ = [
     "match_bounds",
     "match_minions",
     "match_self",
+    "target_within",
     "tgt_type_from_flag",
     "validate_target",
 ]
@@ -736,6 +741,82 @@ def match_bounds(
     node = _build(tgt, tgt_type or "glob", nodegroups, delimiter)
     definite, possible = _Evaluator(minions).eval(node)
     return MatchBounds(definite, possible)
+
+
+def _term_key(atom: _Atom) -> tuple[str, str, str]:
+    """Identify a grain/ipcidr term so equivalent spellings count as one unknown."""
+    if atom.engine == "S":
+        return ("S", str(atom.compiled), "")
+    key, sep, value = atom.pattern.partition(atom.delimiter)
+    if atom.delimiter not in value:
+        # One delimiter: the split is unambiguous and only the value is case-folded.
+        return (atom.engine, key + sep + value.lower(), atom.delimiter)
+    return (atom.engine, atom.pattern, atom.delimiter)
+
+
+def _grain_atoms(node: _Node, out: dict[tuple[str, str, str], _Atom]) -> None:
+    if isinstance(node, _Atom):
+        if node.engine in ("G", "P", "S"):
+            out[_term_key(node)] = node
+    elif isinstance(node, _Not):
+        _grain_atoms(node.operand, out)
+    else:
+        _grain_atoms(node.left, out)
+        _grain_atoms(node.right, out)
+
+
+def _eval_point(node: _Node, mid: str, assumed: Mapping[tuple[str, str, str], bool]) -> bool:
+    """Evaluate for one minion whose grain terms take the ``assumed`` values."""
+    if isinstance(node, _Atom):
+        if node.engine in ("G", "P", "S"):
+            return assumed[_term_key(node)]
+        return mid in _Evaluator({mid: {}}).atom(node)[0]
+    if isinstance(node, _Not):
+        return not _eval_point(node.operand, mid, assumed)
+    if isinstance(node, _And):
+        return _eval_point(node.left, mid, assumed) and _eval_point(node.right, mid, assumed)
+    return _eval_point(node.left, mid, assumed) or _eval_point(node.right, mid, assumed)
+
+
+def target_within(
+    tgt: Target,
+    tgt_type: str,
+    allowed: Target,
+    minions: MinionTable,
+    nodegroups: Nodegroups | None = None,
+    *,
+    delimiter: str = ":",
+    max_unknown_terms: int = 10,
+) -> bool:
+    """Is every minion that ``tgt`` may reach inside the compound ``allowed`` expression?
+
+    Minions with known grains: plain set inclusion (an empty target is inside
+    anything, as in Salt).  A minion with unknown grains (``None``) passes only if
+    "requested implies allowed" holds for every true/false combination of the grain
+    and ipcidr terms of both expressions; with more than ``max_unknown_terms``
+    distinct terms it does not pass.  Raises TargetError if either is malformed.
+    """
+    requested = _build(tgt, tgt_type or "glob", nodegroups, delimiter)
+    permitted = _build(allowed, "compound", nodegroups, ":")
+    known = {m: g for m, g in minions.items() if g is not None}
+    evaluator = _Evaluator(known)
+    if not evaluator.eval(requested)[0] <= evaluator.eval(permitted)[0]:
+        return False
+    unknown = [m for m, g in minions.items() if g is None]
+    if not unknown:
+        return True
+    terms: dict[tuple[str, str, str], _Atom] = {}
+    _grain_atoms(requested, terms)
+    _grain_atoms(permitted, terms)
+    if len(terms) > max_unknown_terms:
+        return False
+    keys = list(terms)
+    for mid in unknown:
+        for values in itertools.product((False, True), repeat=len(keys)):
+            assumed = dict(zip(keys, values))
+            if _eval_point(requested, mid, assumed) and not _eval_point(permitted, mid, assumed):
+                return False
+    return True
 
 
 def match_minions(

@@ -14,6 +14,7 @@ from raetsalt.targeting import (
     match_bounds,
     match_minions,
     match_self,
+    target_within,
     tgt_type_from_flag,
     validate_target,
 )
@@ -446,3 +447,39 @@ def test_cli_flag_table_maps_to_known_types() -> None:
 def test_case_count() -> None:
     # The brief asks for at least 150 table cases.
     assert len(CASES) + len(ERRORS) >= 150
+
+
+# (requested tgt, tgt_type, allowed compound, within?) over MINIONS (one uncached minion)
+WITHIN: list[tuple[Any, str, str, bool]] = [
+    ("db1", "glob", "db*", True),
+    ("*", "glob", "db*", False),
+    ("db1,db2", "list", "db*", True),
+    ("nothing*", "glob", "db1", True),  # empty target: inside anything
+    ("G@os:Ubuntu", "compound", "G@os:Ubuntu", True),  # same term, even for nocache
+    ("os:ubuntu", "grain", "G@os:Ubuntu", True),  # same term, other value case
+    ("G@os:Ubuntu", "compound", "G@os:ubuntu or db*", True),
+    ("G@os:Ubuntu and webserv*", "compound", "G@os:Ubuntu", True),
+    ("G@os:Ubuntu", "compound", "G@os:Ubuntu and webserv*", False),
+    ("G@roles:db", "compound", "db*", False),  # nocache might have roles:db
+    ("G@roles:db and db*", "compound", "db*", True),
+    ("G@os:Ubuntu", "compound", "*", True),
+    ("G@os:Ubuntu", "compound", "not G@os:CentOS", False),  # independent unknowns
+    ("S@10.0.0.0/16", "compound", "S@10.0.0.0/16", True),
+    ("10.0.0.0/16", "ipcidr", "S@10.0.0.0/16 or db*", True),
+    ("not G@os:Ubuntu", "compound", "not G@os:Ubuntu", True),
+    ("nocache", "glob", "G@os:Ubuntu", False),
+    ("nocache", "glob", "nocache or G@os:Ubuntu", True),
+    ("webs", "nodegroup", "webserv*", True),
+]
+
+
+@pytest.mark.parametrize(("tgt", "tgt_type", "allowed", "inside"), WITHIN)
+def test_target_within(tgt: Any, tgt_type: str, allowed: str, inside: bool) -> None:
+    assert target_within(tgt, tgt_type, allowed, MINIONS, NODEGROUPS) is inside
+
+
+def test_target_within_term_limit() -> None:
+    many = " or ".join(f"G@k{i}:v" for i in range(11))
+    assert not target_within(many, "compound", many, MINIONS)
+    known = {k: v for k, v in MINIONS.items() if v is not None}
+    assert target_within(many, "compound", many, known)
