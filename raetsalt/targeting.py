@@ -126,6 +126,7 @@ __all__ = [
     "UNSUPPORTED_TARGET_TYPES",
     "MatchBounds",
     "MinionTable",
+    "Nodegroups",
     "expand_nodegroup",
     "match_bounds",
     "match_minions",
