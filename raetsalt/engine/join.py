@@ -269,8 +269,9 @@ class JoinCorrespondent(Transaction):
     def _reply(self, now: float) -> None:
         if self.pending:
             self._send(PacketKind.PEND)
-            self.redo_at = now + self.road.config.pending_recheck
-            self.schedule()
+            if self.redo_at is None:  # a stream of retransmitted requests must not starve it
+                self.redo_at = now + self.road.config.pending_recheck
+                self.schedule()
             return
         body = local_join_body(self.road, uid=self.remote.uid)
         self.road.transmit(self.header(PacketKind.RESPONSE), encode_body(BodyKind.JSON, body), self.remote.ha)
@@ -284,10 +285,13 @@ class JoinCorrespondent(Transaction):
         if kind == PacketKind.ACK and not self.pending:
             self.complete(now)
         elif kind == PacketKind.REQUEST:
-            # A retransmitted request: the joiner missed our reply.
+            # A retransmitted request: the joiner missed our reply, or asks again while
+            # its key is pending here (a good moment to re-read the operator's decision).
             if self.pending:
                 self.timeout_at = now + self.road.config.join_pending_timeout
-            self._reply(now)
+                self._recheck(now)
+            else:
+                self._reply(now)
         elif kind == PacketKind.PEND:
             # The joiner's operator has not accepted our key yet; wait with it.
             if not self.remote_pended:
@@ -322,17 +326,23 @@ class JoinCorrespondent(Transaction):
 
     def on_redo(self, now: float) -> None:
         if self.pending:
-            join = self.join
-            status = self.road.keep.status_role(join.role, join.verhex, join.pubhex, self.road.config.auto)
-            if status is Acceptance.REJECTED:
-                self._send(PacketKind.REJECT)
-                self.road.emit(JoinRejected(self.remote.name, join.role, here=True))
-                self.finish()
-                return
-            if status is Acceptance.ACCEPTED:
-                self.pending = False
-                self.redo_duration = 0.0
-                self.timeout_at = now + self.road.config.join_timeout
+            self._recheck(now)
+        else:
+            self._reply(now)
+
+    def _recheck(self, now: float) -> None:
+        """Re-read the operator's decision on the pending key and answer accordingly."""
+        join = self.join
+        status = self.road.keep.status_role(join.role, join.verhex, join.pubhex, self.road.config.auto)
+        if status is Acceptance.REJECTED:
+            self._send(PacketKind.REJECT)
+            self.road.emit(JoinRejected(self.remote.name, join.role, here=True))
+            self.finish()
+            return
+        if status is Acceptance.ACCEPTED:
+            self.pending = False
+            self.redo_duration = 0.0
+            self.timeout_at = now + self.road.config.join_timeout
         self._reply(now)
 
     def finish(self) -> None:
