@@ -60,6 +60,7 @@ from raetsalt.engine.events import (
 )
 from raetsalt.errors import RaetSaltError
 from raetsalt.keep.records import AutoMode
+from raetsalt.keep.store import FileKeep
 from raetsalt.wire.enums import TransactionKind
 
 PROG = "raetsalt-road"
@@ -90,6 +91,14 @@ def _note(message: str) -> None:
 def _default_name(suffix: str = "") -> str:
     host = re.sub(r"[^A-Za-z0-9_.-]", "-", socket.gethostname())[:64] or "host"
     return f"road-{host}{suffix}"
+
+
+def _estate_name(keep: str, given: str | None, suffix: str = "") -> str | None:
+    """The name to create the estate with: ``given``, else a default for a new keep only
+    (an existing keep already names its estate)."""
+    if given or FileKeep(keep).load_local() is not None:
+        return given
+    return _default_name(suffix)
 
 
 def _ha_arg(text: str) -> Address:
@@ -168,7 +177,7 @@ def _print_message(event: MessageReceived) -> None:
 
 def _listen(args: argparse.Namespace) -> int:
     auto = AutoMode.ONCE if args.auto_accept else AutoMode.NEVER
-    stack = RoadStack(args.keep, args.ha, name=args.name or _default_name(), main=True,
+    stack = RoadStack(args.keep, args.ha, name=_estate_name(args.keep, args.name), main=True,
                       auto=auto)
     with stack:
         _note(f"listening on {format_ha(stack.address)} as {stack.road.name} "
@@ -237,7 +246,7 @@ def _client_stack(args: argparse.Namespace, keep: str) -> RoadStack:
     # A temporary keep is a new identity each run: give it a fresh name too, or the other
     # side would see a known role presenting new keys and reject it.
     suffix = "" if args.keep else "-" + secrets.token_hex(4)
-    return RoadStack(keep, ha, name=args.name or _default_name(suffix), main=False,
+    return RoadStack(keep, ha, name=_estate_name(keep, args.name, suffix), main=False,
                      auto=AutoMode.ONCE)
 
 
