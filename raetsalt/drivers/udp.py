@@ -278,11 +278,12 @@ class RoadStack:
 
     # -- commands (each sends what it produced at once) ------------------------------------
 
-    def connect(self, ha: Address) -> int:
+    def connect(self, ha: Address, *, name: str | None = None) -> int:
         """Keep a session with the estate at ``ha`` (join, allow, re-establish); returns
-        its uid.  A host name is resolved once, here, in the socket's family."""
+        its uid.  A host name is resolved once, here, in the socket's family.  ``name``:
+        see ``Road.connect``."""
         _family, addr = resolve(ha, self.family)
-        uid = self.road.connect(addr, self.clock())
+        uid = self.road.connect(addr, self.clock(), name=name)
         self._after_command()
         return uid
 

@@ -230,14 +230,19 @@ class Road:
 
     def connect(self, ha: tuple[str, int], now: float, *, name: str | None = None) -> int:
         """Keep a session with the estate at ``ha`` (usually a main): join, allow, and
-        re-establish it by itself after failures or restarts.  Returns the remote's uid."""
+        re-establish it by itself after failures or restarts.  Returns the remote's uid.
+
+        ``name`` is the name we expect the remote to have; it makes the remote addressable
+        by that name at once (messages queue until the session is up).  If the join
+        reveals another name, the remote is renamed to it.
+        """
         self.now = now
         remote = self.remotes_by_name.get(name) if name else None
         if remote is None:
             remote = next((r for r in self.remotes.values() if r.ha == ha), None)
         if remote is None:
             uid = self._new_uid()
-            remote = Remote(uid=uid, name=f"{ha[0]}:{ha[1]}", ha=ha)
+            remote = Remote(uid=uid, name=name or f"{ha[0]}:{ha[1]}", ha=ha)
             self._add(remote)
         remote.ha = ha
         remote.auto_connect = True
