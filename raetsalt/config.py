@@ -544,9 +544,9 @@ SCHEMA: tuple[Option, ...] = (
         "sock_dir_group",
         _string(nonempty=True, nullable=True),
         _both(None),
-        "Group that owns sock_dir (created mode 0750) so that its members can use "
-        "the event bus and local clients without being root.  null: the daemon "
-        "user's primary group.",
+        "Group whose members may use the event bus and local clients without "
+        "being root: sock_dir gets mode 0750 and this group, the bus socket 0660.  "
+        "null: only the daemon's user (sock_dir 0700, sockets 0600).",
         "Paths",
     ),
     Option(
