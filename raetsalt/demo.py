@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from raetsalt.drivers.udp import RoadStack
-from raetsalt.engine.events import Allowed, Joined, MessageReceived
+from raetsalt.engine.events import Allowed, Joined
 from raetsalt.keep.records import AutoMode
 
 
@@ -37,10 +37,24 @@ def free_port() -> int:
 def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="raetsalt-demo-"))
     port = free_port()
-    step(f"start a main estate in its own process on 127.0.0.1:{port} (keys accepted on first sight)")
+    step(
+        f"start a main estate in its own process on 127.0.0.1:{port} (keys accepted on first sight)"
+    )
     listener = subprocess.Popen(
-        [sys.executable, "-m", "raetsalt.cli.road", "listen", "--ha", f"127.0.0.1:{port}",
-         "--keep", str(root / "main"), "--name", "main", "--auto-accept", "--echo"],
+        [
+            sys.executable,
+            "-m",
+            "raetsalt.cli.road",
+            "listen",
+            "--ha",
+            f"127.0.0.1:{port}",
+            "--keep",
+            str(root / "main"),
+            "--name",
+            "main",
+            "--auto-accept",
+            "--echo",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -48,16 +62,30 @@ def main() -> int:
     try:
         assert listener.stderr is not None
         print("   " + listener.stderr.readline().strip())  # "listening on ..."
-        with RoadStack(root / "minion", ("127.0.0.1", 0), name="minion", auto=AutoMode.ONCE) as stack:
-            step(f"estate 'minion' on {stack.address[0]}:{stack.address[1]} joins the main (long-term key exchange)")
+        with RoadStack(
+            root / "minion", ("127.0.0.1", 0), name="minion", auto=AutoMode.ONCE
+        ) as stack:
+            step(
+                f"estate 'minion' on {stack.address[0]}:{stack.address[1]} joins the main "
+                "(long-term key exchange)"
+            )
             started = time.perf_counter()
             stack.connect(("127.0.0.1", port))
             stack.run_until(lambda evs: any(isinstance(e, Joined) for e in evs), timeout=10)
-            print(f"   joined in {1000 * (time.perf_counter() - started):.1f} ms; "
-                  f"the main's key is now in {root / 'minion'}")
-            stack.run_until(lambda evs: any(isinstance(e, Allowed) for e in evs) or stack.road.remote("main").allowed, timeout=10)
-            print(f"   allowed: short-term session keys agreed (CurveCP-like hello/cookie/initiate/ack) "
-                  f"after {1000 * (time.perf_counter() - started):.1f} ms")
+            print(
+                f"   joined in {1000 * (time.perf_counter() - started):.1f} ms; "
+                f"the main's key is now in {root / 'minion'}"
+            )
+            stack.run_until(
+                lambda evs: (
+                    any(isinstance(e, Allowed) for e in evs) or stack.road.remote("main").allowed
+                ),
+                timeout=10,
+            )
+            print(
+                "   allowed: short-term session keys agreed (hello/cookie/initiate/ack) "
+                f"after {1000 * (time.perf_counter() - started):.1f} ms"
+            )
 
             for size in (100, 64 * 1024, 1024 * 1024):
                 step(f"send a {size:,} byte message; the main echoes it back")
@@ -68,9 +96,11 @@ def main() -> int:
                 reply = next(stack.messages(timeout=30))
                 elapsed = time.perf_counter() - started
                 assert reply.body == body, "echo differs from what was sent"
-                print(f"   echo verified in {1000 * elapsed:.1f} ms "
-                      f"({2 * size / elapsed / 1e6:.1f} MB/s both ways, 1 KiB raet-format packets, "
-                      f"each encrypted and signed)")
+                print(
+                    f"   echo verified in {1000 * elapsed:.1f} ms "
+                    f"({2 * size / elapsed / 1e6:.1f} MB/s both ways, 1 KiB raet-format packets, "
+                    f"each encrypted and signed)"
+                )
 
             step("an attacker sends two malformed datagrams to the minion")
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as attacker:
@@ -86,7 +116,13 @@ def main() -> int:
             step("presence: an alive round trip")
             started = time.perf_counter()
             stack.alive(stack.road.remote("main").uid)
-            stack.run_until(lambda evs: stack.road.remote("main").alive is True and not stack.road.remote("main").transactions, timeout=5)
+            stack.run_until(
+                lambda evs: (
+                    stack.road.remote("main").alive is True
+                    and not stack.road.remote("main").transactions
+                ),
+                timeout=5,
+            )
             print(f"   main is alive ({1000 * (time.perf_counter() - started):.2f} ms)")
         step("stop the main (SIGTERM)")
     finally:

@@ -8,7 +8,17 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "raetsalt"
-PURE = ["wire", "crypto", "engine", "keep/records.py", "lane", "targeting.py", "acl.py", "routing.py", "bus.py"]
+PURE = [
+    "wire",
+    "crypto",
+    "engine",
+    "keep/records.py",
+    "lane",
+    "targeting.py",
+    "acl.py",
+    "routing.py",
+    "bus.py",
+]
 FORBIDDEN = {"socket", "select", "selectors", "time", "asyncio", "ioflo", "threading"}
 
 
@@ -16,7 +26,9 @@ def _modules() -> list[Path]:
     found: list[Path] = []
     for entry in PURE:
         path = PACKAGE / entry
-        found.extend(sorted(path.rglob("*.py")) if path.is_dir() else [path] if path.exists() else [])
+        found.extend(
+            sorted(path.rglob("*.py")) if path.is_dir() else [path] if path.exists() else []
+        )
     return found
 
 

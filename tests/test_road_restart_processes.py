@@ -27,9 +27,23 @@ def _free_port() -> int:
 
 def _start_main(keep: Path, port: int) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "raetsalt.cli.road", "listen", "--ha", f"127.0.0.1:{port}",
-         "--keep", str(keep), "--name", "main", "--auto-accept", "--echo"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "raetsalt.cli.road",
+            "listen",
+            "--ha",
+            f"127.0.0.1:{port}",
+            "--keep",
+            str(keep),
+            "--name",
+            "main",
+            "--auto-accept",
+            "--echo",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert proc.stderr is not None
     assert "listening on" in proc.stderr.readline()  # bound and serving
@@ -48,7 +62,9 @@ def test_main_killed_and_restarted_with_its_keep(tmp_path: Path) -> None:
     port = _free_port()
     main = _start_main(tmp_path / "main", port)
     try:
-        with RoadStack(tmp_path / "minion", ("127.0.0.1", 0), name="minion", auto=AutoMode.ONCE) as stack:
+        with RoadStack(
+            tmp_path / "minion", ("127.0.0.1", 0), name="minion", auto=AutoMode.ONCE
+        ) as stack:
             stack.connect(("127.0.0.1", port), name="main")
             assert _echo(stack, {"before": 1}) == {"before": 1}
             main.send_signal(signal.SIGKILL)
@@ -66,7 +82,9 @@ def test_minion_restarted_with_its_keep(tmp_path: Path) -> None:
     port = _free_port()
     main = _start_main(tmp_path / "main", port)
     try:
-        with RoadStack(tmp_path / "minion", ("127.0.0.1", 0), name="minion", auto=AutoMode.ONCE) as stack:
+        with RoadStack(
+            tmp_path / "minion", ("127.0.0.1", 0), name="minion", auto=AutoMode.ONCE
+        ) as stack:
             stack.connect(("127.0.0.1", port), name="main")
             assert _echo(stack, {"first": "life"}) == {"first": "life"}
         # A new minion process would do exactly this: same keep, connect again.

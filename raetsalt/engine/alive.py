@@ -27,12 +27,17 @@ class AliveInitiator(Transaction):
     redo_max = 1.0
 
     def __init__(self, road: Road, remote: Remote, *, now: float) -> None:
-        super().__init__(road, remote, initiator=True, sid=remote.sid, tid=remote.next_tid(), now=now)
+        super().__init__(
+            road, remote, initiator=True, sid=remote.sid, tid=remote.next_tid(), now=now
+        )
         self.timeout_at = now + road.config.alive_timeout
 
     def _send(self, now: float) -> None:
         header = self.header(
-            PacketKind.REQUEST, body_kind=BodyKind.JSON, coat_kind=CoatKind.NACL, foot_kind=FootKind.NACL
+            PacketKind.REQUEST,
+            body_kind=BodyKind.JSON,
+            coat_kind=CoatKind.NACL,
+            foot_kind=FootKind.NACL,
         )
         self.road.transmit(header, b"", self.remote.ha)
         self.restart_redo(now)

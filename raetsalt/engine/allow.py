@@ -68,7 +68,9 @@ class AllowInitiator(_AllowBase):
     """Our handshake with a joined remote (raet's Allower)."""
 
     def __init__(self, road: Road, remote: Remote, *, now: float) -> None:
-        super().__init__(road, remote, initiator=True, sid=remote.sid, tid=remote.next_tid(), now=now)
+        super().__init__(
+            road, remote, initiator=True, sid=remote.sid, tid=remote.next_tid(), now=now
+        )
         self.short = KeyPair.generate()
         # box(., ., L_r, s_i) for the hello; the same shared key opens the cookie.
         self.hello_box = SessionBox(self.short.secret, remote.long_public)
@@ -90,13 +92,17 @@ class AllowInitiator(_AllowBase):
             self.road.on_unjoined(self.remote, now)
         elif kind in (PacketKind.NACK, PacketKind.REFUSE, PacketKind.REJECT):
             self.finish()
-            self.road.emit(TransactionFailed(self.remote.name, "allow", PacketKind(kind).name.lower()))
+            self.road.emit(
+                TransactionFailed(self.remote.name, "allow", PacketKind(kind).name.lower())
+            )
             self.road.on_connect_failed(self.remote)
 
     def _on_cookie(self, packet: Packet, now: float) -> None:
         remote, road = self.remote, self.road
         cookie = layout.unpack_cookie_untrusted(packet.coat)
-        stuff = layout.unpack_cookie_stuff_untrusted(self.hello_box.decrypt_untrusted(cookie.box, cookie.nonce))
+        stuff = layout.unpack_cookie_stuff_untrusted(
+            self.hello_box.decrypt_untrusted(cookie.box, cookie.nonce)
+        )
         if stuff.near_uid != remote.fuid or stuff.far_uid != remote.uid:
             raise BadPacket("allow cookie names other estate ids", DropReason.IDS.value)
         self.their_short = stuff.short_public
@@ -107,7 +113,11 @@ class AllowInitiator(_AllowBase):
         )
         nonce = random_bytes(NONCE)
         sealed = SessionBox(self.short.secret, self.their_short).encrypt(inner, nonce)
-        self._send(PacketKind.INITIATE, layout.pack_initiate(self.short.public, stuff.oreo, sealed, nonce), now)
+        self._send(
+            PacketKind.INITIATE,
+            layout.pack_initiate(self.short.public, stuff.oreo, sealed, nonce),
+            now,
+        )
 
     def _on_ack(self, now: float) -> None:
         assert self.their_short is not None
@@ -130,13 +140,22 @@ class AllowCorrespondent(_AllowBase):
     def start(self, packet: Packet, now: float) -> None:
         hello = layout.unpack_hello_untrusted(packet.coat)
         long_box = SessionBox(self.road.long_keys.secret, hello.short_public)
-        if hello.plain != layout.HELLO_PLAIN or long_box.decrypt_untrusted(hello.box, hello.nonce) != layout.HELLO_PLAIN:
-            raise BadPacket("allow hello does not open to the agreed plain text", DropReason.DECRYPT.value)
+        if (
+            hello.plain != layout.HELLO_PLAIN
+            or long_box.decrypt_untrusted(hello.box, hello.nonce) != layout.HELLO_PLAIN
+        ):
+            raise BadPacket(
+                "allow hello does not open to the agreed plain text", DropReason.DECRYPT.value
+            )
         self.their_short = hello.short_public
         self.oreo = random_bytes(NONCE)
-        stuff = layout.pack_cookie_stuff(self.short.public, self.remote.uid, self.remote.fuid, self.oreo)
+        stuff = layout.pack_cookie_stuff(
+            self.short.public, self.remote.uid, self.remote.fuid, self.oreo
+        )
         nonce = random_bytes(NONCE)
-        self._send(PacketKind.COOKIE, layout.pack_cookie(long_box.encrypt(stuff, nonce), nonce), now)
+        self._send(
+            PacketKind.COOKIE, layout.pack_cookie(long_box.encrypt(stuff, nonce), nonce), now
+        )
 
     def receive(self, packet: Packet, now: float) -> None:
         kind = packet.header.packet_kind
@@ -153,13 +172,22 @@ class AllowCorrespondent(_AllowBase):
         road, remote = self.road, self.remote
         initiate = layout.unpack_initiate_untrusted(packet.coat)
         if initiate.short_public != self.their_short or initiate.oreo != self.oreo:
-            raise BadPacket("allow initiate does not match the hello and cookie", DropReason.BODY.value)
+            raise BadPacket(
+                "allow initiate does not match the hello and cookie", DropReason.BODY.value
+            )
         session = SessionBox(self.short.secret, self.their_short)
-        stuff = layout.unpack_initiate_stuff_untrusted(session.decrypt_untrusted(initiate.box, initiate.nonce))
+        stuff = layout.unpack_initiate_stuff_untrusted(
+            session.decrypt_untrusted(initiate.box, initiate.nonce)
+        )
         if stuff.long_public != remote.long_public:
             raise BadPacket("allow initiate carries another long-term key", DropReason.BODY.value)
-        if road.long_box(remote).decrypt_untrusted(stuff.vouch, stuff.vouch_nonce) != self.their_short:
-            raise BadPacket("allow vouch does not vouch for the short-term key", DropReason.DECRYPT.value)
+        if (
+            road.long_box(remote).decrypt_untrusted(stuff.vouch, stuff.vouch_nonce)
+            != self.their_short
+        ):
+            raise BadPacket(
+                "allow vouch does not vouch for the short-term key", DropReason.DECRYPT.value
+            )
         self.acked = True
         self._send(PacketKind.ACK, b"", now)
         road.on_allowed(remote, session, now)

@@ -7,11 +7,11 @@ Do not subclass them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 
-class DropReason(str, Enum):
+class DropReason(StrEnum):
     """Stable trigger strings for a dropped datagram (counted in ``Road.stats``)."""
 
     MALFORMED = "malformed"  # the wire parser refused it (header, length, foot, body)

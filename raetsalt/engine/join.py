@@ -77,9 +77,10 @@ def parse_join_body_untrusted(packet: Packet, *, response: bool) -> JoinBody:
         raise BadPacket("join body has an invalid pubhex", DropReason.BODY.value)
     uid = 0
     if response:
-        uid = body.get("uid")
-        if not isinstance(uid, int) or isinstance(uid, bool) or not 0 < uid < 1 << 32:
+        claimed = body.get("uid")
+        if not isinstance(claimed, int) or isinstance(claimed, bool) or not 0 < claimed < 1 << 32:
             raise BadPacket("join response has an invalid uid", DropReason.BODY.value)
+        uid = claimed
     return JoinBody(
         name=name,  # type: ignore[arg-type]
         main=bool(mode & 1),  # type: ignore[operator]
@@ -125,7 +126,11 @@ class JoinInitiator(Transaction):
         self._send_request(now)
 
     def _send_request(self, now: float) -> None:
-        self.road.transmit(self.header(PacketKind.REQUEST), encode_body(BodyKind.JSON, local_join_body(self.road)), self.remote.ha)
+        self.road.transmit(
+            self.header(PacketKind.REQUEST),
+            encode_body(BodyKind.JSON, local_join_body(self.road)),
+            self.remote.ha,
+        )
         self.restart_redo(now)
 
     def _send(self, kind: PacketKind) -> None:
@@ -194,7 +199,9 @@ class JoinInitiator(Transaction):
     def on_redo(self, now: float) -> None:
         if self.waiting_here is not None:
             join = self.waiting_here
-            status = self.road.keep.status_role(join.role, join.verhex, join.pubhex, self.road.config.auto)
+            status = self.road.keep.status_role(
+                join.role, join.verhex, join.pubhex, self.road.config.auto
+            )
             if status is Acceptance.ACCEPTED:
                 self._complete(now)
             elif status is Acceptance.REJECTED:
@@ -274,7 +281,9 @@ class JoinCorrespondent(Transaction):
                 self.schedule()
             return
         body = local_join_body(self.road, uid=self.remote.uid)
-        self.road.transmit(self.header(PacketKind.RESPONSE), encode_body(BodyKind.JSON, body), self.remote.ha)
+        self.road.transmit(
+            self.header(PacketKind.RESPONSE), encode_body(BodyKind.JSON, body), self.remote.ha
+        )
         self.restart_redo(now)
 
     def _send(self, kind: PacketKind) -> None:
@@ -333,7 +342,9 @@ class JoinCorrespondent(Transaction):
     def _recheck(self, now: float) -> None:
         """Re-read the operator's decision on the pending key and answer accordingly."""
         join = self.join
-        status = self.road.keep.status_role(join.role, join.verhex, join.pubhex, self.road.config.auto)
+        status = self.road.keep.status_role(
+            join.role, join.verhex, join.pubhex, self.road.config.auto
+        )
         if status is Acceptance.REJECTED:
             self._send(PacketKind.REJECT)
             self.road.emit(JoinRejected(self.remote.name, join.role, here=True))

@@ -47,7 +47,9 @@ class MessageSender(Transaction):
     redo_max = 0.5
 
     def __init__(self, road: Road, remote: Remote, outgoing: Outgoing, *, now: float) -> None:
-        super().__init__(road, remote, initiator=True, sid=remote.sid, tid=remote.next_tid(), now=now)
+        super().__init__(
+            road, remote, initiator=True, sid=remote.sid, tid=remote.next_tid(), now=now
+        )
         assert remote.session is not None
         self.outgoing = outgoing
         self.timeout_at = outgoing.expires
@@ -66,7 +68,13 @@ class MessageSender(Transaction):
             self.segments = [stream[i : i + size] for i in range(0, len(stream), size)]
             count = len(self.segments)
             self.headers = [
-                replace(base, flags=Flag.SF, segment_number=i, segment_count=count, message_length=len(stream))
+                replace(
+                    base,
+                    flags=Flag.SF,
+                    segment_number=i,
+                    segment_count=count,
+                    message_length=len(stream),
+                )
                 for i in range(count)
             ]
         self.current = 0  # next segment of the first pass
@@ -123,7 +131,8 @@ class MessageSender(Transaction):
             body = self.road.open_body(self.remote, packet)
             misseds = body.get("misseds") if isinstance(body, dict) else None
             if not isinstance(misseds, list) or not all(
-                isinstance(m, int) and not isinstance(m, bool) and 0 <= m < len(self.segments) for m in misseds
+                isinstance(m, int) and not isinstance(m, bool) and 0 <= m < len(self.segments)
+                for m in misseds
             ):
                 raise BadPacket("resend names segments that do not exist", DropReason.BODY.value)
             self.misseds.update(misseds)
@@ -158,7 +167,9 @@ class MessageReceiver(Transaction):
     redo_max = 0.5
 
     def __init__(self, road: Road, remote: Remote, first: Header, *, now: float) -> None:
-        super().__init__(road, remote, initiator=False, sid=first.session_id, tid=first.transaction_id, now=now)
+        super().__init__(
+            road, remote, initiator=False, sid=first.session_id, tid=first.transaction_id, now=now
+        )
         config = road.config
         count, length = first.segment_count, first.message_length
         if count < 1 or (count > 1 and not 0 < length <= config.max_message_size):
@@ -181,14 +192,14 @@ class MessageReceiver(Transaction):
         self.redo_at = now + self.redo_min
         self.schedule()
 
-    def _reply(self, kind: PacketKind, coat: bytes = b"", **segment: int) -> None:
+    def _reply(self, kind: PacketKind, coat: bytes = b"", segment_number: int = 0) -> None:
         header = self.header(
             kind,
             body_kind=BodyKind.JSON,
             coat_kind=self.coat_kind,
             foot_kind=self.reply_foot,
             flags=self.reply_flags,
-            **segment,
+            segment_number=segment_number,
         )
         self.road.transmit(header, coat, self.remote.ha)
 
@@ -201,7 +212,9 @@ class MessageReceiver(Transaction):
             return
         number = header.segment_number
         if header.segment_count != self.count or not 0 <= number < self.count:
-            raise BadPacket("segment number or count does not match the message", DropReason.BODY.value)
+            raise BadPacket(
+                "segment number or count does not match the message", DropReason.BODY.value
+            )
         if number not in self.segments:
             self.stored += len(packet.coat)
             if self.stored > self.length + self.count * self.road.config.max_packet_size:
@@ -218,8 +231,12 @@ class MessageReceiver(Transaction):
         if misseds:
             self.lowest = misseds[0]
             for start in range(0, len(misseds), MISSEDS_PER_RESEND):
-                body = encode_body(BodyKind.JSON, {"misseds": misseds[start : start + MISSEDS_PER_RESEND]})
-                self._reply(PacketKind.RESEND, self.road.seal_body(self.remote, body, self.coat_kind))
+                body = encode_body(
+                    BodyKind.JSON, {"misseds": misseds[start : start + MISSEDS_PER_RESEND]}
+                )
+                self._reply(
+                    PacketKind.RESEND, self.road.seal_body(self.remote, body, self.coat_kind)
+                )
         else:
             self._reply(PacketKind.ACK, segment_number=max(self.highest, 0))
         self.restart_redo(now)

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import random
 from collections import Counter, deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from raetsalt.crypto import KeyPair, SessionBox, Signer
 from raetsalt.engine.alive import AliveInitiator
@@ -308,7 +309,9 @@ class Road:
         return self._next_mid
 
     def remote(self, which: str | int) -> Remote:
-        found = self.remotes.get(which) if isinstance(which, int) else self.remotes_by_name.get(which)
+        found = (
+            self.remotes.get(which) if isinstance(which, int) else self.remotes_by_name.get(which)
+        )
         if found is None:
             raise LocalError(f"no remote {which!r}")
         return found
@@ -339,14 +342,18 @@ class Road:
         """The box between our and the remote's long-term keys (used by allow's vouch)."""
         box = self._long_boxes.get(remote.long_public)
         if box is None:
-            box = self._long_boxes[remote.long_public] = SessionBox(self.long_keys.secret, remote.long_public)
+            box = self._long_boxes[remote.long_public] = SessionBox(
+                self.long_keys.secret, remote.long_public
+            )
         return box
 
     def open_coat(self, remote: Remote, coat: bytes, coat_kind: CoatKind) -> bytes:
         if coat_kind == CoatKind.NADA:
             return coat
         if remote.session is None:
-            raise BadPacket("encrypted packet from a remote without a session", DropReason.DECRYPT.value)
+            raise BadPacket(
+                "encrypted packet from a remote without a session", DropReason.DECRYPT.value
+            )
         return remote.session.open_untrusted(coat)
 
     def seal_body(self, remote: Remote, body: bytes, coat_kind: CoatKind) -> bytes:
@@ -452,7 +459,9 @@ class Road:
     def on_connect_failed(self, remote: Remote) -> None:
         if not remote.auto_connect:
             return
-        remote.retry_delay = backoff(remote.retry_delay, self.config.retry_min, self.config.retry_max)
+        remote.retry_delay = backoff(
+            remote.retry_delay, self.config.retry_min, self.config.retry_max
+        )
         # Jitter spreads reconnects so a thousand minions do not hit a restarted main at once.
         remote.retry_at = self.now + remote.retry_delay * self.rng.uniform(0.5, 1.0)
         self._rearm(remote, self.now)
@@ -481,7 +490,12 @@ class Road:
     # -- housekeeping ----------------------------------------------------------------------
 
     def _pump(self, remote: Remote, now: float) -> None:
-        if remote.sender is None and remote.outbox and remote.allowed and remote.session is not None:
+        if (
+            remote.sender is None
+            and remote.outbox
+            and remote.allowed
+            and remote.session is not None
+        ):
             txn = MessageSender(self, remote, remote.outbox.popleft(), now=now)
             remote.transactions[txn.key] = txn
             remote.sender = txn
@@ -510,7 +524,10 @@ class Road:
     def _service_remote(self, remote: Remote, now: float) -> None:
         if remote.uid not in self.remotes:
             return
-        busy = any(t.kind in (TransactionKind.JOIN, TransactionKind.ALLOW) for t in remote.transactions.values())
+        busy = any(
+            t.kind in (TransactionKind.JOIN, TransactionKind.ALLOW)
+            for t in remote.transactions.values()
+        )
         if remote.auto_connect and not busy and now >= remote.retry_at:
             if not remote.joined:
                 self.join(remote.uid, now)
@@ -590,7 +607,9 @@ class Road:
                     txn.finish()  # joins always carry si 0 and are not part of a session
         return True
 
-    def _correspond(self, remote: Remote, packet: Packet, address: tuple[str, int], now: float) -> None:
+    def _correspond(
+        self, remote: Remote, packet: Packet, address: tuple[str, int], now: float
+    ) -> None:
         header = packet.header
         tk, pk = header.transaction_kind, header.packet_kind
         if tk == TransactionKind.ALLOW and pk == PacketKind.HELLO:
@@ -614,21 +633,30 @@ class Road:
         if remote.in_progress(TransactionKind.JOIN) is not None:
             self._reply_stale(packet, remote.ha, PacketKind.REFUSE)
             return
-        ours = any(t.kind == TransactionKind.ALLOW and t.initiator for t in remote.transactions.values())
+        ours = any(
+            t.kind == TransactionKind.ALLOW and t.initiator for t in remote.transactions.values()
+        )
         if ours and self.name < remote.name:
             # Both sides started an allow at once: the smaller name refuses (as raet does).
             self._reply_stale(packet, remote.ha, PacketKind.REFUSE)
             return
         header = packet.header
-        txn = AllowCorrespondent(self, remote, sid=header.session_id, tid=header.transaction_id, now=now)
-        txn.start(packet, now)  # raises BadPacket, leaving everything as it was, if the hello is bad
+        txn = AllowCorrespondent(
+            self, remote, sid=header.session_id, tid=header.transaction_id, now=now
+        )
+        txn.start(
+            packet, now
+        )  # raises BadPacket, leaving everything as it was, if the hello is bad
         for other in list(remote.transactions.values()):
             if other.kind == TransactionKind.ALLOW:
                 other.finish()  # a newer, valid hello supersedes any unfinished handshake
         remote.transactions[txn.key] = txn
 
     def _handshaking(self, remote: Remote) -> bool:
-        return any(t.kind in (TransactionKind.JOIN, TransactionKind.ALLOW) for t in remote.transactions.values())
+        return any(
+            t.kind in (TransactionKind.JOIN, TransactionKind.ALLOW)
+            for t in remote.transactions.values()
+        )
 
     def _answer_alive(self, remote: Remote, packet: Packet, address: tuple[str, int]) -> None:
         if self._handshaking(remote) and not remote.allowed:
@@ -662,7 +690,9 @@ class Road:
             return
         receivers = sum(1 for t in remote.transactions.values() if isinstance(t, MessageReceiver))
         if receivers >= self.config.max_receivers:
-            raise BadPacket("too many concurrent messages from one remote", DropReason.OVERLOAD.value)
+            raise BadPacket(
+                "too many concurrent messages from one remote", DropReason.OVERLOAD.value
+            )
         txn = MessageReceiver(self, remote, header, now=now)
         remote.transactions[txn.key] = txn
         txn.receive(packet, now)
@@ -737,7 +767,9 @@ class Road:
         if remote is None:
             raise BadPacket("join reply for an unknown remote", DropReason.UNKNOWN_REMOTE.value)
         if address != remote.ha:
-            raise BadPacket("join reply from an address we did not join", DropReason.WRONG_ADDRESS.value)
+            raise BadPacket(
+                "join reply from an address we did not join", DropReason.WRONG_ADDRESS.value
+            )
         txn = remote.transactions.get((True, 0, header.transaction_id))
         if txn is not None:
             txn.receive(packet, now)
@@ -755,7 +787,9 @@ class Road:
         join = parse_join_body_untrusted(packet, response=False)
         vacuous = known is None
         if vacuous and not self.main:
-            raise BadPacket("vacuous join sent to an estate that is not main", DropReason.NOT_MAIN.value)
+            raise BadPacket(
+                "vacuous join sent to an estate that is not main", DropReason.NOT_MAIN.value
+            )
         existing = known if known is not None else self.remotes_by_name.get(join.name)
         if existing is not None and (existing.role != join.role or existing.name != join.name):
             raise BadPacket("join claims a name held by another role", DropReason.REFUSED.value)
@@ -764,7 +798,10 @@ class Road:
             self._reply_stale(packet, address, PacketKind.REJECT)
             self.emit(JoinRejected(join.name, join.role, here=True))
             return
-        if existing is not None and existing.last_join == (header.source_uid, header.transaction_id):
+        if existing is not None and existing.last_join == (
+            header.source_uid,
+            header.transaction_id,
+        ):
             # A late duplicate of the request whose join already completed.
             raise BadPacket("duplicate of a completed join request", DropReason.STALE.value)
         remote = existing

@@ -14,6 +14,9 @@ if TYPE_CHECKING:
     from raetsalt.wire.packet import Packet
 
 
+NO_FLAGS = Flag(0)
+
+
 class Transaction:
     """One exchange of packets with the same ``tk``/``si``/``ti`` (protocol.md 7).
 
@@ -66,8 +69,8 @@ class Transaction:
         body_kind: BodyKind = BodyKind.JSON,
         coat_kind: CoatKind = CoatKind.NADA,
         foot_kind: FootKind = FootKind.NADA,
-        flags: Flag = Flag(0),
-        **segment: int,
+        flags: Flag = NO_FLAGS,
+        segment_number: int = 0,
     ) -> Header:
         if not self.initiator:
             flags |= Flag.CF
@@ -82,7 +85,7 @@ class Transaction:
             body_kind=body_kind,
             coat_kind=coat_kind,
             foot_kind=foot_kind,
-            **segment,
+            segment_number=segment_number,
         )
 
     # -- timers -------------------------------------------------------------------------

@@ -12,8 +12,9 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 
 class Engine(Protocol):
@@ -77,7 +78,9 @@ class FakeNet:
                         buf[rng.randrange(len(buf))] ^= 1 << rng.randrange(8)
                         data = bytes(buf)
                     delay = cond.latency + (rng.random() * cond.jitter if cond.jitter else 0.0)
-                    heapq.heappush(self._queue, (self.now + delay, next(self._seq), data, source, destination))
+                    heapq.heappush(
+                        self._queue, (self.now + delay, next(self._seq), data, source, destination)
+                    )
 
     def step(self, until: float) -> bool:
         """Advance to the next delivery or timer at or before ``until``; False if none."""
@@ -95,14 +98,16 @@ class FakeNet:
             if engine is not None:
                 self.delivered += 1
                 engine.receive_datagram(data, source, self.now)
-        for address, engine in list(self.hosts.items()):
+        for engine in list(self.hosts.values()):
             when = engine.next_timer()
             if when is not None and when <= self.now:
                 engine.handle_timer(self.now)
         self._collect()
         return True
 
-    def run_until(self, done: Callable[[], bool], *, timeout: float = 60.0, max_steps: int = 2_000_000) -> bool:
+    def run_until(
+        self, done: Callable[[], bool], *, timeout: float = 60.0, max_steps: int = 2_000_000
+    ) -> bool:
         """Step until ``done()`` or virtual ``timeout`` seconds pass; returns ``done()``."""
         deadline = self.now + timeout
         for _ in range(max_steps):

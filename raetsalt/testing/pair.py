@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, TypeVar
+from typing import Any, TypeVar
 
 from raetsalt.engine import Road, RoadConfig
 from raetsalt.engine.events import Allowed, Event, MessageReceived
@@ -53,35 +54,62 @@ class Pair:
 
     def connect(self, timeout: float = 60.0) -> bool:
         self.minion.road.connect(MAIN_HA, self.net.now)
-        return self.until(lambda: bool(self.main.of(Allowed)) and bool(self.minion.of(Allowed)), timeout)
+        return self.until(
+            lambda: bool(self.main.of(Allowed)) and bool(self.minion.of(Allowed)), timeout
+        )
 
-    def restart_main(self, **overrides: object) -> None:
-        self.main = Node(make_road(self.main_keep, MAIN_HA, "main", main=True, seed=self.net.seed + 100, **overrides))
+    def restart_main(self, **overrides: Any) -> None:
+        self.main = Node(
+            make_road(
+                self.main_keep, MAIN_HA, "main", main=True, seed=self.net.seed + 100, **overrides
+            )
+        )
         self.net.attach(MAIN_HA, self.main.road)
 
-    def restart_minion(self, **overrides: object) -> None:
-        self.minion = Node(make_road(self.minion_keep, MINION_HA, "minion", seed=self.net.seed + 200, **overrides))
+    def restart_minion(self, **overrides: Any) -> None:
+        self.minion = Node(
+            make_road(self.minion_keep, MINION_HA, "minion", seed=self.net.seed + 200, **overrides)
+        )
         self.net.attach(MINION_HA, self.minion.road)
 
 
-def make_road(keep: Keep, ha: tuple[str, int], name: str, *, main: bool = False, seed: int = 0, **config: object) -> Road:
-    settings: dict[str, object] = {"auto": AutoMode.ONCE}
+def make_road(
+    keep: Keep,
+    ha: tuple[str, int],
+    name: str,
+    *,
+    main: bool = False,
+    seed: int = 0,
+    **config: Any,
+) -> Road:
+    settings: dict[str, Any] = {"auto": AutoMode.ONCE}
     settings.update(config)
-    return Road(keep=keep, ha=ha, name=name, main=main, config=RoadConfig(**settings), rng=random.Random(seed))  # type: ignore[arg-type]
+    return Road(
+        keep=keep,
+        ha=ha,
+        name=name,
+        main=main,
+        config=RoadConfig(**settings),
+        rng=random.Random(seed),
+    )
 
 
 def road_pair(
     conditions: Conditions | None = None,
     *,
     seed: int = 0,
-    main_config: dict[str, object] | None = None,
-    minion_config: dict[str, object] | None = None,
+    main_config: dict[str, Any] | None = None,
+    minion_config: dict[str, Any] | None = None,
 ) -> Pair:
     """A main at ``MAIN_HA`` and a minion at ``MINION_HA`` on one seeded FakeNet, not yet joined."""
     net = FakeNet(conditions or Conditions(), seed=seed)
     main_keep, minion_keep = MemoryKeep(), MemoryKeep()
-    main = Node(make_road(main_keep, MAIN_HA, "main", main=True, seed=seed + 1, **(main_config or {})))
-    minion = Node(make_road(minion_keep, MINION_HA, "minion", seed=seed + 2, **(minion_config or {})))
+    main = Node(
+        make_road(main_keep, MAIN_HA, "main", main=True, seed=seed + 1, **(main_config or {}))
+    )
+    minion = Node(
+        make_road(minion_keep, MINION_HA, "minion", seed=seed + 2, **(minion_config or {}))
+    )
     net.attach(MAIN_HA, main.road)
     net.attach(MINION_HA, minion.road)
     return Pair(net, main, minion, main_keep, minion_keep)

@@ -57,7 +57,7 @@ def encode_body(kind: BodyKind, value: Any) -> bytes:
         if not value:
             return b""
         try:
-            return msgpack.packb(value)  # type: ignore[no-any-return]
+            return msgpack.packb(value)  # type: ignore[no-any-return,unused-ignore]
         except (TypeError, ValueError, OverflowError) as exc:
             raise LocalError(f"body is not msgpack serialisable: {exc}") from exc
     if kind == BodyKind.NADA:

@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raetsalt.engine.events import MessageReceived, PacketDropped
+from raetsalt.testing.pair import MINION_HA, Pair, road_pair
 from raetsalt.wire.enums import FootKind, PacketKind, TransactionKind
 from raetsalt.wire.packet import pack_packet, parse_packet_untrusted
-from raetsalt.testing.pair import MAIN_HA, MINION_HA, Pair, road_pair
 
 ATTACKER = ("10.6.6.6", 6666)
 JOIN_REPLIES = {PacketKind.PEND, PacketKind.REJECT, PacketKind.RENEW, PacketKind.RESPONSE}
@@ -83,7 +83,9 @@ def test_mutated_captured_datagrams_are_dropped_and_never_answered() -> None:
     _still_works(pair)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(st.binary(max_size=1100))
 def test_random_bytes_never_escape(data: bytes) -> None:
     pair = _SHARED
@@ -94,7 +96,11 @@ def test_random_bytes_never_escape(data: bytes) -> None:
 
 def test_unsigned_non_join_packets_are_dropped() -> None:
     pair, captured = _connected_pair_with_capture()
-    message = next(parse_packet_untrusted(d) for d in captured if parse_packet_untrusted(d).header.transaction_kind == TransactionKind.MESSAGE)
+    message = next(
+        parse_packet_untrusted(d)
+        for d in captured
+        if parse_packet_untrusted(d).header.transaction_kind == TransactionKind.MESSAGE
+    )
     unsigned = pack_packet(replace(message.header, foot_kind=FootKind.NADA), message.coat)
     dropped, replies = _inject(pair, [unsigned])
     assert dropped == 1 and not replies
@@ -106,7 +112,11 @@ def test_forged_signature_is_dropped() -> None:
     from raetsalt.crypto import Signer
 
     forger = Signer.generate()
-    message = next(parse_packet_untrusted(d) for d in captured if parse_packet_untrusted(d).header.transaction_kind == TransactionKind.MESSAGE)
+    message = next(
+        parse_packet_untrusted(d)
+        for d in captured
+        if parse_packet_untrusted(d).header.transaction_kind == TransactionKind.MESSAGE
+    )
     forged = pack_packet(message.header, message.coat, forger.sign)
     dropped, replies = _inject(pair, [forged])
     assert dropped == 1 and not replies
@@ -115,7 +125,11 @@ def test_forged_signature_is_dropped() -> None:
 
 def test_replayed_messages_are_never_delivered_twice() -> None:
     pair, captured = _connected_pair_with_capture()
-    messages = [d for d in captured if parse_packet_untrusted(d).header.transaction_kind == TransactionKind.MESSAGE]
+    messages = [
+        d
+        for d in captured
+        if parse_packet_untrusted(d).header.transaction_kind == TransactionKind.MESSAGE
+    ]
     assert messages
     # Any source address, any time later (raet forgot after 600 s).
     pair.until(lambda: False, timeout=700)
@@ -131,7 +145,12 @@ def test_replayed_messages_are_never_delivered_twice() -> None:
 def _still_works(pair: Pair) -> None:
     pair.minion.road.send_message("main", {"after": "attack"}, pair.net.now)
     pair.main.road.send_message("minion", {"reply": True}, pair.net.now)
-    assert pair.until(lambda: {"after": "attack"} in pair.main.received() and {"reply": True} in pair.minion.received())
+    assert pair.until(
+        lambda: (
+            {"after": "attack"} in pair.main.received()
+            and {"reply": True} in pair.minion.received()
+        )
+    )
 
 
 _SHARED, _ = _connected_pair_with_capture()

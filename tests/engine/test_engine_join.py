@@ -20,7 +20,9 @@ def test_pending_until_an_operator_accepts_then_joins_without_restart() -> None:
     assert pair.minion.of(JoinPending) and pair.minion.of(JoinPending)[0].here is False
     pair.main_keep.accept_role("minion")  # type: ignore[attr-defined]
     accepted_at = pair.net.now
-    assert pair.until(lambda: bool(pair.main.of(Allowed)) and bool(pair.minion.of(Allowed)), timeout=10)
+    assert pair.until(
+        lambda: bool(pair.main.of(Allowed)) and bool(pair.minion.of(Allowed)), timeout=10
+    )
     assert pair.net.now - accepted_at < 2.0
 
 
@@ -43,7 +45,10 @@ def test_same_name_with_new_keys_is_denied_and_the_original_keeps_working() -> N
     impostor.road.connect(MAIN_HA, pair.net.now)
     assert pair.until(lambda: bool(impostor.of(JoinRejected)), timeout=10)
     denied = pair.main_keep.list_denied()
-    assert list(denied) == ["minion"] and denied["minion"][0][0] == impostor.road.signer.verify_key.hex()
+    assert (
+        list(denied) == ["minion"]
+        and denied["minion"][0][0] == impostor.road.signer.verify_key.hex()
+    )
     assert pair.main.road.remote("minion").ha == ("10.0.0.2", 4510)  # not hijacked
     pair.minion.road.send_message("main", {"still": "here"}, pair.net.now)
     assert pair.until(lambda: pair.main.received() == [{"still": "here"}], timeout=10)
@@ -64,6 +69,8 @@ def test_both_directions_of_messages_after_join() -> None:
     assert pair.connect()
     pair.main.road.send_message("minion", {"to": "minion"}, pair.net.now)
     pair.minion.road.send_message("main", {"to": "main"}, pair.net.now)
-    assert pair.until(lambda: bool(pair.main.of(MessageReceived)) and bool(pair.minion.of(MessageReceived)))
+    assert pair.until(
+        lambda: bool(pair.main.of(MessageReceived)) and bool(pair.minion.of(MessageReceived))
+    )
     assert pair.minion.received() == [{"to": "minion"}]
     assert pair.main.received() == [{"to": "main"}]

@@ -19,7 +19,11 @@ def test_main_restart_with_its_keep(loss: float) -> None:
     assert pair.until(lambda: bool(pair.main.of(Allowed)), timeout=30)
     pair.minion.road.send_message("main", {"after": "restart"}, pair.net.now)
     pair.main.road.send_message("minion", {"back": 1}, pair.net.now)
-    assert pair.until(lambda: pair.main.received() == [{"after": "restart"}] and {"back": 1} in pair.minion.received())
+    assert pair.until(
+        lambda: (
+            pair.main.received() == [{"after": "restart"}] and {"back": 1} in pair.minion.received()
+        )
+    )
 
 
 @pytest.mark.parametrize("loss", [0.0, 0.1])
@@ -48,7 +52,9 @@ def test_main_that_forgot_its_remotes_gets_a_fresh_join() -> None:
     assert identity is not None
     pair.main_keep.save_local(identity)
     pair.restart_main()
-    assert pair.until(lambda: bool(pair.main.of(Allowed)) and pair.minion.road.remote("main").allowed, timeout=60)
+    assert pair.until(
+        lambda: bool(pair.main.of(Allowed)) and pair.minion.road.remote("main").allowed, timeout=60
+    )
     pair.minion.road.send_message("main", {"x": 1}, pair.net.now)
     assert pair.until(lambda: pair.main.received() == [{"x": 1}])
 

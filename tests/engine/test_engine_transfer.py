@@ -6,7 +6,12 @@ import hashlib
 
 import pytest
 
-from raetsalt.engine.events import MessageDelivered, MessageReceived, PresenceChanged, TransactionFailed
+from raetsalt.engine.events import (
+    MessageDelivered,
+    MessageReceived,
+    PresenceChanged,
+    TransactionFailed,
+)
 from raetsalt.testing.fakenet import Conditions
 from raetsalt.testing.pair import road_pair
 
@@ -38,7 +43,9 @@ def test_small_and_segmented_messages_arrive_once_in_order(network: str, seed: i
         pair.minion.road.send_message("main", body, pair.net.now)
     for body in back:
         pair.main.road.send_message("minion", body, pair.net.now)
-    assert pair.until(lambda: len(pair.main.received()) == len(sent) and len(pair.minion.received()) == len(back))
+    assert pair.until(
+        lambda: len(pair.main.received()) == len(sent) and len(pair.minion.received()) == len(back)
+    )
     # Let retransmissions and late duplicates settle, then check nothing arrived twice.
     pair.until(lambda: False, timeout=5.0)
     assert pair.main.received() == sent
@@ -81,5 +88,10 @@ def test_message_to_a_vanished_remote_times_out_as_an_event() -> None:
     assert pair.connect()
     pair.net.detach(("10.0.0.1", 4506))
     mid = pair.minion.road.send_message("main", {"x": 1}, pair.net.now)
-    assert pair.until(lambda: any(e.kind == "message" and e.mid == mid for e in pair.minion.of(TransactionFailed)), timeout=60)
+    assert pair.until(
+        lambda: any(
+            e.kind == "message" and e.mid == mid for e in pair.minion.of(TransactionFailed)
+        ),
+        timeout=60,
+    )
     assert not pair.main.of(MessageReceived)
