@@ -1,0 +1,315 @@
+"""One master or minion: its road (``RoadStack``) and its manor yard (lane + event bus),
+serviced together from one selector, without threads.
+
+The protocol lives elsewhere (``raetsalt.engine``, ``raetsalt.manor``); this module only
+moves messages between the two sides:
+
+* minion -> master: every event a ``fire_master*`` event expands to
+  (``Manor.forward_to_master``) becomes one road message to the master estate::
+
+      {route: {src: [<minion estate>, 'manor', None], dst: [<master estate>, 'manor',
+      'event_fire']}, tag: <tag>, data: <data>}
+
+  Messages to one remote are delivered in order, so events arrive in fire order.  Before
+  the master is connected they wait in the road's queue (``RoadConfig.message_timeout``).
+* lane messages addressed to another estate (``Manor.forward_over_road``) go over the road
+  to that remote unchanged.
+* a road message arrives only from an authenticated (joined and allowed) remote.  Its
+  route's source estate is replaced by that remote's name, then it is routed as the
+  manor routes lane messages (``raetsalt.routing.route`` with ``from_road``): share
+  ``event_fire`` is fired on this node's bus, a message for another yard is relayed on the
+  lane, anything else is handed to the caller.
+
+What the master trusts: the forwarding minion's id is the *role* its key was accepted
+under (Salt's RAET master did the same: the id in a load is overwritten with the remote's
+role), never a field of the payload; tags in ``raetsalt.bus.MINION_BLACKLIST`` are dropped
+even though the minion already filters them, because the minion is not trusted to.
+
+Embedding (the daemons drive it like a ``RoadStack``)::
+
+    node.register(selector)        # both sockets; call node.service_ready() when either
+    timeout = node.timeout()       # is ready, and at the latest after this many seconds
+    events = node.service_ready()  # road events and lane messages left to the caller
+
+or stand-alone: ``node.run(stop)``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import selectors
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from raetsalt.bus import FIRE_MASTER_TAG, is_blacklisted
+from raetsalt.drivers.clock import Clock, monotonic
+from raetsalt.drivers.udp import Address as HostAddress
+from raetsalt.drivers.udp import RoadStack
+from raetsalt.drivers.uxd import UxdSocket, prepare_sock_dir
+from raetsalt.engine.events import Event, MessageReceived
+from raetsalt.errors import BadPacket, LocalError
+from raetsalt.event import _resolve_group, lane_name_for, manor_path
+from raetsalt.lane.engine import Lane
+from raetsalt.manor import MANOR, SHARE_FIRE, LocalMessage, Manor
+from raetsalt.routing import Address, DeliverLocal, Drop, Route, route
+
+log = logging.getLogger(__name__)
+
+NodeEvent = Event | LocalMessage
+"""What ``service_ready`` hands back: road events (``Joined``, ``Allowed``, road
+``MessageReceived`` for shares the node does not serve, ...) and lane ``LocalMessage``s."""
+
+# Wake-up bound of ``run`` so a stop request is seen even when nothing happens.
+_RUN_MAX_WAIT = 0.25
+
+
+class StopSignal(Protocol):
+    def is_set(self) -> bool: ...
+
+
+def _stamp() -> str:
+    return datetime.datetime.now(datetime.UTC).replace(tzinfo=None).isoformat()
+
+
+class Node:
+    """A road and a manor yard in one loop.
+
+    :param road: an open ``RoadStack``; the node owns it from now on (``close`` closes it).
+    :param node: ``'master'`` or ``'minion'``.
+    :param sock_dir: the node's socket directory (created 0700, or 0750 with ``group``).
+    :param node_id: the minion's id (selects its lane); ignored for a master.
+    :param group: ``sock_dir_group``: a group name or gid, or None.
+    """
+
+    def __init__(
+        self,
+        road: RoadStack,
+        *,
+        node: str,
+        sock_dir: str,
+        node_id: str | None = None,
+        group: str | int | None = None,
+        clock: Clock = monotonic,
+    ) -> None:
+        if node == "minion" and not node_id:
+            raise LocalError("a minion node needs its id")
+        self.road = road
+        self.node = node
+        self.node_id = node_id if node == "minion" else None
+        self.clock = clock
+        self.stats: Counter[str] = Counter()
+        self.master: int | None = None
+        """uid of the master remote a minion forwards to (``connect_master``)."""
+        gid = _resolve_group(group)
+        prepare_sock_dir(sock_dir, gid)
+        self.manor_path = manor_path(sock_dir, node, self.node_id)
+        self.manor = Manor(
+            lane=Lane(lane_name=lane_name_for(node, self.node_id), yard_name=MANOR),
+            node=node,
+            node_id=self.node_id,
+            estate=road.road.name,
+            forward_to_master=self._forward_to_master,
+            forward_over_road=self._forward_over_road,
+        )
+        self.uxd = UxdSocket(self.manor_path, group=gid, replace_stale=True, sock_dir=sock_dir)
+        self._selector = selectors.DefaultSelector()
+        self._registered: list[selectors.BaseSelector] = []
+        try:
+            self.register(self._selector)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    def connect_master(self, ha: HostAddress) -> int:
+        """Keep a session with the master at ``ha`` and forward ``fire_master`` events to
+        it; returns the master's uid."""
+        self.master = self.road.connect(ha)
+        return self.master
+
+    def close(self) -> None:
+        """Close both sockets (removing the manor's socket file).  Idempotent."""
+        for selector in list(self._registered):
+            self.unregister(selector)
+        self._selector.close()
+        self.uxd.close()
+        self.road.close()
+
+    def __enter__(self) -> Node:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- embedding ----------------------------------------------------------------------------
+
+    def register(self, selector: selectors.BaseSelector, data: Any = None) -> None:
+        """Watch both sockets in ``selector``; call ``service_ready`` when either is ready."""
+        self.road.register(selector, data)
+        try:
+            selector.register(self.uxd.fileno(), selectors.EVENT_READ, data)
+        except BaseException:
+            self.road.unregister(selector)
+            raise
+        self._registered.append(selector)
+
+    def unregister(self, selector: selectors.BaseSelector) -> None:
+        if selector in self._registered:
+            self._registered.remove(selector)
+            self.road.unregister(selector)
+            try:
+                selector.unregister(self.uxd.fileno())
+            except (KeyError, ValueError):
+                pass
+
+    def timeout(self) -> float | None:
+        """Seconds until ``service_ready`` must run even if no socket becomes ready."""
+        wait = self.road.timeout()
+        timer = self.manor.get_timer()
+        if timer is not None:
+            due = max(0.0, timer - self.clock())
+            wait = due if wait is None else min(wait, due)
+        return wait
+
+    def service_ready(self) -> list[NodeEvent]:
+        """Read both sockets, run timers, route, send; never blocks."""
+        manor = self.manor
+        now = self.clock()
+        # Lane first: forwarded events then leave with the road's flush below.
+        self.uxd.receive_into(manor, now)
+        out: list[NodeEvent] = []
+        for event in self.road.service_ready():
+            if type(event) is MessageReceived:
+                if self._on_road_message(event):
+                    out.append(event)
+            else:
+                out.append(event)
+        now = self.clock()
+        manor.handle_timer(now)
+        self.uxd.send_all(manor.datagrams_to_send(now), manor, now)
+        while (message := manor.next_event()) is not None:
+            out.append(message)
+        return out
+
+    def step(self, timeout: float | None = None) -> list[NodeEvent]:
+        """Wait for a socket or the earliest timer (at most ``timeout`` s), then service."""
+        wait = self.timeout()
+        if timeout is not None:
+            wait = max(0.0, timeout) if wait is None else min(wait, max(0.0, timeout))
+        if wait is None or wait > 0.0:
+            self._selector.select(wait)
+        return self.service_ready()
+
+    def run(
+        self,
+        stop: StopSignal | Callable[[], bool],
+        on_event: Callable[[NodeEvent], None] | None = None,
+    ) -> None:
+        """Service until ``stop`` (a ``threading.Event``-like or a predicate) says so.
+
+        ``stop`` is checked after every wake-up, and a wake-up comes at least every
+        0.25 s.  Events go to ``on_event`` (dropped when None).
+        """
+        is_stopped = stop.is_set if hasattr(stop, "is_set") else stop
+        while not is_stopped():
+            for event in self.step(_RUN_MAX_WAIT):
+                if on_event is not None:
+                    on_event(event)
+
+    # -- manor hooks --------------------------------------------------------------------------
+
+    def _forward_to_master(self, event: dict[str, Any]) -> None:
+        if self.master is None:
+            self.stats["fire_master_no_master"] += 1
+            return
+        remote = self.road.road.remote(self.master)
+        # Before the join the remote's name is a placeholder; None means "the receiver".
+        master_estate = remote.name if remote.joined else None
+        body = {
+            "route": Route(
+                Address(self.road.road.name, MANOR, None),
+                Address(master_estate, MANOR, SHARE_FIRE),
+            ).to_wire(),
+            "tag": event["tag"],
+            "data": event["data"],
+        }
+        try:
+            self.road.send(self.master, body)
+        except LocalError as exc:  # not encodable for the road's body kind, or too large
+            self.stats["fire_master_unsendable"] += 1
+            log.warning("event %r not forwarded to the master: %s", event["tag"], exc)
+
+    def _forward_over_road(self, estate: str, body: dict[str, Any]) -> None:
+        try:
+            self.road.send(estate, body)
+        except LocalError as exc:
+            self.stats["road_unsendable"] += 1
+            log.debug("lane message for estate %r not sent: %s", estate, exc)
+
+    # -- road messages ------------------------------------------------------------------------
+
+    def _on_road_message(self, event: MessageReceived) -> bool:
+        """Route one authenticated road message; True when it is left to the caller."""
+        body = event.body
+        if not isinstance(body, dict):
+            self.stats["road_bad_body"] += 1
+            return False
+        try:
+            msg_route = Route.from_body_untrusted(body)
+        except BadPacket as exc:
+            self.stats[f"road_{exc.trigger}"] += 1
+            return False
+        # The road authenticated the sender; the route may not claim another estate.
+        msg_route = Route(
+            Address(event.remote, msg_route.src.yard, msg_route.src.share), msg_route.dst
+        )
+        body["route"] = msg_route.to_wire()
+        decision = route(
+            msg_route,
+            self.road.road.name,
+            self.manor.lane.yard_names(),
+            from_road=True,
+            manor=MANOR,
+        )
+        if type(decision) is DeliverLocal:
+            if decision.yard is not None:
+                self._relay(body, decision.yard)
+                return False
+            if decision.share == SHARE_FIRE:
+                self._fire_from_remote(event.remote, body)
+                return False
+            return True
+        if type(decision) is Drop:
+            self.stats[f"road_{decision.reason}"] += 1
+        return False
+
+    def _relay(self, body: dict[str, Any], yard: str) -> None:
+        try:
+            if not self.manor.lane.send(body, yard):
+                self.stats["road_relay_refused"] += 1
+        except (LocalError, TypeError, ValueError, OverflowError):
+            self.stats["road_relay_failed"] += 1
+
+    def _fire_from_remote(self, remote_name: str, body: Mapping[str, Any]) -> None:
+        tag, data = body.get("tag"), body.get("data")
+        if not isinstance(tag, str) or not tag or not isinstance(data, Mapping):
+            self.stats["road_bad_event"] += 1
+            return
+        if self.node == "master" and is_blacklisted(tag):
+            self.stats["road_blacklisted"] += 1
+            return
+        if self.node == "minion" and tag.startswith(FIRE_MASTER_TAG):
+            # It would be forwarded straight back to the master.
+            self.stats["road_fire_master_refused"] += 1
+            return
+        data = dict(data)
+        if data.get("cmd") == "_minion_event":
+            # A single-form load names its minion; only the road may say who that is.
+            remote = self.road.road.remote(remote_name)
+            data["id"] = remote.role or remote.name
+        data["_stamp"] = _stamp()
+        self.manor.fire_event(tag, data)
+        self.stats["road_events_fired"] += 1
