@@ -194,7 +194,7 @@ class JoinInitiator(Transaction):
         self._send(PacketKind.ACK)
         self.finish()
         road.emit(Joined(remote.name, initiator=True))
-        road.on_joined(remote, now)
+        road.on_joined(remote, now, initiator=True)
 
     def on_redo(self, now: float) -> None:
         if self.waiting_here is not None:
@@ -327,11 +327,10 @@ class JoinCorrespondent(Transaction):
         if self.vacuous_key is not None:
             remote.rsid = 0
         remote.joined = True
-        remote.last_join = (self.destination_uid, self.tid)
         road.save_remote(remote)
         self.finish()
         road.emit(Joined(remote.name, initiator=False))
-        road.on_joined(remote, now)
+        road.on_joined(remote, now, initiator=False)
 
     def on_redo(self, now: float) -> None:
         if self.pending:

@@ -74,8 +74,6 @@ class Remote:
     outbox: deque[Outgoing] = field(default_factory=deque)
     sender: Any = None
     """The message transaction currently sending (one at a time keeps delivery in order)."""
-    last_join: tuple[int, int] = (0, 0)
-    """(its uid for us, tid) of the last join it completed with us, to spot duplicates."""
     last_rx: float = 0.0
     alive_failures: int = 0
     retry_at: float = 0.0

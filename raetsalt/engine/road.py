@@ -401,12 +401,15 @@ class Road:
 
     # -- connection life cycle (called by transactions) ------------------------------------
 
-    def on_joined(self, remote: Remote, now: float) -> None:
-        # A (re)join means the other side may have lost its session: start over.
-        self._lose_session(remote)
+    def on_joined(self, remote: Remote, now: float, *, initiator: bool) -> None:
         remote.retry_delay = 0.0
-        if remote.auto_connect:
-            self.allow(remote.uid, now)
+        if initiator:
+            # We joined because we (re)started or lost the remote: our session is stale,
+            # and we allow next.  The correspondent keeps its session until that allow
+            # replaces it, so a late duplicate join request costs nothing.
+            self._lose_session(remote)
+            if remote.auto_connect:
+                self.allow(remote.uid, now)
 
     def on_allowed(self, remote: Remote, session: SessionBox, now: float) -> None:
         remote.session = session
@@ -798,12 +801,6 @@ class Road:
             self._reply_stale(packet, address, PacketKind.REJECT)
             self.emit(JoinRejected(join.name, join.role, here=True))
             return
-        if existing is not None and existing.last_join == (
-            header.source_uid,
-            header.transaction_id,
-        ):
-            # A late duplicate of the request whose join already completed.
-            raise BadPacket("duplicate of a completed join request", DropReason.STALE.value)
         remote = existing
         if remote is None:
             remote = Remote(uid=self._new_uid(), name=join.name, ha=address)
