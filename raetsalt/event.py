@@ -102,6 +102,11 @@ def tagify(suffix: str | list[str] = "", prefix: str = "", base: str = "salt") -
     return "/".join(part for part in parts if part)
 
 
+def _utc_stamp() -> str:
+    """Salt's ``_stamp``: naive ISO-8601 UTC (the aware form minus its ``+00:00``)."""
+    return datetime.datetime.now(datetime.UTC).isoformat()[:-6]
+
+
 def _default_id() -> str:
     return socket.gethostname() or "localhost"
 
@@ -152,6 +157,7 @@ class SaltEvent:
         self._sock: UxdSocket | None = None
         self._private_dir: str | None = None
         self._subscribed = False
+        self._routes: dict[str, dict[str, list[str | None]]] = {}
         self._pending: deque[tuple[str, dict[str, Any]]] = deque()
         if listen:
             self.connect_pub()
@@ -199,6 +205,7 @@ class SaltEvent:
             self._sock.close()
         self._sock = None
         self._lane = None
+        self._routes.clear()
         self._subscribed = False
 
     def connect_pub(self, timeout: float | None = 5.0) -> bool:
@@ -224,30 +231,38 @@ class SaltEvent:
         self.connect_pub()
 
     def _send(self, share: str, fields: Mapping[str, Any], timeout: float | None) -> bool:
-        if not self._connect():
+        if self._sock is None and not self._connect():
             return False
         assert self._lane is not None and self._sock is not None
         body = {"route": self._route_wire(share), **fields}
         try:
-            self._lane.send(body, MANOR)
+            pages = self._lane.pack(body, MANOR)
         except (LocalError, TypeError, ValueError, OverflowError):
             return False
-        deadline = None if timeout is None else time.monotonic() + timeout
-        for data, _path in self._lane.datagrams_to_send(0.0):
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
+        try:
+            if len(pages) == 1:  # the usual case: no deadline bookkeeping
+                return self._sock.send_waiting(pages[0], timeout)
+            deadline = None if timeout is None else time.monotonic() + timeout
+            for data in pages:
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
                 if not self._sock.send_waiting(data, remaining):
                     return False
-            except OSError:
-                # The manor went away (or was restarted): start afresh next time.
-                self._disconnect()
-                return False
+        except OSError:
+            # The manor went away (or was restarted): start afresh next time.
+            self._disconnect()
+            return False
         return True
 
     def _route_wire(self, share: str) -> dict[str, list[str | None]]:
-        assert self._lane is not None
-        yard = self._lane.yard_name
-        return Route(Address(None, yard, None), Address(None, MANOR, share)).to_wire()
+        """The route from this yard to the manor's ``share`` (built once per share; only
+        ever serialized, never changed)."""
+        wire = self._routes.get(share)
+        if wire is None:
+            assert self._lane is not None
+            yard = self._lane.yard_name
+            wire = Route(Address(None, yard, None), Address(None, MANOR, share)).to_wire()
+            self._routes[share] = wire
+        return wire
 
     def _receive(self, timeout: float | None) -> None:
         assert self._sock is not None and self._lane is not None
@@ -291,10 +306,10 @@ class SaltEvent:
         """
         if not str(tag):
             raise ValueError("Empty tag.")
-        if not isinstance(data, MutableMapping):
+        if type(data) is not dict and not isinstance(data, MutableMapping):
             raise ValueError(f"Dict object expected, not '{data}'.")
         data = dict(data)
-        data["_stamp"] = datetime.datetime.now(datetime.UTC).replace(tzinfo=None).isoformat()
+        data["_stamp"] = _utc_stamp()
         return self._send(SHARE_FIRE, {"tag": str(tag), "data": data}, timeout / 1000.0)
 
     def fire_master(self, data: Mapping[str, Any], tag: str, timeout: float = 1000) -> bool:

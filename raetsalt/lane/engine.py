@@ -39,11 +39,12 @@ from raetsalt.lane.page import (
     MAX_PAGE_SIZE,
     DropReason,
     PackKind,
+    Page,
     check_name,
     decode_body_untrusted,
     encode_body,
     paginate,
-    parse_page_untrusted,
+    parse_head_untrusted,
 )
 
 SOCKET_SUFFIX = ".uxd"
@@ -222,27 +223,49 @@ class Lane:
         yard = self._yards.get(destination)
         if yard is None:
             raise LocalError(f"unknown yard {destination!r} on lane {self.lane_name!r}")
+        if len(yard.tx) >= self.max_tx_pages:
+            self.stats["tx_refused"] += 1
+            return False
+        yard.tx.extend(self._paginate(body, yard, pack_kind))
+        if yard.retry_at is None:
+            self._ready[destination] = yard
+        return True
+
+    def pack(
+        self,
+        body: Mapping[str, Any] | bytes,
+        destination: str,
+        *,
+        pack_kind: PackKind | None = None,
+    ) -> list[bytes]:
+        """The pages of one message for yard ``destination``, queued nowhere.
+
+        For a sender that puts them on its socket at once itself (a client connected to
+        its manor), so the message costs no queue or ``datagrams_to_send`` round.  Raises
+        like ``send``.
+        """
+        yard = self._yards.get(destination)
+        if yard is None:
+            raise LocalError(f"unknown yard {destination!r} on lane {self.lane_name!r}")
+        return self._paginate(body, yard, pack_kind)
+
+    def _paginate(
+        self, body: Mapping[str, Any] | bytes, yard: _RemoteYard, pack_kind: PackKind | None
+    ) -> list[bytes]:
         kind = self.pack_kind if pack_kind is None else pack_kind
         data = body if isinstance(body, bytes) else encode_body(body, kind)
         if len(data) > self.max_message_size:
             raise LocalError(f"message of {len(data)} bytes exceeds {self.max_message_size}")
-        if len(yard.tx) >= self.max_tx_pages:
-            self.stats["tx_refused"] += 1
-            return False
         yard.book_id = yard.book_id + 1 if yard.book_id < MAX_BOOK_ID else 1
-        pages = paginate(
+        return paginate(
             data,
             pack_kind=kind,
             source=self.yard_name,
-            destination=destination,
+            destination=yard.name,
             session_id=self.session_id,
             book_id=yard.book_id,
             max_page_size=self.max_page_size,
         )
-        yard.tx.extend(pages)
-        if yard.retry_at is None:
-            self._ready[destination] = yard
-        return True
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, str]]:
         """Every page that may go now, as (datagram, destination path), in order per yard."""
@@ -327,28 +350,32 @@ class Lane:
             self._drop(DropReason.UNBOUND_SENDER, None)
             return
         try:
-            page = parse_page_untrusted(
-                data, max_page_size=self.max_page_size, max_page_count=self.max_page_count
+            # A head as a tuple: most messages are one page, and they need no Page object.
+            kind, source, destination, session_id, book_id, number, count, offset = (
+                parse_head_untrusted(
+                    data, max_page_size=self.max_page_size, max_page_count=self.max_page_count
+                )
             )
         except BadPacket as exc:
             self._drop(exc.trigger, src_path, str(exc))
             return
         yard = self._by_path.get(src_path)
-        if yard is None or yard.name != page.source:
-            yard = self._learn(page.source, src_path)
+        if yard is None or yard.name != source:
+            yard = self._learn(source, src_path)
             if yard is None:
                 return
-        if page.destination != self.yard_name:
-            self._drop(DropReason.WRONG_DESTINATION, src_path, page.destination)
+        if destination != self.yard_name:
+            self._drop(DropReason.WRONG_DESTINATION, src_path, destination)
             return
-        if yard.remote_session != page.session_id:
+        if yard.remote_session != session_id:
             if yard.books:
                 self.stats[DropReason.STALE_SESSION] += len(yard.books)
                 yard.books.clear()
-            yard.remote_session = page.session_id
-        if page.page_count == 1:
-            self._deliver(yard, page.section, page.pack_kind)
+            yard.remote_session = session_id
+        if count == 1:
+            self._deliver(yard, data[offset:], kind)
             return
+        page = Page(kind, source, destination, session_id, book_id, number, count, data[offset:])
         self._add_page(yard, page, now)
 
     def _learn(self, name: str, path: str) -> _RemoteYard | None:
@@ -379,7 +406,7 @@ class Lane:
         self._by_path[path] = yard
         return yard
 
-    def _add_page(self, yard: _RemoteYard, page: Any, now: float) -> None:
+    def _add_page(self, yard: _RemoteYard, page: Page, now: float) -> None:
         key = (page.session_id, page.book_id)
         book = yard.books.get(key)
         if book is None:

@@ -174,3 +174,45 @@ def test_unencodable_or_malformed_fire_is_counted() -> None:
     Client("ev1").send(manor, "event_fire", tag="", data={})
     Client("ev1").send(manor, "event_fire", tag="t", data=[1])
     assert manor.stats["bad_event"] == 2
+
+
+def test_fast_path_decides_as_the_router_does() -> None:
+    """The manor's shortcut for bus traffic must agree with ``routing.route`` everywhere."""
+    from raetsalt.errors import BadPacket
+    from raetsalt.routing import DeliverLocal, Drop, Forward, Route, route
+
+    srcs: list[Any] = [[None, "ev1", None], ["m1est", "ev1", "x"], [None, "ev2", None],
+                       [None, "ev1", 5], [None, "ev1"], [7, "ev1", None]]
+    dsts: list[Any] = [[e, y, s] for e in (None, "m1est", "other")
+                       for y in (None, "manor", "ev3", "nope") for s in (None, "remote_cmd")]
+    dsts += [[None, "manor", 3], ("x",), None]
+    for src in srcs:
+        for dst in dsts:
+            sent: list[str] = []
+            manor = make_manor(estate="m1est", forward_over_road=lambda e, b, s=sent: s.append(e))
+            manor.lane.add_yard("ev3", path("ev3"))
+            manor.datagrams_to_send(0.0)
+            client = Client("ev1")
+            client.lane.send({"route": {"src": src, "dst": dst}}, "manor")
+            for data, _ in client.lane.datagrams_to_send(0.0):
+                manor.receive_datagram(data, path("ev1"), 0.0)
+            try:
+                wanted = route(Route.from_body_untrusted({"route": {"src": src, "dst": dst}}),
+                               "m1est", manor.lane.yard_names())
+            except BadPacket as exc:
+                wanted = Drop(exc.trigger)
+            message = manor.next_event()
+            case = (src, dst)
+            if type(wanted) is DeliverLocal and wanted.yard is None:
+                assert isinstance(message, LocalMessage), case
+                assert message.share == wanted.share and message.source == "ev1", case
+                assert message.body["route"]["src"][1] == "ev1", case
+            else:
+                assert message is None, case
+                if type(wanted) is Forward:
+                    assert sent == [wanted.estate], case
+                elif type(wanted) is DeliverLocal:
+                    out = manor.datagrams_to_send(0.0)
+                    assert [p for _, p in out] == [path(wanted.yard)], case
+                else:
+                    assert manor.stats[wanted.reason] == 1, case

@@ -186,3 +186,18 @@ def test_failed_send_reaps_yard() -> None:
     a.send_failed(path("beta"), 0.0)
     assert drained(a) == [YardReaped(name="beta", path=path("beta"))]
     assert not a.has_yard("beta")
+
+
+def test_pack_gives_the_pages_send_would_queue_and_queues_nothing() -> None:
+    a, b = pair(max_page_size=400)
+    small, large = {"k": 1}, {"fill": "x" * 2000}
+    pages = a.pack(small, "beta") + a.pack(large, "beta")
+    assert a.backlog("beta") == 0 and a.datagrams_to_send(0.0) == []
+    assert len(pages) > 2  # the large one was paginated
+    for data in pages:
+        b.receive_datagram(data, path("alpha"), 0.0)
+    bodies = [e.body for e in drained(b) if isinstance(e, MessageReceived)]
+    assert bodies == [small, large]
+    # Book ids continue across pack and send, so the receiver never confuses two books.
+    a.send({"k": 2}, "beta")
+    assert [e.body for e in transfer(a, path("alpha"), b)] == [{"k": 2}]

@@ -98,3 +98,19 @@ def test_arbitrary_body_bytes_decode_or_raise_badpacket(data: bytes, kind: PackK
         assert isinstance(decode_body_untrusted(data, kind), dict)
     except BadPacket:
         pass
+
+
+def test_head_fields_match_the_page() -> None:
+    from raetsalt.lane.page import parse_head_untrusted, parse_page_untrusted
+
+    [data] = paginate(b"\x81\xa1k\x01", pack_kind=PackKind.MSGPACK, source="ya", destination="yb",
+                      session_id="s9", book_id=0x2A)
+    page = parse_page_untrusted(data)
+    kind, source, destination, session_id, book_id, number, count, offset = (
+        parse_head_untrusted(data)
+    )
+    assert (kind, source, destination, session_id, book_id, number, count) == (
+        page.pack_kind, page.source, page.destination, page.session_id, page.book_id,
+        page.page_number, page.page_count,
+    )
+    assert data[offset:] == page.section == b"\x81\xa1k\x01"
