@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from raetsalt.crypto import KeyPair, SessionBox, random_bytes
 from raetsalt.engine.events import DropReason, TransactionFailed
+from raetsalt.engine.native import FQDN_MARK, OREO_MARK
 from raetsalt.engine.transaction import Transaction
 from raetsalt.errors import BadPacket
 from raetsalt.wire import allow as layout
@@ -75,6 +76,7 @@ class AllowInitiator(_AllowBase):
         # box(., ., L_r, s_i) for the hello; the same shared key opens the cookie.
         self.hello_box = SessionBox(self.short.secret, remote.long_public)
         self.their_short: bytes | None = None
+        self.native = False
 
     def start(self, now: float) -> None:
         nonce = random_bytes(NONCE)
@@ -106,11 +108,13 @@ class AllowInitiator(_AllowBase):
         if stuff.near_uid != remote.fuid or stuff.far_uid != remote.uid:
             raise BadPacket("allow cookie names other estate ids", DropReason.IDS.value)
         self.their_short = stuff.short_public
+        # The responder offers the native profile inside the cookie box; we accept inside
+        # the initiate box.  Neither mark can be changed without breaking a box.
+        self.native = road.config.native and stuff.oreo.startswith(OREO_MARK)
+        fqdn = FQDN_MARK if self.native else remote.ha[0].encode("ascii", "replace")
         vouch_nonce = random_bytes(NONCE)
         vouch = road.long_box(remote).encrypt(self.short.public, vouch_nonce)
-        inner = layout.pack_initiate_stuff(
-            road.long_keys.public, vouch, vouch_nonce, remote.ha[0].encode("ascii", "replace")
-        )
+        inner = layout.pack_initiate_stuff(road.long_keys.public, vouch, vouch_nonce, fqdn)
         nonce = random_bytes(NONCE)
         sealed = SessionBox(self.short.secret, self.their_short).encrypt(inner, nonce)
         self._send(
@@ -124,7 +128,8 @@ class AllowInitiator(_AllowBase):
         header = self.header(PacketKind.ACK, body_kind=BodyKind.RAW, foot_kind=FootKind.NACL)
         self.road.transmit(header, b"", self.remote.ha)
         self.finish()
-        self.road.on_allowed(self.remote, SessionBox(self.short.secret, self.their_short), now)
+        session = SessionBox(self.short.secret, self.their_short)
+        self.road.on_allowed(self.remote, session, now, native=self.native, initiator=True)
 
 
 class AllowCorrespondent(_AllowBase):
@@ -148,7 +153,8 @@ class AllowCorrespondent(_AllowBase):
                 "allow hello does not open to the agreed plain text", DropReason.DECRYPT.value
             )
         self.their_short = hello.short_public
-        self.oreo = random_bytes(NONCE)
+        offer = OREO_MARK if self.road.config.native else b""
+        self.oreo = offer + random_bytes(NONCE - len(offer))
         stuff = layout.pack_cookie_stuff(
             self.short.public, self.remote.uid, self.remote.fuid, self.oreo
         )
@@ -188,9 +194,10 @@ class AllowCorrespondent(_AllowBase):
             raise BadPacket(
                 "allow vouch does not vouch for the short-term key", DropReason.DECRYPT.value
             )
+        native = self.oreo.startswith(OREO_MARK) and stuff.fqdn.startswith(FQDN_MARK)
         self.acked = True
         self._send(PacketKind.ACK, b"", now)
-        road.on_allowed(remote, session, now)
+        road.on_allowed(remote, session, now, native=native, initiator=False)
 
     def on_timeout(self, now: float) -> None:
         # After our ack the session is up whether or not the final ack arrived.

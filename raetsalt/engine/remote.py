@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from raetsalt.crypto import SessionBox, Verifier
 from raetsalt.engine.replay import ReplayWindow
+from raetsalt.wire.enums import BodyKind
 
 if TYPE_CHECKING:
     from raetsalt.engine.transaction import Transaction
@@ -35,8 +36,9 @@ class Outgoing:
 
     mid: int
     body: bytes
-    """The encoded body (JSON or msgpack), encrypted when its transaction starts."""
+    """The encoded body, encrypted when its transaction starts."""
     expires: float
+    kind: BodyKind = BodyKind.JSON
 
 
 @dataclass(eq=False)
@@ -72,6 +74,8 @@ class Remote:
     transactions: dict[tuple[bool, int, int], Transaction] = field(default_factory=dict)
     replay: ReplayWindow = field(default_factory=ReplayWindow)
     outbox: deque[Outgoing] = field(default_factory=deque)
+    channel: Any = None
+    """The native-profile ``Channel`` of the current session, when both ends are ours."""
     sender: Any = None
     """The message transaction currently sending (one at a time keeps delivery in order)."""
     last_rx: float = 0.0

@@ -50,6 +50,7 @@ from raetsalt.engine.join import (
     valid_name,
 )
 from raetsalt.engine.message import MessageReceiver, MessageSender
+from raetsalt.engine.native import Channel, is_native, parse_prefix_untrusted
 from raetsalt.engine.remote import Outgoing, Remote, next_id, sid_valid
 from raetsalt.engine.timers import TimerQueue, backoff
 from raetsalt.engine.transaction import Transaction
@@ -99,6 +100,14 @@ class RoadConfig:
     retry_max: float = 10.0
     """Bounds of the jittered back-off between connection attempts."""
     body_kind: BodyKind = BodyKind.JSON
+    native: bool = True
+    """Offer and accept the native profile (used only when both ends are raetsalt)."""
+    native_datagram_size: int = 1400
+    """Largest native datagram on real networks (fits a 1500-byte MTU with IPv6)."""
+    native_loopback_datagram_size: int = 65000
+    """Largest native datagram to a loopback address, where the MTU is 64 KiB."""
+    native_window: int = 2 * 1024 * 1024
+    """Bytes a native sender may have unacknowledged (below the receiver's socket buffer)."""
 
 
 @dataclass(eq=False)
@@ -133,6 +142,7 @@ class Road:
         self._events: deque[Event] = deque()
         self._housekeeping: dict[int, _Housekeeping] = {}
         self._long_boxes: dict[bytes, SessionBox] = {}
+        self._dirty: dict[Channel, None] = {}
         self._next_mid = 0
         self._restore()
 
@@ -200,6 +210,9 @@ class Road:
         self.now = now
         self.stats["rx"] += 1
         try:
+            if is_native(data):
+                self._receive_native(data, address, now)
+                return
             packet = parse_packet_untrusted(data, max_size=self.config.max_packet_size)
             self._dispatch(packet, address, now)
         except BadPacket as exc:
@@ -207,6 +220,13 @@ class Road:
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, tuple[str, int]]]:
         self.now = now
+        # Native channels send here, once per batch: everything queued since the last
+        # call shares datagrams, and one ack answers a whole batch of received packets.
+        while self._dirty:
+            channel = next(iter(self._dirty))
+            del self._dirty[channel]
+            if channel.remote.channel is channel:
+                channel.flush(now, self._outbox)
         out, self._outbox = self._outbox, []
         return out
 
@@ -217,7 +237,7 @@ class Road:
         self.now = now
         for owner in self.timers.pop_due(now):
             try:
-                if isinstance(owner, Transaction):
+                if isinstance(owner, Transaction | Channel):
                     owner.on_timer(now)
                 elif isinstance(owner, _Housekeeping):
                     self._service_remote(owner.remote, now)
@@ -297,15 +317,20 @@ class Road:
         remote = self.remote(to)
         if not isinstance(body, Mapping):
             raise LocalError("a message body must be a mapping")
+        kind = BodyKind.MSGPACK if remote.channel is not None else self.config.body_kind
         try:
-            encoded = encode_body(self.config.body_kind, dict(body))
+            encoded = encode_body(kind, dict(body))
         except Exception as exc:  # noqa: BLE001 - any encoder failure is the caller's
             raise LocalError(f"message body cannot be encoded: {exc}") from exc
         if len(encoded) > self.config.max_message_size:
             raise LocalError(f"message body of {len(encoded)} bytes exceeds max_message_size")
         self._next_mid += 1
-        remote.outbox.append(Outgoing(self._next_mid, encoded, now + self.config.message_timeout))
-        self._pump(remote, now)
+        outgoing = Outgoing(self._next_mid, encoded, now + self.config.message_timeout, kind)
+        if remote.channel is not None and not remote.outbox:
+            remote.channel.enqueue(outgoing, kind)
+        else:
+            remote.outbox.append(outgoing)
+            self._pump(remote, now)
         return self._next_mid
 
     def remote(self, which: str | int) -> Remote:
@@ -337,6 +362,10 @@ class Road:
 
     def emit(self, event: Event) -> None:
         self._events.append(event)
+
+    def mark_dirty(self, channel: Channel) -> None:
+        """``channel`` has something to send at the next ``datagrams_to_send``."""
+        self._dirty[channel] = None
 
     def long_box(self, remote: Remote) -> SessionBox:
         """The box between our and the remote's long-term keys (used by allow's vouch)."""
@@ -411,7 +440,25 @@ class Road:
             if remote.auto_connect:
                 self.allow(remote.uid, now)
 
-    def on_allowed(self, remote: Remote, session: SessionBox, now: float) -> None:
+    def on_allowed(
+        self, remote: Remote, session: SessionBox, now: float, *, native: bool, initiator: bool
+    ) -> None:
+        if remote.channel is not None:
+            remote.outbox.extendleft(reversed(remote.channel.unfinished()))
+            remote.channel = None
+        remote.profile = "native" if native else "raet"
+        if native:
+            loopback = remote.ha[0].startswith("127.") or remote.ha[0] == "::1"
+            config = self.config
+            size = config.native_loopback_datagram_size if loopback else config.native_datagram_size
+            remote.channel = Channel(
+                self,
+                remote,
+                session,
+                initiator=initiator,
+                datagram_size=size,
+                window=config.native_window,
+            )
         remote.session = session
         remote.allowed = True
         remote.retry_delay = 0.0
@@ -477,6 +524,9 @@ class Road:
         """The session keys are gone: end its message transactions; ours go out again."""
         remote.allowed = False
         remote.session = None
+        if remote.channel is not None:
+            remote.outbox.extendleft(reversed(remote.channel.unfinished()))
+            remote.channel = None
         for txn in list(remote.transactions.values()):
             if isinstance(txn, MessageSender):
                 remote.outbox.appendleft(txn.outgoing)
@@ -493,13 +543,23 @@ class Road:
     # -- housekeeping ----------------------------------------------------------------------
 
     def _pump(self, remote: Remote, now: float) -> None:
-        if (
+        if remote.channel is not None and remote.allowed:
+            while remote.outbox:
+                outgoing = remote.outbox.popleft()
+                remote.channel.enqueue(outgoing, outgoing.kind)
+        elif (
             remote.sender is None
             and remote.outbox
             and remote.allowed
             and remote.session is not None
         ):
-            txn = MessageSender(self, remote, remote.outbox.popleft(), now=now)
+            outgoing = remote.outbox.popleft()
+            if outgoing.kind != self.config.body_kind:
+                # Queued for a native session that is now a raet one: raet reads JSON.
+                value = decode_body_untrusted(outgoing.kind, outgoing.body)
+                outgoing.body = encode_body(self.config.body_kind, value)
+                outgoing.kind = self.config.body_kind
+            txn = MessageSender(self, remote, outgoing, now=now)
             remote.transactions[txn.key] = txn
             remote.sender = txn
             txn.start(now)
@@ -558,6 +618,20 @@ class Road:
             reason = DropReason.MALFORMED
         self.stats[f"drop_{reason.value}"] += 1
         self.emit(PacketDropped(reason, address, detail))
+
+    def _receive_native(self, data: bytes, address: tuple[str, int], now: float) -> None:
+        uid, counter = parse_prefix_untrusted(data)
+        remote = self.remotes.get(uid)
+        channel = remote.channel if remote is not None else None
+        if channel is None or remote is None:
+            raise BadPacket(
+                "native datagram for no native session", DropReason.UNKNOWN_REMOTE.value
+            )
+        channel.receive_untrusted(data, counter, now)
+        remote.last_rx = now
+        remote.alive_failures = 0
+        if remote.alive is not True:
+            self._set_alive(remote, True)
 
     def _dispatch(self, packet: Packet, address: tuple[str, int], now: float) -> None:
         header = packet.header

@@ -7,13 +7,14 @@ import hashlib
 import pytest
 
 from raetsalt.engine.events import (
+    Allowed,
     MessageDelivered,
     MessageReceived,
     PresenceChanged,
     TransactionFailed,
 )
 from raetsalt.testing.fakenet import Conditions
-from raetsalt.testing.pair import road_pair
+from raetsalt.testing.pair import Pair, road_pair
 
 SEEDS = range(20)
 NETWORKS = {
@@ -32,11 +33,23 @@ def _bodies(seed: int, sizes: list[int]) -> list[dict[str, object]]:
     return out
 
 
+PROFILES = {"raet": {"native": False}, "native": {"native": True}}
+
+
+def _pair(network: str, seed: int, profile: str) -> Pair:
+    settings = PROFILES[profile]
+    return road_pair(NETWORKS[network], seed=seed, main_config=settings, minion_config=settings)
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
 @pytest.mark.parametrize("network", sorted(NETWORKS))
 @pytest.mark.parametrize("seed", SEEDS)
-def test_small_and_segmented_messages_arrive_once_in_order(network: str, seed: int) -> None:
-    pair = road_pair(NETWORKS[network], seed=seed)
+def test_small_and_segmented_messages_arrive_once_in_order(
+    network: str, seed: int, profile: str
+) -> None:
+    pair = _pair(network, seed, profile)
     assert pair.connect(), "join + allow did not complete"
+    assert {e.profile for e in pair.minion.of(Allowed)} == {profile}
     sent = _bodies(seed, [100, 65536, 100, 3000])
     back = _bodies(seed + 1000, [100, 65536])
     for body in sent:
@@ -53,10 +66,11 @@ def test_small_and_segmented_messages_arrive_once_in_order(network: str, seed: i
     assert [e.mid for e in pair.minion.of(MessageDelivered)] == [1, 2, 3, 4]
 
 
+@pytest.mark.parametrize("profile", sorted(PROFILES))
 @pytest.mark.parametrize("network", sorted(NETWORKS))
 @pytest.mark.parametrize("seed", SEEDS)
-def test_one_mebibyte_message(network: str, seed: int) -> None:
-    pair = road_pair(NETWORKS[network], seed=seed)
+def test_one_mebibyte_message(network: str, seed: int, profile: str) -> None:
+    pair = _pair(network, seed, profile)
     assert pair.connect()
     body = _bodies(seed, [1 << 20])[0]
     pair.minion.road.send_message("main", body, pair.net.now)

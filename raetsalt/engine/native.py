@@ -1,0 +1,453 @@
+"""The native profile: the fast message path used when both ends are raetsalt.
+
+Negotiation (inside the authenticated allow handshake, so it cannot be downgraded):
+our responder starts its cookie ``oreo`` with ``OREO_MARK``; the oreo travels inside the
+cookie box, which only the holder of the responder's long-term key can make.  Our
+initiator, seeing the mark, puts ``FQDN_MARK`` in the initiate's fqdn field, inside the
+initiate box, which only the holder of the initiator's short-term key can make.  A raet
+0.6.8 peer never sends either mark, so it always gets the exact raet format; tampering
+with either mark breaks a box and the handshake fails (closed), it does not fall back.
+
+Packet layout (all integers big-endian)::
+
+    magic(2) = b"\\xf5\\x01" | receiver's uid for the sender (4) | counter (8) | box
+
+``box`` is ``crypto_box_easy_afternm`` of the frames under the session key with nonce
+``direction byte + 15 zero bytes + counter``; the direction byte differs for the two
+senders so nonces never repeat under the shared key.  The box authenticates everything
+(uid and counter select the key and nonce), so there is no per-packet signature.
+A counter is accepted once (sliding window), so replays are dropped.
+
+Frames inside the box::
+
+    DATA  0x01 | body kind (1) | seq (4) | total length (4) | offset (4) | length (2) | bytes
+    ACK   0x02 | range count (1) | count x (first counter (8), last counter (8))
+    LEAST 0x03 | counter (8): the sender no longer needs acks below this counter
+
+Messages get a per-session sequence number, are cut into DATA frames once, and many
+frames share one datagram (coalescing).  The receiver acknowledges packet counters in
+ranges after every batch of datagrams; the sender declares a packet lost when three later
+packets are acknowledged or it is older than the round trip allows, or when the probe
+time-out fires, and queues its frames again.  A byte window caps what is in flight, so a
+fast sender never overruns the receiver's socket buffer.  Messages are delivered in
+sequence order; a message counts as delivered when every frame of it is acknowledged.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from raetsalt.engine.events import DropReason, MessageDelivered, MessageReceived, TransactionFailed
+from raetsalt.errors import BadPacket
+from raetsalt.wire.body import decode_body_untrusted
+from raetsalt.wire.enums import BodyKind
+
+if TYPE_CHECKING:
+    from raetsalt.crypto import SessionBox
+    from raetsalt.engine.remote import Outgoing, Remote
+    from raetsalt.engine.road import Road
+
+OREO_MARK = b"RSnative"  # 8 of the oreo's 24 bytes
+FQDN_MARK = b"raetsalt-native/1"
+MAGIC = b"\xf5\x01"
+
+_PREFIX = struct.Struct("!2sIQ")  # magic, receiver uid, counter
+_DATA = struct.Struct("!BBIIIH")
+_ACK_HEAD = struct.Struct("!BB")
+_RANGE = struct.Struct("!QQ")
+_LEAST = struct.Struct("!BQ")
+_DATA_FRAME = 1
+_ACK_FRAME = 2
+_LEAST_FRAME = 3
+_TAG = 16
+MAX_ACK_RANGES = 64
+PACKET_THRESHOLD = 3
+MAX_REORDER = 1024
+INITIAL_RTT = 0.05
+MIN_PTO = 0.002
+MAX_PTO = 2.0
+
+
+@dataclass(slots=True)
+class _Sent:
+    at: float
+    size: int
+    frames: list[tuple[int, bytes]]  # (message seq, encoded frame)
+
+
+@dataclass(slots=True)
+class _Message:
+    mid: int
+    frames_left: int
+    expires: float
+    outgoing: Outgoing
+
+
+@dataclass(slots=True)
+class _Partial:
+    total: int
+    kind: int
+    buffer: bytearray
+    offsets: set[int] = field(default_factory=set)
+    received: int = 0
+
+
+def is_native(data: bytes) -> bool:
+    return data[:2] == MAGIC
+
+
+def parse_prefix_untrusted(data: bytes) -> tuple[int, int]:
+    """(receiver uid, counter) of a native datagram."""
+    if len(data) < _PREFIX.size + _TAG:
+        raise BadPacket("native datagram too short", DropReason.MALFORMED.value)
+    _, uid, counter = _PREFIX.unpack_from(data)
+    return uid, counter
+
+
+class Channel:
+    """The native session with one remote: sending, acknowledging and reassembling."""
+
+    def __init__(
+        self,
+        road: Road,
+        remote: Remote,
+        box: SessionBox,
+        *,
+        initiator: bool,
+        datagram_size: int,
+        window: int,
+    ) -> None:
+        self.road = road
+        self.remote = remote
+        self.box = box
+        self._tx_nonce = bytes([1 if initiator else 2]) + bytes(15)
+        self._rx_nonce = bytes([2 if initiator else 1]) + bytes(15)
+        self.datagram_size = datagram_size
+        self.chunk = datagram_size - _PREFIX.size - _TAG - _LEAST.size - _DATA.size
+        self.window = window
+        self.deadline: float | None = None
+        # sending
+        self.counter = 0
+        self.next_seq = 1
+        self.queue: deque[tuple[int, bytes]] = deque()
+        self.in_flight: dict[int, _Sent] = {}
+        self.bytes_in_flight = 0
+        self.largest_acked = 0
+        self.messages: dict[int, _Message] = {}
+        self.srtt = INITIAL_RTT
+        self.rttvar = INITIAL_RTT / 2
+        self.pto_count = 0
+        self.reorder_threshold = PACKET_THRESHOLD
+        self.declared_lost: dict[int, None] = {}
+        # receiving
+        self.rx_highest = 0
+        self.rx_seen: set[int] = set()
+        self.ack_ranges: list[list[int]] = []  # [first, last], newest last
+        self.ack_due = False
+        self.partials: dict[int, _Partial] = {}
+        self.ready: dict[int, tuple[int, bytes]] = {}
+        self.next_deliver = 1
+
+    # -- sending ------------------------------------------------------------------------
+
+    def enqueue(self, outgoing: Outgoing, kind: BodyKind) -> None:
+        seq = self.next_seq
+        self.next_seq += 1
+        body = outgoing.body
+        total = len(body)
+        frames = 0
+        for offset in range(0, max(total, 1), self.chunk):
+            piece = body[offset : offset + self.chunk]
+            self.queue.append(
+                (seq, _DATA.pack(_DATA_FRAME, kind, seq, total, offset, len(piece)) + piece)
+            )
+            frames += 1
+        self.messages[seq] = _Message(outgoing.mid, frames, outgoing.expires, outgoing)
+        self.road.mark_dirty(self)
+
+    def flush(self, now: float, out: list[tuple[bytes, tuple[str, int]]]) -> None:
+        """Send what the window allows, coalescing frames; piggyback a due ack."""
+        limit = self.datagram_size - _PREFIX.size - _TAG
+        queue = self.queue
+        while queue and self.bytes_in_flight < self.window:
+            frames: list[tuple[int, bytes]] = []
+            # Tell the receiver which acks still matter, so its ranges stay few.
+            least = next(iter(self.in_flight), self.counter + 1)
+            parts: list[bytes] = [_LEAST.pack(_LEAST_FRAME, least)]
+            size = _LEAST.size
+            if self.ack_due:
+                ack = self._ack_frame()
+                if size + len(ack) + len(queue[0][1]) > limit:
+                    self._emit(ack, now, out, None)  # no room beside the data: alone
+                else:
+                    parts.append(ack)
+                    size += len(ack)
+            while queue and size + len(queue[0][1]) <= limit:
+                item = queue.popleft()
+                frames.append(item)
+                parts.append(item[1])
+                size += len(item[1])
+            self._emit(b"".join(parts), now, out, frames)
+        if self.ack_due:
+            self._emit(self._ack_frame(), now, out, None)
+        self._arm(now)
+
+    def _emit(
+        self,
+        plain: bytes,
+        now: float,
+        out: list[tuple[bytes, tuple[str, int]]],
+        frames: list[tuple[int, bytes]] | None,
+    ) -> None:
+        self.counter += 1
+        counter = self.counter
+        nonce = self._tx_nonce[:16] + counter.to_bytes(8, "big")
+        data = _PREFIX.pack(MAGIC, self.remote.fuid, counter) + self.box.encrypt(plain, nonce)
+        out.append((data, self.remote.ha))
+        if frames is not None:
+            self.in_flight[counter] = _Sent(now, len(data), frames)
+            self.bytes_in_flight += len(data)
+        self.ack_due = False
+
+    def _ack_frame(self) -> bytes:
+        ranges = self.ack_ranges[-MAX_ACK_RANGES:]
+        return _ACK_HEAD.pack(_ACK_FRAME, len(ranges)) + b"".join(
+            _RANGE.pack(a, b) for a, b in ranges
+        )
+
+    def _on_ack(self, ranges: list[tuple[int, int]], now: float) -> None:
+        newly_largest = 0
+        sample = 0.0
+        in_flight = self.in_flight
+        for first, last in ranges:
+            if last < first or last > self.counter:
+                raise BadPacket("ack range names packets never sent", DropReason.BODY.value)
+            if self.declared_lost:
+                self._spurious(first, last)
+            # Walk whichever is shorter: the range or what is in flight.
+            if last - first < len(in_flight):
+                acked = [c for c in range(first, last + 1) if c in in_flight]
+            else:
+                acked = [c for c in in_flight if first <= c <= last]
+            for counter in acked:
+                sent = in_flight.pop(counter)
+                self.bytes_in_flight -= sent.size
+                if counter > newly_largest:
+                    newly_largest = counter
+                    sample = now - sent.at
+                for seq, _ in sent.frames:
+                    self._frame_acked(seq)
+        if newly_largest:
+            self.pto_count = 0
+            if newly_largest > self.largest_acked:
+                self.largest_acked = newly_largest
+                self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - sample)
+                self.srtt = 0.875 * self.srtt + 0.125 * sample
+            # Below the lowest range this ack reports, it says nothing (the receiver keeps
+            # only so many ranges): those packets are left to later acks or the probe.
+            self._detect_lost(now, floor=min(first for first, _ in ranges))
+            self.road.mark_dirty(self)
+
+    def _frame_acked(self, seq: int) -> None:
+        message = self.messages.get(seq)
+        if message is None:
+            return
+        message.frames_left -= 1
+        # The receiver delivers in sequence order, so confirm in that order too: a
+        # message counts as delivered once it and every earlier one are fully acked.
+        messages = self.messages
+        while messages:
+            first = next(iter(messages))
+            if messages[first].frames_left > 0:
+                break
+            done = messages.pop(first)
+            self.road.emit(MessageDelivered(self.remote.name, done.mid))
+
+    def _spurious(self, first: int, last: int) -> None:
+        """Packets we declared lost were acknowledged after all: the path reorders, so
+        wait for more later packets before declaring a loss (as RACK does)."""
+        late = [c for c in self.declared_lost if first <= c <= last]
+        if late:
+            for counter in late:
+                del self.declared_lost[counter]
+            self.reorder_threshold = min(self.reorder_threshold * 2, MAX_REORDER)
+            self.road.stats["native_spurious_retransmit"] += len(late)
+
+    def _detect_lost(self, now: float, *, floor: int) -> None:
+        horizon = now - 1.125 * max(self.srtt, MIN_PTO)
+        threshold = self.largest_acked - self.reorder_threshold
+        lost = []
+        for counter, sent in self.in_flight.items():
+            if counter >= self.largest_acked:
+                break  # in flight is in sending order
+            if counter >= floor and (counter <= threshold or sent.at <= horizon):
+                lost.append(counter)
+        for counter in lost:
+            self.declared_lost[counter] = None
+        while len(self.declared_lost) > 4096:
+            del self.declared_lost[next(iter(self.declared_lost))]
+        self._requeue(lost)
+
+    def _requeue(self, counters: list[int]) -> None:
+        frames: list[tuple[int, bytes]] = []
+        for counter in sorted(counters):
+            sent = self.in_flight.pop(counter)
+            self.bytes_in_flight -= sent.size
+            frames.extend(f for f in sent.frames if f[0] in self.messages)
+        if frames:
+            self.road.stats["native_retransmit"] += len(frames)
+            self.queue.extendleft(reversed(frames))
+            self.road.mark_dirty(self)
+
+    def pto(self) -> float:
+        base = self.srtt + max(4 * self.rttvar, MIN_PTO)
+        return min(max(base, MIN_PTO) * (1 << min(self.pto_count, 10)), MAX_PTO)
+
+    def _arm(self, now: float) -> None:
+        # Both dicts are in sending order, so their first entries are the oldest.
+        times = []
+        if self.in_flight:
+            times.append(next(iter(self.in_flight.values())).at + self.pto())
+        if self.messages:
+            times.append(next(iter(self.messages.values())).expires)
+        self.road.timers.arm(self, min(times) if times else None)
+
+    def on_timer(self, now: float) -> None:
+        expired = [seq for seq, m in self.messages.items() if m.expires <= now]
+        for seq in expired:
+            message = self.messages.pop(seq)
+            self.road.emit(TransactionFailed(self.remote.name, "message", "timeout", message.mid))
+        # The same expression as in _arm, so float rounding cannot leave a due timer idle.
+        pto = self.pto()
+        stale = [c for c, s in self.in_flight.items() if s.at + pto <= now]
+        if stale:
+            self.pto_count += 1
+            self._requeue(stale)
+        self.road.mark_dirty(self)
+
+    # -- receiving ----------------------------------------------------------------------
+
+    def receive_untrusted(self, data: bytes, counter: int, now: float) -> None:
+        if counter in self.rx_seen or counter + 65536 <= self.rx_highest:
+            raise BadPacket("native counter already seen", DropReason.REPLAY.value)
+        nonce = self._rx_nonce + counter.to_bytes(8, "big")
+        plain = self.box.decrypt_untrusted(data[_PREFIX.size :], nonce)
+        # Authenticated from here on.  Only packets carrying data are acknowledged (an
+        # ack of an ack would never end), but every counter goes into the ranges.
+        carries_data = self._frames_untrusted(plain, now)
+        self._record(counter, carries_data)
+
+    def _record(self, counter: int, ack_eliciting: bool) -> None:
+        seen = self.rx_seen
+        seen.add(counter)
+        if counter > self.rx_highest:
+            self.rx_highest = counter
+            if len(seen) > 131072:
+                floor = counter - 65536
+                self.rx_seen = {c for c in seen if c > floor}
+        ranges = self.ack_ranges
+        if ranges and ranges[-1][1] + 1 == counter:
+            ranges[-1][1] = counter
+        else:
+            ranges.append([counter, counter])
+            ranges.sort()
+            merged: list[list[int]] = []
+            for first, last in ranges:
+                if merged and merged[-1][1] + 1 >= first:
+                    merged[-1][1] = max(merged[-1][1], last)
+                else:
+                    merged.append([first, last])
+            self.ack_ranges = merged[-MAX_ACK_RANGES:]
+        if ack_eliciting and not self.ack_due:
+            self.ack_due = True
+            self.road.mark_dirty(self)
+
+    def _frames_untrusted(self, plain: bytes, now: float) -> bool:
+        """Handle the frames of one packet; True if it carried data."""
+        view = memoryview(plain)
+        pos, end = 0, len(plain)
+        carries_data = False
+        try:
+            while pos < end:
+                kind = plain[pos]
+                if kind == _DATA_FRAME:
+                    _, body_kind, seq, total, offset, length = _DATA.unpack_from(plain, pos)
+                    pos += _DATA.size
+                    if pos + length > end:
+                        raise BadPacket("truncated native data frame", DropReason.BODY.value)
+                    self._data(seq, body_kind, total, offset, view[pos : pos + length], now)
+                    pos += length
+                    carries_data = True
+                elif kind == _ACK_FRAME:
+                    _, count = _ACK_HEAD.unpack_from(plain, pos)
+                    pos += _ACK_HEAD.size
+                    ranges = [
+                        _RANGE.unpack_from(plain, pos + i * _RANGE.size) for i in range(count)
+                    ]
+                    pos += count * _RANGE.size
+                    self._on_ack(ranges, now)
+                elif kind == _LEAST_FRAME:
+                    _, least = _LEAST.unpack_from(plain, pos)
+                    pos += _LEAST.size
+                    self._forget_below(least)
+                else:
+                    raise BadPacket("unknown native frame", DropReason.BODY.value)
+        except struct.error as exc:
+            raise BadPacket(f"truncated native frame: {exc}", DropReason.BODY.value) from None
+        return carries_data
+
+    def _forget_below(self, least: int) -> None:
+        ranges = self.ack_ranges
+        while ranges and ranges[0][1] < least:
+            ranges.pop(0)
+        if ranges and ranges[0][0] < least:
+            ranges[0][0] = least
+
+    def _data(
+        self, seq: int, kind: int, total: int, offset: int, piece: memoryview, now: float
+    ) -> None:
+        if seq < self.next_deliver or seq in self.ready:
+            return  # a retransmission of something already complete
+        if seq >= self.next_deliver + 65536 or total > self.road.config.max_message_size:
+            raise BadPacket("native message out of range", DropReason.BODY.value)
+        if offset + len(piece) > total or (len(piece) == 0 and total):
+            raise BadPacket("native frame outside its message", DropReason.BODY.value)
+        if offset == 0 and len(piece) == total:
+            self._complete(seq, kind, bytes(piece))
+            return
+        partial = self.partials.get(seq)
+        if partial is None:
+            partial = self.partials[seq] = _Partial(total, kind, bytearray(total))
+        elif partial.total != total or partial.kind != kind:
+            raise BadPacket("native frames disagree on their message", DropReason.BODY.value)
+        if offset in partial.offsets:
+            return
+        partial.offsets.add(offset)
+        partial.buffer[offset : offset + len(piece)] = piece
+        partial.received += len(piece)
+        if partial.received == total:
+            del self.partials[seq]
+            self._complete(seq, kind, bytes(partial.buffer))
+
+    def _complete(self, seq: int, kind: int, body: bytes) -> None:
+        self.ready[seq] = (kind, body)
+        ready = self.ready
+        while self.next_deliver in ready:
+            body_kind, data = ready.pop(self.next_deliver)
+            self.next_deliver += 1
+            try:
+                value = decode_body_untrusted(BodyKind(body_kind), data)
+            except (BadPacket, ValueError):
+                self.road.stats["drop_body"] += 1
+                continue
+            self.road.emit(MessageReceived(self.remote.name, value))
+
+    # -- end of the session -------------------------------------------------------------
+
+    def unfinished(self) -> list[Outgoing]:
+        """Messages not yet fully acknowledged, in order (to send again in a new session)."""
+        self.road.timers.arm(self, None)
+        return [m.outgoing for _, m in sorted(self.messages.items())]
