@@ -68,6 +68,8 @@ PACKET_THRESHOLD = 3
 MAX_REORDER = 1024
 INITIAL_RTT = 0.05
 MIN_PTO = 0.002
+ACK_DELAY = 0.001
+"""A lone data packet's ack waits this long for a reply to ride on (two are acked at once)."""
 MAX_PTO = 2.0
 
 
@@ -139,6 +141,7 @@ class Channel:
         self.messages: dict[int, _Message] = {}
         self.srtt = INITIAL_RTT
         self.rttvar = INITIAL_RTT / 2
+        self.rtt_sampled = False
         self.pto_count = 0
         self.reorder_threshold = PACKET_THRESHOLD
         self.declared_lost: dict[int, None] = {}
@@ -146,7 +149,9 @@ class Channel:
         self.rx_highest = 0
         self.rx_seen: set[int] = set()
         self.ack_ranges: list[list[int]] = []  # [first, last], newest last
-        self.ack_due = False
+        self.ack_pending = 0  # data packets received and not yet acknowledged
+        self.ack_due = False  # an ack must go out at the next flush, data or not
+        self.ack_deadline: float | None = None
         self.partials: dict[int, _Partial] = {}
         self.ready: dict[int, tuple[int, bytes]] = {}
         self.next_deliver = 1
@@ -169,7 +174,8 @@ class Channel:
         self.road.mark_dirty(self)
 
     def flush(self, now: float, out: list[tuple[bytes, tuple[str, int]]]) -> None:
-        """Send what the window allows, coalescing frames; piggyback a due ack."""
+        """Send what the window allows, coalescing frames; an owed ack rides along, or
+        goes alone once it is due."""
         limit = self.datagram_size - _PREFIX.size - _TAG
         queue = self.queue
         while queue and self.bytes_in_flight < self.window:
@@ -178,21 +184,23 @@ class Channel:
             least = next(iter(self.in_flight), self.counter + 1)
             parts: list[bytes] = [_LEAST.pack(_LEAST_FRAME, least)]
             size = _LEAST.size
-            if self.ack_due:
+            with_ack = False
+            if self.ack_pending:
                 ack = self._ack_frame()
                 if size + len(ack) + len(queue[0][1]) > limit:
-                    self._emit(ack, now, out, None)  # no room beside the data: alone
+                    self._emit(ack, now, out, None, with_ack=True)  # no room beside data
                 else:
                     parts.append(ack)
                     size += len(ack)
+                    with_ack = True
             while queue and size + len(queue[0][1]) <= limit:
                 item = queue.popleft()
                 frames.append(item)
                 parts.append(item[1])
                 size += len(item[1])
-            self._emit(b"".join(parts), now, out, frames)
-        if self.ack_due:
-            self._emit(self._ack_frame(), now, out, None)
+            self._emit(b"".join(parts), now, out, frames, with_ack=with_ack)
+        if self.ack_due and self.ack_pending:
+            self._emit(self._ack_frame(), now, out, None, with_ack=True)
         self._arm(now)
 
     def _emit(
@@ -201,6 +209,8 @@ class Channel:
         now: float,
         out: list[tuple[bytes, tuple[str, int]]],
         frames: list[tuple[int, bytes]] | None,
+        *,
+        with_ack: bool,
     ) -> None:
         self.counter += 1
         counter = self.counter
@@ -210,7 +220,10 @@ class Channel:
         if frames is not None:
             self.in_flight[counter] = _Sent(now, len(data), frames)
             self.bytes_in_flight += len(data)
-        self.ack_due = False
+        if with_ack:
+            self.ack_pending = 0
+            self.ack_due = False
+            self.ack_deadline = None
 
     def _ack_frame(self) -> bytes:
         ranges = self.ack_ranges[-MAX_ACK_RANGES:]
@@ -244,8 +257,12 @@ class Channel:
             self.pto_count = 0
             if newly_largest > self.largest_acked:
                 self.largest_acked = newly_largest
-                self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - sample)
-                self.srtt = 0.875 * self.srtt + 0.125 * sample
+                if not self.rtt_sampled:  # the first sample replaces the guess (RFC 9002)
+                    self.rtt_sampled = True
+                    self.srtt, self.rttvar = sample, sample / 2
+                else:
+                    self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - sample)
+                    self.srtt = 0.875 * self.srtt + 0.125 * sample
             # Below the lowest range this ack reports, it says nothing (the receiver keeps
             # only so many ranges): those packets are left to later acks or the probe.
             self._detect_lost(now, floor=min(first for first, _ in ranges))
@@ -313,9 +330,14 @@ class Channel:
             times.append(next(iter(self.in_flight.values())).at + self.pto())
         if self.messages:
             times.append(next(iter(self.messages.values())).expires)
+        if self.ack_deadline is not None:
+            times.append(self.ack_deadline)
         self.road.timers.arm(self, min(times) if times else None)
 
     def on_timer(self, now: float) -> None:
+        if self.ack_deadline is not None and self.ack_deadline <= now:
+            self.ack_deadline = None
+            self.ack_due = True
         expired = [seq for seq, m in self.messages.items() if m.expires <= now]
         for seq in expired:
             message = self.messages.pop(seq)
@@ -338,9 +360,9 @@ class Channel:
         # Authenticated from here on.  Only packets carrying data are acknowledged (an
         # ack of an ack would never end), but every counter goes into the ranges.
         carries_data = self._frames_untrusted(plain, now)
-        self._record(counter, carries_data)
+        self._record(counter, carries_data, now)
 
-    def _record(self, counter: int, ack_eliciting: bool) -> None:
+    def _record(self, counter: int, ack_eliciting: bool, now: float) -> None:
         seen = self.rx_seen
         seen.add(counter)
         if counter > self.rx_highest:
@@ -361,9 +383,14 @@ class Channel:
                 else:
                     merged.append([first, last])
             self.ack_ranges = merged[-MAX_ACK_RANGES:]
-        if ack_eliciting and not self.ack_due:
-            self.ack_due = True
-            self.road.mark_dirty(self)
+        if ack_eliciting:
+            self.ack_pending += 1
+            if self.ack_pending >= 2:
+                self.ack_due = True
+                self.road.mark_dirty(self)
+            elif self.ack_deadline is None:
+                self.ack_deadline = now + ACK_DELAY
+                self._arm(now)
 
     def _frames_untrusted(self, plain: bytes, now: float) -> bool:
         """Handle the frames of one packet; True if it carried data."""
