@@ -307,7 +307,8 @@ class RoadStack:
         return mid
 
     def _after_command(self) -> None:
-        self._flush(self.clock())
+        # Nothing is sent here: ``service`` flushes before it waits, so everything the
+        # application queues between two wake-ups shares datagrams (native profile).
         self._collect()
 
     # -- servicing ------------------------------------------------------------------------
@@ -320,7 +321,10 @@ class RoadStack:
         return self.road.next_timer()
 
     def timeout(self, now: float | None = None) -> float | None:
-        """Seconds until ``next_deadline`` (never negative), for a selector's ``select``."""
+        """Seconds until ``next_deadline`` (never negative), for a selector's ``select``;
+        0 while queued output waits for ``service_ready`` to send it."""
+        if self.road.has_output():
+            return 0.0
         deadline = self.next_deadline()
         if deadline is None:
             return None
@@ -352,6 +356,7 @@ class RoadStack:
         if self._selector is None:
             raise LocalError("the stack is not open")
         if wait is None or wait > 0.0:
+            self._flush(self.clock())  # what the application queued goes out before we sleep
             self._selector.select(wait)
         return self.service_ready()
 

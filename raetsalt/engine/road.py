@@ -233,6 +233,10 @@ class Road:
     def next_timer(self) -> float | None:
         return self.timers.next_deadline()
 
+    def has_output(self) -> bool:
+        """Datagrams are waiting for ``datagrams_to_send`` (so a driver must not sleep)."""
+        return bool(self._outbox or self._dirty)
+
     def handle_timer(self, now: float) -> None:
         self.now = now
         for owner in self.timers.pop_due(now):
