@@ -286,3 +286,19 @@ def test_restarted_raet_minion_rejoins_promptly(ours, tmp_path: Path) -> None:
     with RaetPeer("minion", tmp_path / "minion-keep", auto="once") as second:  # same keep
         second.command("join", remote="salt")
         second.wait_for("joined", remote="salt", timeout=3)
+
+
+def test_raet_peer_gets_the_raet_profile_although_we_offer_native(raet_peer: Start, ours) -> None:
+    side = ours("salt", main=True, auto=AutoMode.ONCE)
+    assert side.stack.road.config.native  # we offer the native profile ...
+    minion = raet_peer("minion", auto="once")
+    minion.join(side.stack.address)
+    minion.wait_for("joined", remote="salt")
+    minion.allow("salt")
+    minion.wait_for("allowed", remote="salt")
+    # ... but a raet peer never answers the offer, so it gets exact raet packets.
+    assert side.wait(Allowed, remote="minion").profile == "raet"
+    mid = side.call(lambda s: s.send("minion", {"format": "raet"}))
+    side.wait(MessageDelivered, mid=mid)
+    assert minion.wait_messages(1, remote="salt")[0]["body"] == {"format": "raet"}
+    assert not minion.errors()
