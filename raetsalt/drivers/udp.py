@@ -301,14 +301,18 @@ class RoadStack:
 
     def send(self, to: str | int, body: Mapping[str, Any]) -> int:
         """Queue a message (see ``Road.send_message``); returns its mid.  The outcome comes
-        as ``MessageDelivered`` or ``TransactionFailed(kind="message")``."""
+        as ``MessageDelivered`` or ``TransactionFailed(kind="message")``.
+
+        The message goes out at the next ``service``/``service_ready`` (``timeout()`` is 0
+        until then), so messages queued between two wake-ups share datagrams.
+        """
         mid = self.road.send_message(to, body, self.clock())
-        self._after_command()
+        self._collect()
         return mid
 
     def _after_command(self) -> None:
-        # Nothing is sent here: ``service`` flushes before it waits, so everything the
-        # application queues between two wake-ups shares datagrams (native profile).
+        # Connection commands are rare and their latency matters: send them at once.
+        self._flush(self.clock())
         self._collect()
 
     # -- servicing ------------------------------------------------------------------------
