@@ -1,0 +1,120 @@
+"""Finding and calling execution functions.
+
+Convention for your own modules (the minion's ``module_dirs``): every ``NAME.py`` file in
+those directories is a module ``NAME`` (or the value of its ``__virtualname__``); every
+public function in it (defined there, name not starting with ``_``) becomes ``NAME.func``
+and its docstring is what ``sys.doc`` shows.  A function that needs to know about the
+minion declares a keyword-only parameter ``ctx`` and receives a ``Context`` (config,
+grains, the job id, event firing).  Your modules override built-in ones of the same name,
+as in Salt.  A module that fails to import is skipped and its error kept in
+``Loader.errors`` (``sys.list_modules`` does not show it).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import pkgutil
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from raetsalt.errors import RaetSaltError
+
+
+class UnknownFunction(RaetSaltError):
+    """The function is not available on this minion (Salt: "'x.y' is not available.")."""
+
+
+class InvalidArguments(RaetSaltError):
+    """The arguments do not fit the function's signature."""
+
+
+@dataclass
+class Context:
+    """What a running execution function may know and do besides its arguments."""
+
+    opts: dict[str, Any]
+    grains: dict[str, Any]
+    jid: str = ""
+    loader: Loader | None = None
+    fire_event: Callable[[str, Any], bool] = lambda tag, data: False
+    """Fire on the minion's own bus."""
+    fire_master: Callable[[str, Any], bool] = lambda tag, data: False
+    """Fire on the master's bus (forwarded over the road)."""
+    jobs: Callable[[], list[dict[str, Any]]] = lambda: []
+    """The jobs running on this minion (``saltutil.running``)."""
+    kill_job: Callable[[str], bool] = lambda jid: False
+    save_grains: Callable[[Mapping[str, Any]], None] = lambda grains: None
+    """Persist grains set by ``grains.setval``."""
+    retcode: int = 0
+    """A function sets this to report failure without raising (Salt's retcode)."""
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+class Loader:
+    """The execution functions of one minion."""
+
+    def __init__(self, module_dirs: Iterable[str | Path] = ()) -> None:
+        self.functions: dict[str, Callable[..., Any]] = {}
+        self.errors: dict[str, str] = {}
+        from raetsalt.execution import modules as builtin
+
+        for info in sorted(pkgutil.iter_modules(builtin.__path__), key=lambda i: i.name):
+            self._register(importlib.import_module(f"{builtin.__name__}.{info.name}"), info.name)
+        for directory in module_dirs:
+            for path in sorted(Path(directory).glob("*.py")):
+                self._load_file(path)
+
+    def _load_file(self, path: Path) -> None:
+        name = f"raetsalt_ext_{path.stem}"
+        try:
+            spec = importlib.util.spec_from_file_location(name, path)
+            if spec is None or spec.loader is None:
+                raise ImportError("not a Python module")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+        except Exception as exc:  # noqa: BLE001 - a user's broken module must not stop the minion
+            self.errors[str(path)] = f"{type(exc).__name__}: {exc}"
+            return
+        self._register(module, path.stem)
+
+    def _register(self, module: ModuleType, name: str) -> None:
+        virtual = getattr(module, "__virtualname__", name)
+        for key in [k for k in self.functions if k.startswith(virtual + ".")]:
+            del self.functions[key]  # a user module replaces the built-in one entirely
+        for name, obj in vars(module).items():
+            if (
+                inspect.isfunction(obj)
+                and obj.__module__ == module.__name__
+                and not name.startswith("_")
+            ):
+                self.functions[f"{virtual}.{name}"] = obj
+
+    def modules(self) -> list[str]:
+        return sorted({name.split(".", 1)[0] for name in self.functions})
+
+    def call(self, fun: str, args: list[Any], kwargs: dict[str, Any], ctx: Context) -> Any:
+        """Call ``fun``; raises ``UnknownFunction`` or ``InvalidArguments``, and lets the
+        function's own exceptions through (the caller turns them into a failed return)."""
+        func = self.functions.get(fun)
+        if func is None:
+            raise UnknownFunction(f"'{fun}' is not available.")
+        signature = inspect.signature(func)
+        params = signature.parameters
+        takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in params.values())
+        call_kwargs = {
+            k: v for k, v in kwargs.items() if takes_kwargs or not k.startswith("__pub_")
+        }
+        if "ctx" in params:
+            call_kwargs["ctx"] = ctx
+        try:
+            signature.bind(*args, **call_kwargs)
+        except TypeError as exc:
+            raise InvalidArguments(f"Passed invalid arguments to {fun}: {exc}") from None
+        return func(*args, **call_kwargs)

@@ -1,0 +1,39 @@
+"""Salt's command-line argument rules (k=v kwargs, YAML-typed values)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from raetsalt.execution.args import parse_cli_args, yamlify
+
+
+@pytest.mark.parametrize(
+    ("words", "args", "kwargs"),
+    [
+        ([], [], {}),
+        (["1", "two", "3.5"], [1, "two", 3.5], {}),
+        (["true", "False", "null", "~"], [True, False, None, None], {}),
+        (["[1, 2]", "{a: 1}"], [[1, 2], {"a": 1}], {}),
+        (["x=1", "y=[a, b]", "z={k: v}"], [], {"x": 1, "y": ["a", "b"], "z": {"k": "v"}}),
+        (["name=a=b"], [], {"name": "a=b"}),  # a value may contain '='
+        (["a b=c"], ["a b=c"], {}),  # not a name on the left: positional
+        (["=x", "1=2"], ["=x", "1=2"], {}),
+        (["k==v"], ["k==v"], {}),  # '==' is a comparison, not an assignment
+        (["foo,1020,1020"], ["foo,1020,1020"], {}),  # no comma splitting (Salt 3008)
+        (["x.y=1", "a-b=2"], [], {"x.y": 1, "a-b": 2}),
+        (["text # comment"], ["text # comment"], {}),
+        (["'quoted'"], ["'quoted'"], {}),  # the user's text is kept
+        (["2024-01-01"], ["2024-01-01"], {}),  # dates stay strings
+        (["  padded"], ["  padded"], {}),
+        (["cmd=ls -l /tmp"], [], {"cmd": "ls -l /tmp"}),
+        (["[unclosed"], ["[unclosed"], {}),
+    ],
+)
+def test_parse_cli_args(words: list[str], args: list[Any], kwargs: dict[str, Any]) -> None:
+    assert parse_cli_args(words) == (args, kwargs)
+
+
+def test_non_strings_pass_through() -> None:
+    assert yamlify(5) == 5 and yamlify([1]) == [1]
