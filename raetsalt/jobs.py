@@ -1,0 +1,111 @@
+"""Job ids and the master's job cache.
+
+A jid is Salt 3008's: the UTC time as ``YYYYMMDDhhmmssffffff`` (20 digits).  The cache is
+embedded (no server): one directory per job under ``<cachedir>/jobs``, holding the
+publish record (``.load.json``, with the minions expected to answer) and one file per
+minion return.  Every file is written to a temporary name, flushed and renamed, so a
+crash leaves either the old state or the new one, never half a file; files are 0600 in
+0700 directories.  ``keep_jobs`` hours after a job started, ``clean`` removes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from raetsalt.errors import KeepError
+
+_JID = re.compile(r"\d{20}\Z")
+_MINION = re.compile(r"[^/\x00]{1,255}\Z")
+
+
+def new_jid(now: datetime, last: str | None = None) -> str:
+    """The jid for a job published at ``now`` (aware UTC); strictly after ``last``."""
+    jid = now.astimezone(UTC).strftime("%Y%m%d%H%M%S%f")
+    if last is not None and jid <= last:
+        jid = f"{int(last) + 1:020d}"
+    return jid
+
+
+def start_time(jid: str) -> str:
+    """Salt's ``StartTime`` text for a jid, e.g. ``2026, Nov 21 04:27:25.667286``."""
+    moment = datetime.strptime(jid, "%Y%m%d%H%M%S%f")
+    return moment.strftime("%Y, %b %d %H:%M:%S.%f")
+
+
+class JobCache:
+    """Publish records and returns of jobs, on disk under ``root``."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+    def _dir(self, jid: str) -> Path:
+        if not _JID.match(jid):
+            raise KeepError(f"not a jid: {jid!r}")
+        return self.root / jid
+
+    def _write(self, path: Path, data: Any) -> None:
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(data, handle, default=repr)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def _read(self, path: Path) -> Any:
+        try:
+            with path.open(encoding="utf-8") as handle:
+                return json.load(handle)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise KeepError(f"{path}: unreadable job cache file: {exc}") from exc
+
+    def save_load(self, jid: str, load: dict[str, Any]) -> None:
+        """Record a publish: ``{jid, fun, arg, tgt, tgt_type, user, minions}``."""
+        self._write(self._dir(jid) / ".load.json", {**load, "jid": jid})
+
+    def save_return(self, jid: str, minion: str, ret: dict[str, Any]) -> None:
+        """Record one minion's return: ``{return, retcode, success, fun, fun_args}``."""
+        if not _MINION.match(minion) or minion.startswith("."):
+            raise KeepError(f"not a minion id for the job cache: {minion!r}")
+        self._write(self._dir(jid) / f"{minion}.json", ret)
+
+    def get_load(self, jid: str) -> dict[str, Any] | None:
+        load = self._read(self._dir(jid) / ".load.json")
+        return load if isinstance(load, dict) else None
+
+    def get_returns(self, jid: str) -> dict[str, dict[str, Any]]:
+        directory = self._dir(jid)
+        if not directory.is_dir():
+            return {}
+        returns = {}
+        for path in sorted(directory.glob("*.json")):
+            if not path.name.startswith("."):
+                data = self._read(path)
+                if isinstance(data, dict):
+                    returns[path.stem] = data
+        return returns
+
+    def jids(self) -> list[str]:
+        return sorted(p.name for p in self.root.iterdir() if _JID.match(p.name) and p.is_dir())
+
+    def clean(self, now: datetime, keep_hours: float) -> list[str]:
+        """Remove jobs that started more than ``keep_hours`` before ``now``."""
+        limit = new_jid(now - timedelta(hours=keep_hours))
+        removed = [jid for jid in self.jids() if jid < limit]
+        for jid in removed:
+            shutil.rmtree(self.root / jid, ignore_errors=True)
+        return removed
