@@ -1,21 +1,36 @@
-"""Where a node keeps its files under the configured directories.
+"""Where a node keeps its files, derived from its opts.
 
-The master daemon and ``raetsalt-key`` must agree on these, so both ask here.
+One helper per location so the daemons and the CLIs (``raetsalt-key``) agree on the
+layout without repeating path arithmetic.
+
+Layout under ``pki_dir`` (master and minion alike)::
+
+    <pki_dir>/            mode 0700 (created by FileKeep)
+        road/             the node's road keep, a ``raetsalt.keep.FileKeep``:
+                          its own estate and private keys (local/), the remote estates
+                          (remote/) and, on the master, every minion key by state
+                          (role/ for accepted/pending/rejected, denied/ for denied)
+
+The keep sits in a sub-directory rather than in ``pki_dir`` itself so ``pki_dir`` can
+later hold other key material (signing keys, a master key chain for rotation) without
+mixing file kinds inside the keep's own directories.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-ROAD_KEEP = "road"
+__all__ = ["KEEP_SUBDIR", "keep_dir"]
+
+KEEP_SUBDIR = "road"
 
 
-def road_keep_dir(opts: Mapping[str, Any]) -> Path:
-    """The road keep (``FileKeep``) of a node: ``<pki_dir>/road``.
+def keep_dir(opts: Mapping[str, Any]) -> str:
+    """Directory of the node's road keep: ``<opts['pki_dir']>/road``.
 
-    It holds the node's own estate and private keys and, on the master, the minion roles
-    (pending/accepted/rejected) and denied keys that ``raetsalt-key`` lists and changes.
+    ``opts`` is a loaded config (``raetsalt.config``), whose ``pki_dir`` is already
+    absolute (joined to ``root_dir``).  Nothing is created here.
     """
-    return Path(opts["pki_dir"]) / ROAD_KEEP
+    return os.path.join(opts["pki_dir"], KEEP_SUBDIR)
