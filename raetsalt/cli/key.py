@@ -665,7 +665,10 @@ def select_name(name: str, match: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``raetsalt-key``; returns the exit status."""
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # usage error (64) or --help (0)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     color = args.color if args.color is not None else sys.stdout.isatty()
     out = _Out(args.out, color, args.out_indent, args.quiet, sys.stdout)
     try:
