@@ -319,10 +319,9 @@ def _stale(message: str) -> None:
 
 @contextlib.contextmanager
 def _locked(keep: FileKeep) -> Iterator[None]:
-    # FileKeep has no public transaction yet; its re-entrant lock is what makes
-    # "check the key is still the one shown, then change it" atomic against a running
-    # master.  The public operator methods called inside nest in it.
-    with keep._transaction():
+    # The keep's re-entrant lock makes "check the key is still the one shown, then
+    # change it" atomic against a running master; the operator methods nest in it.
+    with keep.transaction():
         yield
 
 
@@ -339,10 +338,8 @@ def _still_there(keep: FileKeep, entry: KeyEntry) -> bool:
 
 
 def _drop_denied(keep: FileKeep, entry: KeyEntry) -> None:
-    # Only this pair: the id's other denied keys (if any) stay.  FileKeep removes all of
-    # them at once publicly, so use its pair-level helpers inside the lock.
-    pairs = keep._get_denied(entry.id)
-    keep._put_denied(entry.id, [p for p in pairs if p != (entry.verhex, entry.pubhex)])
+    # Only this pair: the id's other denied keys (if any) stay.
+    keep.remove_denied(entry.id, verhex=entry.verhex)
 
 
 def apply(keep: FileKeep, action: str, entry: KeyEntry) -> bool:

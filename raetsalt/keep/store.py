@@ -409,11 +409,22 @@ class _BaseKeep:
                 out[role] = pairs
         return out
 
-    def remove_denied(self, role: str) -> None:
-        """Forget the denied keys of ``role`` and nothing else (its record and remotes stay)."""
+    def remove_denied(self, role: str, verhex: str | None = None) -> None:
+        """Forget the denied keys of ``role`` (only the pair with ``verhex`` when given)
+        and nothing else: its record and remotes stay."""
         validate_name(role, "role")
         with self._transaction():
-            self._delete(_DENIED, role)
+            if verhex is None:
+                self._delete(_DENIED, role)
+            else:
+                kept = [pair for pair in self._get_denied(role) if pair[0] != verhex.lower()]
+                self._put_denied(role, kept)
+
+    def transaction(self) -> contextlib.AbstractContextManager[None]:
+        """Hold the keep's lock (re-entrant; across processes for ``FileKeep``) so that a
+        check and the change that depends on it happen as one step, e.g. an operator tool
+        confirming a key is still the one it showed before accepting it."""
+        return self._transaction()
 
     # -- operator actions (the key tool) --------------------------------------------------
 

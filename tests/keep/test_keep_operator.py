@@ -126,3 +126,18 @@ def test_find_fingerprint(keep: _BaseKeep) -> None:
     assert keep.find_fingerprint("00:11") == []
     with pytest.raises(LocalError):
         keep.find_fingerprint("00", "crc")
+
+
+def test_remove_one_denied_key_keeps_the_others(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from raetsalt.keep.records import Acceptance, AutoMode, RoleRecord
+    from raetsalt.keep.store import FileKeep
+
+    keep = FileKeep(tmp_path)
+    keep.save_role(RoleRecord("m1", Acceptance.ACCEPTED, "a" * 64, "b" * 64))
+    keep.status_role("m1", "c" * 64, "d" * 64, AutoMode.ONCE)
+    keep.status_role("m1", "e" * 64, "f" * 64, AutoMode.ONCE)
+    assert len(keep.list_denied()["m1"]) == 2
+    with keep.transaction():
+        keep.remove_denied("m1", verhex="C" * 64)
+    assert keep.list_denied()["m1"] == [("e" * 64, "f" * 64)]
+    assert keep.load_role("m1").acceptance is Acceptance.ACCEPTED  # type: ignore[union-attr]
