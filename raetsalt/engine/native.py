@@ -45,6 +45,8 @@ from raetsalt.errors import BadPacket
 from raetsalt.wire.body import decode_body_untrusted
 from raetsalt.wire.enums import BodyKind
 
+_BODY_KINDS = {int(k): k for k in BodyKind}
+
 if TYPE_CHECKING:
     from raetsalt.crypto import SessionBox
     from raetsalt.engine.remote import Outgoing, Remote
@@ -59,6 +61,8 @@ _DATA = struct.Struct("!BBIIIH")
 _ACK_HEAD = struct.Struct("!BB")
 _RANGE = struct.Struct("!QQ")
 _LEAST = struct.Struct("!BQ")
+_ONE_RANGE = struct.Struct("!BBQQ")  # an ACK frame with a single range, the usual case
+_NONCE = struct.Struct("!16sQ")
 _DATA_FRAME = 1
 _ACK_FRAME = 2
 _LEAST_FRAME = 3
@@ -128,7 +132,8 @@ class Channel:
         self._tx_nonce = bytes([1 if initiator else 2]) + bytes(15)
         self._rx_nonce = bytes([2 if initiator else 1]) + bytes(15)
         self.datagram_size = datagram_size
-        self.chunk = datagram_size - _PREFIX.size - _TAG - _LEAST.size - _DATA.size
+        self._limit = datagram_size - _PREFIX.size - _TAG  # plaintext bytes per datagram
+        self.chunk = self._limit - _LEAST.size - _DATA.size
         self.window = window
         self.deadline: float | None = None
         # sending
@@ -143,6 +148,7 @@ class Channel:
         self.rttvar = INITIAL_RTT / 2
         self.rtt_sampled = False
         self.pto_count = 0
+        self._pto = self._compute_pto()
         self.reorder_threshold = PACKET_THRESHOLD
         self.declared_lost: dict[int, None] = {}
         # receiving
@@ -160,48 +166,65 @@ class Channel:
 
     def enqueue(self, outgoing: Outgoing, kind: BodyKind) -> None:
         seq = self.next_seq
-        self.next_seq += 1
+        self.next_seq = seq + 1
         body = outgoing.body
         total = len(body)
-        frames = 0
-        for offset in range(0, max(total, 1), self.chunk):
-            piece = body[offset : offset + self.chunk]
-            self.queue.append(
-                (seq, _DATA.pack(_DATA_FRAME, kind, seq, total, offset, len(piece)) + piece)
-            )
-            frames += 1
+        chunk = self.chunk
+        if total <= chunk:
+            self.queue.append((seq, _DATA.pack(_DATA_FRAME, kind, seq, total, 0, total) + body))
+            frames = 1
+        else:
+            frames = 0
+            for offset in range(0, total, chunk):
+                piece = body[offset : offset + chunk]
+                self.queue.append(
+                    (seq, _DATA.pack(_DATA_FRAME, kind, seq, total, offset, len(piece)) + piece)
+                )
+                frames += 1
         self.messages[seq] = _Message(outgoing.mid, frames, outgoing.expires, outgoing)
         self.road.mark_dirty(self)
 
     def flush(self, now: float, out: list[tuple[bytes, tuple[str, int]]]) -> None:
         """Send what the window allows, coalescing frames; an owed ack rides along, or
         goes alone once it is due."""
-        limit = self.datagram_size - _PREFIX.size - _TAG
         queue = self.queue
-        while queue and self.bytes_in_flight < self.window:
-            frames: list[tuple[int, bytes]] = []
-            # Tell the receiver which acks still matter, so its ranges stay few.
-            least = next(iter(self.in_flight), self.counter + 1)
-            parts: list[bytes] = [_LEAST.pack(_LEAST_FRAME, least)]
-            size = _LEAST.size
-            with_ack = False
-            if self.ack_pending:
-                ack = self._ack_frame()
-                if size + len(ack) + len(queue[0][1]) > limit:
-                    self._emit(ack, now, out, None, with_ack=True)  # no room beside data
-                else:
-                    parts.append(ack)
-                    size += len(ack)
-                    with_ack = True
-            while queue and size + len(queue[0][1]) <= limit:
+        if queue and self.bytes_in_flight < self.window:
+            limit = self._limit
+            in_flight = self.in_flight
+            least_pack = _LEAST.pack
+            while queue and self.bytes_in_flight < self.window:
+                # Tell the receiver which acks still matter, so its ranges stay few.
+                head = least_pack(
+                    _LEAST_FRAME, next(iter(in_flight)) if in_flight else self.counter + 1
+                )
+                size = _LEAST.size
+                with_ack = False
+                if self.ack_pending:
+                    ack = self._ack_frame()
+                    if size + len(ack) + len(queue[0][1]) > limit:
+                        self._emit(ack, now, out, None, with_ack=True)  # no room beside data
+                    else:
+                        head += ack
+                        size += len(ack)
+                        with_ack = True
+                # ``chunk`` leaves room for LEAST and one DATA frame, so the first fits.
                 item = queue.popleft()
-                frames.append(item)
-                parts.append(item[1])
+                frames = [item]
                 size += len(item[1])
-            self._emit(b"".join(parts), now, out, frames, with_ack=with_ack)
+                if not queue or size + len(queue[0][1]) > limit:
+                    plain = head + item[1]
+                else:
+                    parts = [head, item[1]]
+                    while queue and size + len(queue[0][1]) <= limit:
+                        item = queue.popleft()
+                        frames.append(item)
+                        parts.append(item[1])
+                        size += len(item[1])
+                    plain = b"".join(parts)
+                self._emit(plain, now, out, frames, with_ack=with_ack)
         if self.ack_due and self.ack_pending:
             self._emit(self._ack_frame(), now, out, None, with_ack=True)
-        self._arm(now)
+        self._arm()
 
     def _emit(
         self,
@@ -212,21 +235,26 @@ class Channel:
         *,
         with_ack: bool,
     ) -> None:
-        self.counter += 1
-        counter = self.counter
-        nonce = self._tx_nonce[:16] + counter.to_bytes(8, "big")
-        data = _PREFIX.pack(MAGIC, self.remote.fuid, counter) + self.box.encrypt(plain, nonce)
-        out.append((data, self.remote.ha))
+        counter = self.counter = self.counter + 1
+        remote = self.remote
+        data = _PREFIX.pack(MAGIC, remote.fuid, counter) + self.box.encrypt(
+            plain, _NONCE.pack(self._tx_nonce, counter)
+        )
+        out.append((data, remote.ha))
         if frames is not None:
-            self.in_flight[counter] = _Sent(now, len(data), frames)
-            self.bytes_in_flight += len(data)
+            size = len(data)
+            self.in_flight[counter] = _Sent(now, size, frames)
+            self.bytes_in_flight += size
         if with_ack:
             self.ack_pending = 0
             self.ack_due = False
             self.ack_deadline = None
 
     def _ack_frame(self) -> bytes:
-        ranges = self.ack_ranges[-MAX_ACK_RANGES:]
+        ranges = self.ack_ranges
+        if len(ranges) == 1:
+            return _ONE_RANGE.pack(_ACK_FRAME, 1, ranges[0][0], ranges[0][1])
+        ranges = ranges[-MAX_ACK_RANGES:]
         return _ACK_HEAD.pack(_ACK_FRAME, len(ranges)) + b"".join(
             _RANGE.pack(a, b) for a, b in ranges
         )
@@ -235,24 +263,36 @@ class Channel:
         newly_largest = 0
         sample = 0.0
         in_flight = self.in_flight
-        for first, last in ranges:
-            if last < first or last > self.counter:
-                raise BadPacket("ack range names packets never sent", DropReason.BODY.value)
-            if self.declared_lost:
-                self._spurious(first, last)
-            # Walk whichever is shorter: the range or what is in flight.
-            if last - first < len(in_flight):
-                acked = [c for c in range(first, last + 1) if c in in_flight]
-            else:
-                acked = [c for c in in_flight if first <= c <= last]
-            for counter in acked:
-                sent = in_flight.pop(counter)
-                self.bytes_in_flight -= sent.size
-                if counter > newly_largest:
-                    newly_largest = counter
-                    sample = now - sent.at
-                for seq, _ in sent.frames:
-                    self._frame_acked(seq)
+        completed = False
+        messages = self.messages
+        try:
+            for first, last in ranges:
+                if last < first or last > self.counter:
+                    raise BadPacket("ack range names packets never sent", DropReason.BODY.value)
+                if self.declared_lost:
+                    self._spurious(first, last)
+                if not in_flight:
+                    continue
+                # Walk whichever is shorter: the range or what is in flight.
+                if last - first < len(in_flight):
+                    acked = [c for c in range(first, last + 1) if c in in_flight]
+                else:
+                    acked = [c for c in in_flight if first <= c <= last]
+                for counter in acked:
+                    sent = in_flight.pop(counter)
+                    self.bytes_in_flight -= sent.size
+                    if counter > newly_largest:
+                        newly_largest = counter
+                        sample = now - sent.at
+                    for seq, _ in sent.frames:
+                        message = messages.get(seq)
+                        if message is not None:
+                            message.frames_left -= 1
+                            if not message.frames_left:
+                                completed = True
+        finally:
+            if completed:  # also when a later range was bad: these are acked for sure
+                self._confirm()
         if newly_largest:
             self.pto_count = 0
             if newly_largest > self.largest_acked:
@@ -263,25 +303,26 @@ class Channel:
                 else:
                     self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - sample)
                     self.srtt = 0.875 * self.srtt + 0.125 * sample
+            self._pto = self._compute_pto()
             # Below the lowest range this ack reports, it says nothing (the receiver keeps
             # only so many ranges): those packets are left to later acks or the probe.
-            self._detect_lost(now, floor=min(first for first, _ in ranges))
-            self.road.mark_dirty(self)
+            if in_flight:
+                self._detect_lost(now, floor=min(first for first, _ in ranges))
+            if self.queue:  # the window opened: send more at the next flush
+                self.road.mark_dirty(self)
 
-    def _frame_acked(self, seq: int) -> None:
-        message = self.messages.get(seq)
-        if message is None:
-            return
-        message.frames_left -= 1
+    def _confirm(self) -> None:
         # The receiver delivers in sequence order, so confirm in that order too: a
         # message counts as delivered once it and every earlier one are fully acked.
         messages = self.messages
+        emit = self.road.emit
+        name = self.remote.name
         while messages:
             first = next(iter(messages))
             if messages[first].frames_left > 0:
                 break
             done = messages.pop(first)
-            self.road.emit(MessageDelivered(self.remote.name, done.mid))
+            emit(MessageDelivered(name, done.mid))
 
     def _spurious(self, first: int, last: int) -> None:
         """Packets we declared lost were acknowledged after all: the path reorders, so
@@ -302,6 +343,8 @@ class Channel:
                 break  # in flight is in sending order
             if counter >= floor and (counter <= threshold or sent.at <= horizon):
                 lost.append(counter)
+        if not lost:
+            return
         for counter in lost:
             self.declared_lost[counter] = None
         while len(self.declared_lost) > 4096:
@@ -319,20 +362,30 @@ class Channel:
             self.queue.extendleft(reversed(frames))
             self.road.mark_dirty(self)
 
-    def pto(self) -> float:
+    def _compute_pto(self) -> float:
         base = self.srtt + max(4 * self.rttvar, MIN_PTO)
         return min(max(base, MIN_PTO) * (1 << min(self.pto_count, 10)), MAX_PTO)
 
-    def _arm(self, now: float) -> None:
+    def pto(self) -> float:
+        """The probe time-out: how long the oldest packet in flight may go unacked."""
+        return self._pto
+
+    def _arm(self) -> None:
         # Both dicts are in sending order, so their first entries are the oldest.
-        times = []
+        when = None
         if self.in_flight:
-            times.append(next(iter(self.in_flight.values())).at + self.pto())
+            when = next(iter(self.in_flight.values())).at + self._pto
         if self.messages:
-            times.append(next(iter(self.messages.values())).expires)
-        if self.ack_deadline is not None:
-            times.append(self.ack_deadline)
-        self.road.timers.arm(self, min(times) if times else None)
+            expires = next(iter(self.messages.values())).expires
+            if when is None or expires < when:
+                when = expires
+        ack_deadline = self.ack_deadline
+        if ack_deadline is not None and (when is None or ack_deadline < when):
+            when = ack_deadline
+        # A live heap entry stays valid while the deadline is unchanged (lazy
+        # invalidation in TimerQueue), so only a moved deadline costs a push.
+        if when != self.deadline:
+            self.road.timers.arm(self, when)
 
     def on_timer(self, now: float) -> None:
         if self.ack_deadline is not None and self.ack_deadline <= now:
@@ -342,11 +395,14 @@ class Channel:
         for seq in expired:
             message = self.messages.pop(seq)
             self.road.emit(TransactionFailed(self.remote.name, "message", "timeout", message.mid))
-        # The same expression as in _arm, so float rounding cannot leave a due timer idle.
-        pto = self.pto()
+        if expired:
+            self._confirm()  # a complete message may now be the oldest
+        # The same value as in _arm, so float rounding cannot leave a due timer idle.
+        pto = self._pto
         stale = [c for c, s in self.in_flight.items() if s.at + pto <= now]
         if stale:
             self.pto_count += 1
+            self._pto = self._compute_pto()
             self._requeue(stale)
         self.road.mark_dirty(self)
 
@@ -355,12 +411,16 @@ class Channel:
     def receive_untrusted(self, data: bytes, counter: int, now: float) -> None:
         if counter in self.rx_seen or counter + 65536 <= self.rx_highest:
             raise BadPacket("native counter already seen", DropReason.REPLAY.value)
-        nonce = self._rx_nonce + counter.to_bytes(8, "big")
-        plain = self.box.decrypt_untrusted(data[_PREFIX.size :], nonce)
+        plain = self.box.decrypt_untrusted(
+            data[_PREFIX.size :], _NONCE.pack(self._rx_nonce, counter)
+        )
         # Authenticated from here on.  Only packets carrying data are acknowledged (an
         # ack of an ack would never end), but every counter goes into the ranges.
-        carries_data = self._frames_untrusted(plain, now)
-        self._record(counter, carries_data, now)
+        try:
+            carries_data = self._frames_untrusted(plain, now)
+            self._record(counter, carries_data, now)
+        finally:
+            self._arm()  # once per packet, whatever its frames changed
 
     def _record(self, counter: int, ack_eliciting: bool, now: float) -> None:
         seen = self.rx_seen
@@ -390,11 +450,9 @@ class Channel:
                 self.road.mark_dirty(self)
             elif self.ack_deadline is None:
                 self.ack_deadline = now + ACK_DELAY
-                self._arm(now)
 
     def _frames_untrusted(self, plain: bytes, now: float) -> bool:
         """Handle the frames of one packet; True if it carried data."""
-        view = memoryview(plain)
         pos, end = 0, len(plain)
         carries_data = False
         try:
@@ -405,24 +463,44 @@ class Channel:
                     pos += _DATA.size
                     if pos + length > end:
                         raise BadPacket("truncated native data frame", DropReason.BODY.value)
-                    self._data(seq, body_kind, total, offset, view[pos : pos + length], now)
+                    if (
+                        offset == 0
+                        and length == total
+                        and seq == self.next_deliver
+                        and total <= self.road.config.max_message_size
+                    ):
+                        # A whole message, the next in order: no reassembly, no copy
+                        # beyond the slice (the common case for small messages).
+                        self.next_deliver = seq + 1
+                        self._deliver(body_kind, plain[pos : pos + length])
+                        if self.ready:
+                            self._complete_ready()
+                    else:
+                        self._data(seq, body_kind, total, offset, plain, pos, length)
                     pos += length
                     carries_data = True
-                elif kind == _ACK_FRAME:
-                    _, count = _ACK_HEAD.unpack_from(plain, pos)
-                    pos += _ACK_HEAD.size
-                    ranges = [
-                        _RANGE.unpack_from(plain, pos + i * _RANGE.size) for i in range(count)
-                    ]
-                    pos += count * _RANGE.size
-                    self._on_ack(ranges, now)
                 elif kind == _LEAST_FRAME:
                     _, least = _LEAST.unpack_from(plain, pos)
                     pos += _LEAST.size
-                    self._forget_below(least)
+                    ranges = self.ack_ranges
+                    if ranges and ranges[0][0] < least:
+                        self._forget_below(least)
+                elif kind == _ACK_FRAME:
+                    count = plain[pos + 1]
+                    if count == 1:
+                        _, _, first, last = _ONE_RANGE.unpack_from(plain, pos)
+                        pos += _ONE_RANGE.size
+                        self._on_ack([(first, last)], now)
+                    else:
+                        pos += _ACK_HEAD.size
+                        ranges_in = [
+                            _RANGE.unpack_from(plain, pos + i * _RANGE.size) for i in range(count)
+                        ]
+                        pos += count * _RANGE.size
+                        self._on_ack(ranges_in, now)
                 else:
                     raise BadPacket("unknown native frame", DropReason.BODY.value)
-        except struct.error as exc:
+        except (struct.error, IndexError) as exc:
             raise BadPacket(f"truncated native frame: {exc}", DropReason.BODY.value) from None
         return carries_data
 
@@ -434,16 +512,17 @@ class Channel:
             ranges[0][0] = least
 
     def _data(
-        self, seq: int, kind: int, total: int, offset: int, piece: memoryview, now: float
+        self, seq: int, kind: int, total: int, offset: int, plain: bytes, pos: int, length: int
     ) -> None:
         if seq < self.next_deliver or seq in self.ready:
             return  # a retransmission of something already complete
         if seq >= self.next_deliver + 65536 or total > self.road.config.max_message_size:
             raise BadPacket("native message out of range", DropReason.BODY.value)
-        if offset + len(piece) > total or (len(piece) == 0 and total):
+        if offset + length > total or (length == 0 and total):
             raise BadPacket("native frame outside its message", DropReason.BODY.value)
-        if offset == 0 and len(piece) == total:
-            self._complete(seq, kind, bytes(piece))
+        if offset == 0 and length == total:
+            self.ready[seq] = (kind, plain[pos : pos + length])
+            self._complete_ready()
             return
         partial = self.partials.get(seq)
         if partial is None:
@@ -453,24 +532,30 @@ class Channel:
         if offset in partial.offsets:
             return
         partial.offsets.add(offset)
-        partial.buffer[offset : offset + len(piece)] = piece
-        partial.received += len(piece)
+        partial.buffer[offset : offset + length] = memoryview(plain)[pos : pos + length]
+        partial.received += length
         if partial.received == total:
             del self.partials[seq]
-            self._complete(seq, kind, bytes(partial.buffer))
+            self.ready[seq] = (kind, bytes(partial.buffer))
+            self._complete_ready()
 
-    def _complete(self, seq: int, kind: int, body: bytes) -> None:
-        self.ready[seq] = (kind, body)
+    def _complete_ready(self) -> None:
         ready = self.ready
         while self.next_deliver in ready:
             body_kind, data = ready.pop(self.next_deliver)
             self.next_deliver += 1
-            try:
-                value = decode_body_untrusted(BodyKind(body_kind), data)
-            except (BadPacket, ValueError):
-                self.road.stats["drop_body"] += 1
-                continue
-            self.road.emit(MessageReceived(self.remote.name, value))
+            self._deliver(body_kind, data)
+
+    def _deliver(self, body_kind: int, data: bytes) -> None:
+        kind = _BODY_KINDS.get(body_kind)
+        try:
+            if kind is None:
+                raise BadPacket("unknown body kind", DropReason.BODY.value)
+            value = decode_body_untrusted(kind, data)
+        except BadPacket:
+            self.road.stats["drop_body"] += 1
+            return
+        self.road.emit(MessageReceived(self.remote.name, value))
 
     # -- end of the session -------------------------------------------------------------
 
