@@ -1,0 +1,353 @@
+"""What the daemon behaviours do, without ioflo: open a node from opts, follow its road
+events, report state changes once, decide when a minion must give up.
+
+``raetsalt.flo.behaviors`` holds one of these objects per daemon and calls it; tests
+drive them directly too.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import socket
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from raetsalt.drivers.udp import SOCKET_BUFFER, RoadStack, format_ha, resolve
+from raetsalt.engine.events import (
+    Allowed,
+    Joined,
+    JoinPending,
+    JoinRejected,
+    MessageReceived,
+    PresenceChanged,
+    TransactionFailed,
+)
+from raetsalt.engine.road import RoadConfig
+from raetsalt.errors import LocalError
+from raetsalt.keep.records import Acceptance, AutoMode, Keep
+from raetsalt.keep.store import FileKeep
+from raetsalt.manor import LocalMessage
+from raetsalt.node import Node, NodeEvent
+from raetsalt.paths import keep_dir
+
+from .policy import AcceptancePolicy, auto_mode
+
+log = logging.getLogger("raetsalt.daemon")
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_REJECTED = 77
+"""A minion whose key the master rejected or denied (Salt's salt-minion uses 77 too)."""
+
+# Probing "off" (raet_alive_period 0) as a period nobody will wait for.
+_NEVER = 1e9
+
+
+def _stamp() -> str:
+    return datetime.datetime.now(datetime.UTC).replace(tzinfo=None).isoformat()
+
+
+def road_config(opts: Mapping[str, Any], node: str) -> RoadConfig:
+    """The road tunables a daemon derives from its opts.
+
+    ``raet_alive_period`` -> ``presence_period`` (0: no probing); ``max_datagram_size`` ->
+    ``max_packet_size``; on a minion ``random_reauth_delay`` bounds the jittered back-off
+    between connection attempts (``retry_max``) and ``acceptance_wait_time`` is how often
+    a pending join asks the master again (the master re-reads its keep every 0.5 s by
+    itself, so acceptance takes effect at once regardless).
+    """
+    config = RoadConfig(auto=auto_mode(opts) if node == "master" else AutoMode.ONCE)
+    period = float(opts.get("raet_alive_period", 3.0)) or _NEVER
+    config = replace(
+        config,
+        presence_period=period,
+        max_packet_size=int(opts.get("max_datagram_size", config.max_packet_size)),
+    )
+    if node == "minion":
+        reauth = float(opts.get("random_reauth_delay", 0.0))
+        wait = float(opts.get("acceptance_wait_time", 0.0))
+        config = replace(
+            config,
+            retry_max=max(config.retry_min, reauth) if reauth > 0 else config.retry_max,
+            pending_recheck=max(config.pending_recheck, min(wait, 60.0)),
+        )
+    return config
+
+
+def open_keep(opts: Mapping[str, Any], node: str) -> Keep:
+    """The node's road keep at ``keep_dir(opts)``; the master's wrapped in its policy."""
+    keep = FileKeep(keep_dir(opts))
+    if node == "master":
+        return AcceptancePolicy.from_opts(keep, opts)
+    return keep
+
+
+def open_node(opts: Mapping[str, Any], node: str) -> Node:
+    """Bind the road on ``(interface, raet_port)``, open the keep and the manor yard.
+
+    The estate is named after ``opts['id']`` (its role too: the id the master files the
+    minion's key under).  Raises ``LocalError``/``KeepError`` with a readable message.
+    """
+    datagram = int(opts.get("max_datagram_size", 1024))
+    buffer_size = max(SOCKET_BUFFER, int(opts.get("raet_road_bufcnt", 2)) * datagram)
+    road = RoadStack(
+        open_keep(opts, node),
+        (opts["interface"], int(opts["raet_port"])),
+        name=opts["id"],
+        main=node == "master",
+        config=road_config(opts, node),
+        buffer_size=buffer_size,
+    ).open()
+    try:
+        return Node(
+            road,
+            node=node,
+            sock_dir=opts["sock_dir"],
+            node_id=opts["id"] if node == "minion" else None,
+            group=opts.get("sock_dir_group"),
+        )
+    except BaseException:
+        road.close()
+        raise
+
+
+def master_address(opts: Mapping[str, Any], family: int = socket.AF_UNSPEC) -> tuple[str, int]:
+    """The master's numeric ``(host, port)``, resolved now (``LocalError`` if it does not)."""
+    _family, addr = resolve((opts["master"], int(opts["master_port"])), family)
+    return addr
+
+
+class MinionLink:
+    """A minion's view of its master: connect, follow events, report changes once.
+
+    ``state`` is one of ``starting``, ``connecting``, ``pending``, ``connected``,
+    ``lost``, ``rejected``; each change is logged once with the reason.  ``exit_code``
+    becomes 77 when the master rejected or denied this minion's key (unless
+    ``rejected_retry``).
+    """
+
+    RESOLVE_EVERY = 5.0
+    """Seconds between re-resolving the master's host name while not connected."""
+
+    def __init__(
+        self,
+        node: Node,
+        opts: Mapping[str, Any],
+        *,
+        resolver: Callable[[], tuple[str, int]] | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.node = node
+        self.opts = opts
+        self.resolver = resolver or (lambda: master_address(opts, node.road.family))
+        self.clock = clock or node.clock
+        self.state = "starting"
+        self.pending = False
+        self.rejected = False
+        self.ever_connected = False
+        self.exit_code: int | None = None
+        self.uid: int | None = None
+        self._last_resolve = 0.0
+
+    # -- commands ---------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        """Resolve the master and keep a session with it (the road retries by itself)."""
+        ha = self.resolver()
+        self.uid = self.node.connect_master(ha)
+        self._last_resolve = self.clock()
+        self._set("connecting", f"connecting to the master at {format_ha(ha)}")
+
+    def reresolve(self) -> bool:
+        """While not connected, look the master's name up again now and then; if the
+        address changed, point the session there at once.  True when it moved."""
+        if self.uid is None or self.state == "connected":
+            return False
+        now = self.clock()
+        if now - self._last_resolve < self.RESOLVE_EVERY:
+            return False
+        self._last_resolve = now
+        try:
+            ha = self.resolver()
+        except LocalError as exc:
+            log.debug("master address not re-resolved: %s", exc)
+            return False
+        remote = self.node.road.road.remote(self.uid)
+        if tuple(remote.ha) == tuple(ha):
+            return False
+        log.warning(
+            "the master's address changed from %s to %s: reconnecting",
+            format_ha(remote.ha),
+            format_ha(ha),
+        )
+        self.uid = self.node.road.connect(ha, name=remote.name)
+        self.node.master = self.uid
+        return True
+
+    # -- events -----------------------------------------------------------------------------
+
+    def handle(self, events: Iterable[NodeEvent]) -> None:
+        """Follow the road events that concern the master; log the rest at debug."""
+        for event in events:
+            if isinstance(event, JoinPending):
+                if not event.here:
+                    self.pending = True
+                else:
+                    log.warning("the master's key is pending in this minion's keep")
+            elif isinstance(event, JoinRejected):
+                self.pending = False
+                if not event.here:
+                    self.rejected = True
+                else:
+                    log.error(
+                        "refusing the master %s: its key differs from the one this minion "
+                        "accepted before (remove the master's role from %s to trust a "
+                        "new master key)",
+                        event.remote,
+                        keep_dir(self.opts),
+                    )
+            elif isinstance(event, Joined | Allowed):
+                self.pending = self.rejected = False
+            elif isinstance(event, TransactionFailed) and event.kind == "join":
+                log.debug(
+                    "join with %s failed (%s); retrying with back-off", event.remote, event.reason
+                )
+            elif isinstance(event, MessageReceived | LocalMessage):
+                log.debug("unhandled message %r", event)
+        self._update()
+
+    def _update(self) -> None:
+        remote = None if self.uid is None else self.node.road.road.remote(self.uid)
+        if remote is not None and remote.allowed and remote.alive is not False:
+            self.ever_connected = True
+            self._set(
+                "connected", f"connected to the master {remote.name} at {format_ha(remote.ha)}"
+            )
+        elif self.rejected:
+            retry = bool(self.opts.get("rejected_retry"))
+            self._set(
+                "rejected",
+                f"the master rejected the key of minion {self.opts['id']!r} (the id is "
+                "rejected, or another key is registered for it: denied)"
+                + (
+                    "; rejected_retry is set: retrying"
+                    if retry
+                    else f"; exiting with {EXIT_REJECTED}"
+                ),
+                level=logging.ERROR,
+            )
+            if not retry:
+                self.exit_code = EXIT_REJECTED
+        elif self.pending:
+            self._set(
+                "pending",
+                f"the key of minion {self.opts['id']!r} is pending on the master; "
+                "waiting for it to be accepted (retrying)",
+                level=logging.WARNING,
+            )
+        elif self.ever_connected:
+            self._set("lost", "lost the master; reconnecting with back-off", level=logging.WARNING)
+        elif self.state not in ("starting", "connecting"):
+            self._set("connecting", "connecting to the master")
+
+    def _set(self, state: str, message: str, *, level: int = logging.INFO) -> None:
+        if state != self.state:
+            self.state = state
+            log.log(level, "%s", message)
+
+
+# Salt's salt/auth "act" values for each key state.
+_AUTH_ACTS = {"accepted": "accept", "pending": "pend", "rejected": "reject", "denied": "denied"}
+
+
+class MasterWatch:
+    """The master's view of its minions: logs key decisions and presence once per change
+    and fires ``salt/auth`` (``auth_events``) and ``salt/presence/change``
+    (``presence_events``) on the master bus."""
+
+    def __init__(self, node: Node, opts: Mapping[str, Any]) -> None:
+        self.node = node
+        self.opts = opts
+        self.keys: dict[str, str] = {}
+        """role -> last reported key state (pending, accepted, rejected, denied)."""
+        self.connected: set[str] = set()
+        self.alive: set[str] = set()
+
+    def handle(self, events: Iterable[NodeEvent]) -> bool:
+        """Follow road events; True when an event was fired on the bus (to be sent)."""
+        fired = False
+        new: list[str] = []
+        lost: list[str] = []
+        road = self.node.road.road
+        for event in events:
+            if isinstance(event, JoinPending) and event.here:
+                fired |= self._key(event.role, "pending", event.remote)
+            elif isinstance(event, JoinRejected) and event.here:
+                stored = road.keep.load_role(event.role)
+                act = (
+                    "rejected"
+                    if stored is not None and stored.acceptance is Acceptance.REJECTED
+                    else "denied"
+                )
+                fired |= self._key(event.role, act, event.remote)
+            elif isinstance(event, Joined):
+                try:
+                    role = road.remote(event.remote).role or event.remote
+                except LocalError:
+                    role = event.remote
+                fired |= self._key(role, "accepted", event.remote)
+            elif isinstance(event, Allowed):
+                if event.remote not in self.connected:
+                    self.connected.add(event.remote)
+                    log.info("minion %s connected (%s profile)", event.remote, event.profile)
+            elif isinstance(event, PresenceChanged):
+                if event.alive and event.remote not in self.alive:
+                    self.alive.add(event.remote)
+                    new.append(event.remote)
+                elif not event.alive and event.remote in self.alive:
+                    self.alive.discard(event.remote)
+                    self.connected.discard(event.remote)
+                    lost.append(event.remote)
+                    log.info("minion %s stopped answering", event.remote)
+            elif isinstance(event, MessageReceived | LocalMessage):
+                log.debug("unhandled message %r", event)
+        if (new or lost) and self.opts.get("presence_events"):
+            self.node.manor.fire_event(
+                "salt/presence/change", {"new": new, "lost": lost, "_stamp": _stamp()}
+            )
+            fired = True
+        return fired
+
+    def _key(self, role: str, act: str, remote: str) -> bool:
+        if self.keys.get(role) == act:
+            return False
+        self.keys[role] = act
+        if act == "pending":
+            log.warning("minion %s: key pending; accept it with raetsalt-key -a %s", role, role)
+        elif act == "accepted":
+            log.info("minion %s: key accepted, joined", role)
+        elif act == "rejected":
+            log.warning("minion %s: key rejected", role)
+        else:
+            log.warning(
+                "minion %s: key denied (another key is registered for this id); "
+                "see raetsalt-key --list denied",
+                role,
+            )
+        if not self.opts.get("auth_events", True):
+            return False
+        data = {"result": act == "accepted", "act": _AUTH_ACTS[act], "id": role, "_stamp": _stamp()}
+        self.node.manor.fire_event("salt/auth", data)
+        return True
+
+
+def ensure_dirs(opts: Mapping[str, Any]) -> None:
+    """Create pki_dir (0700), cachedir and the log file's directory if missing."""
+    os.makedirs(opts["pki_dir"], mode=0o700, exist_ok=True)
+    os.makedirs(opts["cachedir"], mode=0o755, exist_ok=True)
+    log_dir = os.path.dirname(opts["log_file"])
+    if log_dir:
+        os.makedirs(log_dir, mode=0o755, exist_ok=True)
