@@ -1,0 +1,16 @@
+"""raetsalt-minion: the minion daemon (options and exit codes: ``raetsalt.daemon.runner``)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from raetsalt.daemon.runner import main as run_daemon
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_daemon("minion", argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

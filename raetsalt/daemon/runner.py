@@ -1,0 +1,261 @@
+"""Process plumbing shared by ``raetsalt-master`` and ``raetsalt-minion``.
+
+``main(node, argv)``:
+
+1. parse ``-c CONFDIR`` (default ``raetsalt.syspaths.CONFIG_DIR``), ``-d``, ``-l LEVEL``,
+   ``--pid-file``, ``--log-file``;
+2. load ``<CONFDIR>/<node>`` (+ ``<node>.d/*.conf``).  A bad file, a missing directory
+   or a transport other than ``raet`` prints one line naming the file and the problem
+   and exits 78 (``EX_CONFIG``);
+3. log to ``log_file`` (level ``log_level_logfile``, else the console level) and to
+   stderr (``-l``, else ``log_level``);
+4. with ``-d``: double fork, new session, stdio on ``/dev/null``; the parent returns 0;
+5. write ``pidfile`` (refusing to start while another live process holds it), install
+   the SIGTERM/SIGINT handler, build ``flows/<node>.flo`` on a ``SelectSkedder`` (tick
+   ``TICK`` s) with the opts preloaded at ``.raetsalt.opts``, run it;
+6. exit with ``.raetsalt.exit``: 0 after a signal, 1 after a failure, 77 for a minion
+   whose key was rejected or denied.
+
+Signals: the first SIGTERM/SIGINT sets ``.raetsalt.signal.stop``; the flow then closes
+the node in its exit actions and stops itself (at once: the handler also wakes the
+selector).  A second signal stops every framer directly (exit actions still run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import logging.handlers
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any
+
+from raetsalt import syspaths
+from raetsalt.config import LOG_LEVELS, load_node_config
+from raetsalt.errors import ConfigError
+
+from .service import EXIT_FAILURE, EXIT_OK, ensure_dirs
+
+log = logging.getLogger("raetsalt.daemon")
+
+EXIT_CONFIG = 78
+"""sysexits' EX_CONFIG: the configuration is unusable."""
+
+TICK = 0.1
+"""Skedder tick (s): how often time-based flow transitions are evaluated when idle.
+Sockets and road timers wake the loop at once, whatever the tick."""
+
+_LEVELS: dict[str, int] = {
+    "all": 1,
+    "garbage": 1,
+    "trace": 5,
+    "debug": logging.DEBUG,
+    "profile": 15,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "quiet": logging.CRITICAL + 100,
+}
+
+
+def parse_args(node: str, argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog=f"raetsalt-{node}",
+        description=f"Run the raetsalt {node} daemon (in the foreground unless -d).",
+    )
+    parser.add_argument(
+        "-c",
+        "--config-dir",
+        default=syspaths.CONFIG_DIR,
+        help=f"directory holding the '{node}' config file (default: %(default)s)",
+    )
+    parser.add_argument(
+        "-d", "--daemon", action="store_true", help="run in the background (writes the pidfile)"
+    )
+    parser.add_argument(
+        "-l", "--log-level", choices=LOG_LEVELS, help="console log level (default: log_level)"
+    )
+    parser.add_argument("--log-file", help="log file (default: log_file from the config)")
+    parser.add_argument("--pid-file", help="pid file (default: pidfile from the config)")
+    return parser.parse_args(list(argv) if argv is not None else None)
+
+
+def setup_logging(opts: dict[str, Any], console_level: str, *, node: str) -> None:
+    """Console (stderr) and file handlers on the root logger.  Raises OSError when the
+    log file cannot be opened."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    console = logging.StreamHandler(sys.stderr)
+    console.setLevel(_LEVELS[console_level])
+    console.setFormatter(logging.Formatter("[%(levelname)-8s] %(message)s"))
+    file_level = opts.get("log_level_logfile") or console_level
+    handler = logging.handlers.WatchedFileHandler(opts["log_file"], encoding="utf-8")
+    handler.setLevel(_LEVELS[file_level])
+    handler.setFormatter(
+        logging.Formatter(
+            f"%(asctime)s [%(name)-18s][%(levelname)-8s][raetsalt-{node} %(process)d] %(message)s"
+        )
+    )
+    root.addHandler(console)
+    root.addHandler(handler)
+    root.setLevel(min(console.level, handler.level))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def claim_pidfile(path: str) -> None:
+    """Write our pid to ``path``; ``RuntimeError`` if a live process already holds it
+    (a stale file, e.g. after SIGKILL, is replaced)."""
+    try:
+        with open(path, encoding="ascii") as handle:
+            old = int(handle.read().strip() or "0")
+    except (OSError, ValueError):
+        old = 0
+    if old and old != os.getpid() and _pid_alive(old):
+        raise RuntimeError(f"{path}: already running as pid {old}")
+    directory = os.path.dirname(path)
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="ascii") as handle:
+        handle.write(f"{os.getpid()}\n")
+    os.replace(tmp, path)
+
+
+def release_pidfile(path: str) -> None:
+    """Remove ``path`` if it still names this process."""
+    try:
+        with open(path, encoding="ascii") as handle:
+            if int(handle.read().strip() or "0") != os.getpid():
+                return
+        os.unlink(path)
+    except (OSError, ValueError):
+        pass
+
+
+def daemonize() -> bool:
+    """Double fork into a new session with stdio on /dev/null.  True in the daemon,
+    False in the original process (which should exit 0)."""
+    if os.fork() > 0:
+        return False
+    os.setsid()
+    if os.fork() > 0:
+        os._exit(0)
+    os.chdir("/")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    if null > 2:
+        os.close(null)
+    return True
+
+
+def main(node: str, argv: Sequence[str] | None = None) -> int:
+    """Run the ``node`` ('master' or 'minion') daemon; returns the exit code."""
+    args = parse_args(node, argv)
+    prog = f"raetsalt-{node}"
+    try:
+        opts = load_node_config(args.config_dir, node)
+    except ConfigError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.log_file:
+        opts["log_file"] = os.path.abspath(args.log_file)
+    if args.pid_file:
+        opts["pidfile"] = os.path.abspath(args.pid_file)
+    console_level = args.log_level or opts["log_level"]
+    try:
+        ensure_dirs(opts)
+        setup_logging(opts, console_level, node=node)
+    except OSError as exc:
+        print(
+            f"{prog}: cannot prepare {exc.filename or 'directories'}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
+    if args.daemon and not daemonize():
+        return EXIT_OK
+    try:
+        claim_pidfile(opts["pidfile"])
+    except (RuntimeError, OSError) as exc:
+        log.error("%s", exc)
+        return EXIT_FAILURE
+    try:
+        return run_flow(node, opts)
+    finally:
+        release_pidfile(opts["pidfile"])
+
+
+def run_flow(node: str, opts: dict[str, Any]) -> int:
+    """Build and run ``flows/<node>.flo`` until it stops; returns ``.raetsalt.exit``."""
+    # ioflo only after ``import raetsalt`` (done above): it needs collections.abc.
+    from raetsalt.flo import flow_path
+    from raetsalt.flo.skedder import build
+
+    try:
+        skedder = build(
+            flow_path(node),
+            name=f"raetsalt-{node}",
+            period=TICK,
+            real=True,
+            preloads=[("raetsalt.opts", {"value": opts})],
+        )
+    except Exception as exc:  # noqa: BLE001 - ParseError, RuntimeError, import errors
+        log.error("cannot build the %s flow: %s", node, exc)
+        return EXIT_FAILURE
+    stores = [house.store for house in skedder.houses]
+    signals: list[int] = []
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        signals.append(signum)
+        if len(signals) == 1:
+            for store in stores:
+                store.create("raetsalt.signal").update(stop=True, signum=signum)
+            skedder.waiter.wake()
+        else:
+            skedder.request_stop()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    log.info(
+        "raetsalt-%s %s starting (pid %d, config %s)",
+        node,
+        opts["id"],
+        os.getpid(),
+        opts["conf_file"],
+    )
+    code = EXIT_FAILURE
+    try:
+        skedder.run()
+        code = int(stores[0].fetch(".raetsalt.exit").value or 0) if stores else EXIT_FAILURE
+    except Exception:  # noqa: BLE001 - anything escaping the flow ends the daemon
+        log.exception("the %s flow failed", node)
+        code = EXIT_FAILURE
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        # Safety net: a node left open by an aborted flow is closed here.
+        for store in stores:
+            share = store.fetch(".raetsalt.node")
+            if share is not None and share.value is not None:
+                share.value.close()
+                share.value = None
+    if signals:
+        log.info("raetsalt-%s stopped on %s (exit %d)", node, signal.Signals(signals[0]).name, code)
+    else:
+        log.info("raetsalt-%s exiting with %d", node, code)
+    return code
