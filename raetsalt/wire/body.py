@@ -27,6 +27,10 @@ from raetsalt.wire.enums import BodyKind
 
 __all__ = ["encode_body", "decode_body_untrusted"]
 
+# Enum members as plain module globals: cheaper to look up on every body than the class
+# attribute.
+_JSON, _RAW, _MSGPACK, _NADA = BodyKind.JSON, BodyKind.RAW, BodyKind.MSGPACK, BodyKind.NADA
+
 # allow_nan=False: NaN and Infinity are not JSON, and our decoder refuses them.
 _JSON_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
@@ -85,6 +89,15 @@ def _is_container(value: Any) -> bool:
     return isinstance(value, dict | list | tuple)
 
 
+# Every msgpack map or array starts with one of these bytes (fixmap, fixarray, array
+# 16/32, map 16/32), so their count bounds the number of containers, and so the depth,
+# from above (other bytes may have these values too: it is only a bound).
+_MSGPACK_CONTAINER_BYTES = bytes([*range(0x80, 0xA0), 0xDC, 0xDD, 0xDE, 0xDF])
+_COUNT_BELOW = 65536
+"""Bodies shorter than this are counted first; longer ones go straight to the walk,
+which costs one step per container, whereas the count would copy the body."""
+
+
 def _reject_constant(name: str) -> Any:
     # NaN and Infinity are not JSON; Python's encoder would write them, raet's peers
     # (and ours) should never have to read them.
@@ -134,14 +147,20 @@ def _decode_msgpack(data: bytes) -> Any:
         raise BadPacket("body is not valid msgpack", "body") from None
     if not isinstance(value, dict):
         raise BadPacket("msgpack body is not a map", "body")
-    if _depth_exceeds(value, MAX_BODY_DEPTH):
+    size = len(data)
+    if (
+        size > MAX_BODY_DEPTH
+        and (
+            size >= _COUNT_BELOW
+            or size - len(data.translate(None, _MSGPACK_CONTAINER_BYTES)) > MAX_BODY_DEPTH
+        )
+        and _depth_exceeds(value, MAX_BODY_DEPTH)
+    ):
         raise BadPacket(f"body nests deeper than {MAX_BODY_DEPTH}", "body")
     return value
 
 
-def decode_body_untrusted(
-    kind: BodyKind, data: bytes, *, max_size: int = MAX_BODY_SIZE
-) -> Any:
+def decode_body_untrusted(kind: BodyKind, data: bytes, *, max_size: int = MAX_BODY_SIZE) -> Any:
     """Decode a received (already decrypted) body of ``kind``.
 
     JSON and msgpack give a dict (``{}`` for an empty body), raw gives the bytes, nada
@@ -150,13 +169,15 @@ def decode_body_untrusted(
     """
     if len(data) > max_size:
         raise BadPacket(f"body of {len(data)} bytes exceeds {max_size}", "body")
-    if kind == BodyKind.JSON:
-        return _decode_json(bytes(data))
-    if kind == BodyKind.RAW:
-        return bytes(data)
-    if kind == BodyKind.MSGPACK:
-        return _decode_msgpack(bytes(data))
-    if kind == BodyKind.NADA:
+    if type(data) is not bytes:
+        data = bytes(data)
+    if kind == _MSGPACK:  # the native profile's kind first: it is the hot path
+        return _decode_msgpack(data)
+    if kind == _JSON:
+        return _decode_json(data)
+    if kind == _RAW:
+        return data
+    if kind == _NADA:
         if data:
             raise BadPacket("body kind nada with a non-empty body", "body")
         return {}
