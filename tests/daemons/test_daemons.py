@@ -1,0 +1,383 @@
+"""raetsalt-master and raetsalt-minion as real processes on loopback.
+
+Every node gets its own root_dir under a short temp dir, written the way conf/master and
+conf/minion are (root_dir, interface, id, master).  The tests wait on the daemons' log
+lines (stderr, ``-l info``), on keep files and on bus events -- never on a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bus.helpers import Proc
+from bus.test_blog_scripts import EMIT_FORWARD, EMIT_MINION, LISTEN_MASTER, LISTEN_MINION
+
+from raetsalt.config import load_node_config
+from raetsalt.keep.records import Acceptance
+from raetsalt.keep.store import FileKeep
+from raetsalt.paths import keep_dir
+
+pytestmark = pytest.mark.integration
+
+# Short probing and back-off so restarts are noticed within a second or two.
+MINION_TUNING = "raet_alive_period: 1.0\nacceptance_wait_time: 1.0\nrandom_reauth_delay: 2.0\n"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Daemon:
+    """A daemon process whose stderr (the console log) is read line by line."""
+
+    def __init__(self, node: str, confdir: Path, *extra: str) -> None:
+        self.node = node
+        self.confdir = confdir
+        self.popen = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                f"raetsalt.cli.{node}",
+                "-c",
+                str(confdir),
+                "-l",
+                "info",
+                *extra,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
+        assert self.popen.stderr is not None
+        os.set_blocking(self.popen.stderr.fileno(), False)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self.popen.stderr, selectors.EVENT_READ)
+        self._buffer = b""
+        self.lines: list[str] = []
+        self._read = 0  # lines already matched by expect()
+
+    def _pull(self, timeout: float) -> bool:
+        assert self.popen.stderr is not None
+        if not self._selector.select(timeout):
+            return False
+        chunk = self.popen.stderr.read()
+        if not chunk:
+            return False
+        *complete, self._buffer = (self._buffer + chunk).split(b"\n")
+        self.lines.extend(line.decode(errors="replace") for line in complete)
+        return True
+
+    def expect(self, fragment: str, timeout: float = 5.0) -> str:
+        """The next log line (after the last one matched) containing ``fragment``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for index in range(self._read, len(self.lines)):
+                if fragment in self.lines[index]:
+                    self._read = index + 1
+                    return self.lines[index]
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or (not self._pull(remaining) and self.popen.poll() is not None):
+                self._pull(0.1)
+                raise AssertionError(
+                    f"{self.node}: no line with {fragment!r} within {timeout} s; "
+                    f"rc={self.popen.poll()} log:\n" + "\n".join(self.lines[-30:])
+                )
+
+    def expect_each(self, fragments: list[str], timeout: float = 5.0) -> None:
+        """Every fragment appears in some later line, in any order."""
+        deadline = time.monotonic() + timeout
+        start = self._read
+        for fragment in fragments:
+            self._read = start
+            self.expect(fragment, max(0.0, deadline - time.monotonic()))
+        self._read = len(self.lines)
+
+    def drain(self) -> list[str]:
+        while self._pull(0):
+            pass
+        return self.lines
+
+    def terminate_within(self, seconds: float) -> int:
+        started = time.monotonic()
+        self.popen.send_signal(signal.SIGTERM)
+        code = self.popen.wait(10)
+        took = time.monotonic() - started
+        assert took < seconds, f"{self.node} took {took:.2f} s to stop on SIGTERM"
+        return code
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait()
+        self._selector.close()
+        if self.popen.stderr is not None:
+            self.popen.stderr.close()
+
+
+class World:
+    """Config dirs, daemons and helper processes of one test."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.port = _free_port()
+        self.daemons: list[Daemon] = []
+        self.procs: list[Proc] = []
+
+    def master_dir(self, extra: str = "") -> Path:
+        confdir = self.root / "ma"
+        confdir.mkdir(exist_ok=True)
+        (confdir / "master").write_text(
+            f"root_dir: {confdir}\ninterface: 127.0.0.1\nid: themaster\n"
+            f"raet_port: {self.port}\nraet_alive_period: 1.0\n{extra}"
+        )
+        return confdir
+
+    def minion_dir(self, name: str, minion_id: str) -> Path:
+        confdir = self.root / name
+        confdir.mkdir(exist_ok=True)
+        (confdir / "minion").write_text(
+            f"id: {minion_id}\nroot_dir: {confdir}\ninterface: 127.0.0.1\nraet_port: 0\n"
+            f"master: 127.0.0.1:{self.port}\n{MINION_TUNING}"
+        )
+        return confdir
+
+    def start(self, node: str, confdir: Path) -> Daemon:
+        daemon = Daemon(node, confdir)
+        self.daemons.append(daemon)
+        return daemon
+
+    def master_keep(self) -> FileKeep:
+        return FileKeep(keep_dir(load_node_config(self.root / "ma", "master")))
+
+    def script(self, name: str, text: str, env: dict[str, str] | None = None) -> Proc:
+        path = self.root / name
+        path.write_text(text)
+        proc = Proc([str(path)], env=env)
+        self.procs.append(proc)
+        return proc
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.stop()
+        for daemon in self.daemons:
+            daemon.stop()
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    root = Path(tempfile.mkdtemp(prefix="rsd", dir="/tmp"))  # socket paths stay short
+    w = World(root)
+    try:
+        yield w
+    finally:
+        w.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _roles(keep: FileKeep) -> dict[str, Acceptance]:
+    return {record.role: record.acceptance for record in keep.list_roles()}
+
+
+def test_pending_minions_accepted_one_by_one_and_a_twin_is_denied(world: World) -> None:
+    master = world.start("master", world.master_dir())
+    master.expect("serving on 127.0.0.1")
+    m1 = world.start("minion", world.minion_dir("m1", "minion1"))
+    m2 = world.start("minion", world.minion_dir("m2", "minion2"))
+    for minion in (m1, m2):
+        minion.expect("is pending on the master")
+    master.expect("key pending")
+    keep = world.master_keep()
+    assert _roles(keep) == {"minion1": Acceptance.PENDING, "minion2": Acceptance.PENDING}
+
+    # raetsalt-key -a minion1, from another process: takes effect without any restart.
+    accepted_at = time.monotonic()
+    keep.accept_role("minion1")
+    m1.expect("connected to the master themaster", timeout=2.0)
+    assert time.monotonic() - accepted_at < 2.0
+    master.expect("minion minion1 connected")
+    assert not any("connected" in line for line in m2.drain())
+    assert _roles(keep)["minion2"] is Acceptance.PENDING
+
+    # Retrying while pending is logged once per state change, not per attempt.
+    assert sum("pending" in line for line in m2.drain()) == 1
+    assert sum("minion2: key pending" in line for line in master.drain()) == 1
+
+    keep.accept_role("minion2")
+    m2.expect("connected to the master", timeout=2.0)
+
+    # Same id as minion2, new keys: Salt's "denied"; the minion exits 77.
+    twin = world.start("minion", world.minion_dir("m3", "minion2"))
+    assert twin.popen.wait(10) == 77
+    twin.expect("the master rejected the key of minion 'minion2'")
+    assert list(keep.list_denied()) == ["minion2"]
+    assert _roles(keep)["minion2"] is Acceptance.ACCEPTED
+    master.expect("minion2: key denied")
+
+    for daemon in (m1, m2, master):
+        assert daemon.terminate_within(2.0) == 0
+
+
+def _received(proc: Proc, timeout: float = 5.0) -> dict[str, Any]:
+    line = proc.readline(timeout)
+    assert line is not None, "the listener printed nothing"
+    return ast.literal_eval(line)
+
+
+def test_auto_accept_bus_scripts_and_master_restart(world: World) -> None:
+    master_conf = world.master_dir("auto_accept: true\n")
+    master = world.start("master", master_conf)
+    master.expect("serving on")
+    dirs = {name: world.minion_dir(name, name) for name in ("minion1", "minion2")}
+    minions = {name: world.start("minion", conf) for name, conf in dirs.items()}
+    for minion in minions.values():
+        minion.expect("connected to the master themaster", timeout=3.0)
+    assert not any("pending" in line for m in minions.values() for line in m.drain())
+    assert set(_roles(world.master_keep()).values()) == {Acceptance.ACCEPTED}
+
+    master_sock_dir = load_node_config(master_conf, "master")["sock_dir"]
+    env1 = {"RAETSALT_CONFIG_DIR": str(dirs["minion1"])}
+
+    # The blog's minion bus scripts against the running minion1.
+    listener = world.script("lmin.py", LISTEN_MINION.format(tag="mytag"), env1)
+    listener.expect("Listening for events tagged 'mytag' on Salt Minion bus.")
+    emitter = world.script(
+        "emin.py", EMIT_MINION.format(tag="mytag", message="on the minion"), env1
+    )
+    assert emitter.wait(20) == 0
+    got = _received(listener)
+    assert got["data"] == {"message": "on the minion"} and got["id"] == "minion1"
+
+    # The master bus, and a 5-event fire_master batch from minion1's bus arriving there.
+    mlisten = world.script("lmas.py", LISTEN_MASTER.format(sock_dir=master_sock_dir, tag="mytag"))
+    mlisten.expect("Listening for events tagged 'mytag' on Salt Master bus.")
+    forward = world.script("fwd.py", EMIT_FORWARD, env1)
+    assert forward.wait(20) == 0
+    messages = [_received(mlisten)["message"] for _ in range(5)]
+    assert messages == [f"a dr{v}p in the bucket" for v in "aeiou"]
+
+    # Idle CPU of a connected minion over a short window.
+    pid = minions["minion2"].popen.pid
+    before, started = _cpu_seconds(pid), time.monotonic()
+    time.sleep(1.5)  # a measurement window, not synchronisation
+    cpu = (_cpu_seconds(pid) - before) / (time.monotonic() - started)
+    assert cpu < 0.02, f"idle minion used {cpu:.1%} CPU"
+
+    # SIGKILL the master, start it again: both minions come back by themselves.
+    master.popen.kill()
+    master.popen.wait()
+    restarted_at = time.monotonic()
+    master = world.start("master", master_conf)
+    master.expect_each([f"minion {name} connected" for name in minions], timeout=10.0)
+    assert time.monotonic() - restarted_at < 10.0
+    # ...and fire_master flows again through the new master process.
+    mlisten2 = world.script("lmas2.py", LISTEN_MASTER.format(sock_dir=master_sock_dir, tag="mytag"))
+    mlisten2.expect("Listening for events tagged 'mytag' on Salt Master bus.")
+    assert world.script("fwd2.py", EMIT_FORWARD, env1).wait(20) == 0
+    assert _received(mlisten2)["message"] == "a drap in the bucket"
+
+    for daemon in (*minions.values(), master):
+        assert daemon.terminate_within(2.0) == 0
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _run(node: str, confdir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", f"raetsalt.cli.{node}", "-c", str(confdir)],
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("id: [unclosed\n", "YAML error at line 2"),
+        ("raet_port: lots\n", "key 'raet_port' must be an integer"),
+        ("transport: zeromq\n", "key 'transport' must be 'raet'"),
+    ],
+)
+def test_a_bad_config_file_is_one_line_naming_file_and_problem(
+    tmp_path: Path, text: str, problem: str
+) -> None:
+    (tmp_path / "master").write_text(text)
+    result = _run("master", tmp_path)
+    assert result.returncode == 78
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"raetsalt-master: {tmp_path / 'master'}: ")
+    assert problem in lines[0]
+
+
+def test_a_missing_config_dir_is_a_clear_message(tmp_path: Path) -> None:
+    result = _run("minion", tmp_path / "nope")
+    assert result.returncode == 78
+    assert result.stderr.strip() == (
+        f"raetsalt-minion: {tmp_path / 'nope'}: config directory does not exist"
+    )
+
+
+def test_daemonize_writes_the_pidfile_and_sigterm_removes_it(world: World) -> None:
+    confdir = world.master_dir()
+    pidfile = world.root / "master.pid"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "raetsalt.cli.master",
+            "-c",
+            str(confdir),
+            "-d",
+            "-l",
+            "info",
+            "--pid-file",
+            str(pidfile),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+    assert result.returncode == 0, result.stderr
+    log_file = Path(load_node_config(confdir, "master")["log_file"])
+    pid = _wait_for(lambda: _pid_in(pidfile))
+    _wait_for(lambda: log_file.exists() and "serving on" in log_file.read_text())
+    assert os.getsid(pid) != os.getsid(0)  # detached into its own session
+    os.kill(pid, signal.SIGTERM)
+    _wait_for(lambda: not pidfile.exists())
+    assert "stopped on SIGTERM (exit 0)" in log_file.read_text()
+
+
+def _pid_in(path: Path) -> int:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return 0
+
+
+def _wait_for(condition: Any, timeout: float = 5.0) -> Any:
+    """Poll a file-system condition (there is no event to wait on for a daemon's files)."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, "condition not met"
+        time.sleep(0.02)
+    return value
