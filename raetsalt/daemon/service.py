@@ -151,6 +151,7 @@ class MinionLink:
         self.exit_code: int | None = None
         self.uid: int | None = None
         self._last_resolve = 0.0
+        self._reported: set[str] = set()
 
     # -- commands ---------------------------------------------------------------------------
 
@@ -196,21 +197,23 @@ class MinionLink:
                 if not event.here:
                     self.pending = True
                 else:
-                    log.warning("the master's key is pending in this minion's keep")
+                    self._once(
+                        "master_pending", "the master's key is pending in this minion's keep"
+                    )
             elif isinstance(event, JoinRejected):
                 self.pending = False
                 if not event.here:
                     self.rejected = True
                 else:
-                    log.error(
-                        "refusing the master %s: its key differs from the one this minion "
-                        "accepted before (remove the master's role from %s to trust a "
-                        "new master key)",
-                        event.remote,
-                        keep_dir(self.opts),
+                    self._once(
+                        "master_refused",
+                        f"refusing the master {event.remote}: its key differs from the one "
+                        f"this minion accepted before (remove the master's role from "
+                        f"{keep_dir(self.opts)} to trust a new master key); retrying",
                     )
             elif isinstance(event, Joined | Allowed):
                 self.pending = self.rejected = False
+                self._reported.clear()
             elif isinstance(event, TransactionFailed) and event.kind == "join":
                 log.debug(
                     "join with %s failed (%s); retrying with back-off", event.remote, event.reason
@@ -252,6 +255,12 @@ class MinionLink:
             self._set("lost", "lost the master; reconnecting with back-off", level=logging.WARNING)
         elif self.state not in ("starting", "connecting"):
             self._set("connecting", "connecting to the master")
+
+    def _once(self, key: str, message: str) -> None:
+        """Log a problem of this side once until the next successful join."""
+        if key not in self._reported:
+            self._reported.add(key)
+            log.error("%s", message)
 
     def _set(self, state: str, message: str, *, level: int = logging.INFO) -> None:
         if state != self.state:
