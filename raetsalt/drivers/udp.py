@@ -173,6 +173,7 @@ class RoadStack:
         self._want_write = False
         self._events: list[Event] = []
         self._rxbuf = bytearray(RECEIVE_BUFFER)
+        self._rxview = memoryview(self._rxbuf)
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -306,14 +307,16 @@ class RoadStack:
         The message goes out at the next ``service``/``service_ready`` (``timeout()`` is 0
         until then), so messages queued between two wake-ups share datagrams.
         """
-        mid = self.road.send_message(to, body, self.clock())
-        self._collect()
+        road = self.road
+        mid = road.send_message(to, body, self.clock())
+        self._collect(road)
         return mid
 
     def _after_command(self) -> None:
         # Connection commands are rare and their latency matters: send them at once.
-        self._flush(self.clock())
-        self._collect()
+        road = self.road
+        self._flush(self.clock(), road)
+        self._collect(road)
 
     # -- servicing ------------------------------------------------------------------------
 
@@ -327,12 +330,14 @@ class RoadStack:
     def timeout(self, now: float | None = None) -> float | None:
         """Seconds until ``next_deadline`` (never negative), for a selector's ``select``;
         0 while queued output waits for ``service_ready`` to send it."""
-        if self.road.has_output():
+        road = self.road
+        if self._events or road.has_output():
             return 0.0
-        deadline = self.next_deadline()
+        deadline = road.next_timer()
         if deadline is None:
             return None
-        return max(0.0, deadline - (self.clock() if now is None else now))
+        wait = deadline - (self.clock() if now is None else now)
+        return wait if wait > 0.0 else 0.0
 
     def register(self, selector: selectors.BaseSelector, data: Any = None) -> None:
         """Watch this stack's socket in ``selector`` (with ``data``).  The stack adds and
@@ -355,20 +360,31 @@ class RoadStack:
         seconds passed (``None``: no limit but the road's timers), then read, run timers,
         send, and return the events.  An empty list means nothing happened."""
         wait = self.timeout()
+        selector = self._selector
+        if selector is None:
+            raise LocalError("the stack is not open")
         if timeout is not None:
             wait = max(0.0, timeout) if wait is None else min(wait, max(0.0, timeout))
-        if self._selector is None:
-            raise LocalError("the stack is not open")
         if wait is None or wait > 0.0:
-            self._flush(self.clock())  # what the application queued goes out before we sleep
-            self._selector.select(wait)
-        return self.service_ready()
+            # timeout() is 0 while the road has output, so nothing waits to be sent here
+            # but datagrams the socket refused (write interest wakes us for those).
+            if not selector.select(wait):
+                return self._service(read=False)  # a timer or the caller's time-out
+        return self._service(read=True)
 
     def service_ready(self) -> list[Event]:
         """Do whatever is possible without blocking and return the events."""
-        now = self.clock()
-        self._read(now)
+        return self._service(read=True)
+
+    def _service(self, *, read: bool) -> list[Event]:
         road = self.road
+        now = self.clock()
+        if road.has_output():
+            # Replies the application queued since the last pass leave before we read:
+            # in request/response traffic this is the whole latency path.
+            self._flush(now, road)
+        if read:
+            self._read(now, road)
         # A timer handler may arm another timer that is already due (a retry "now"):
         # run a few rounds, the rest waits for the next wake-up (with a zero timeout).
         for _ in range(4):
@@ -376,14 +392,13 @@ class RoadStack:
             if deadline is None or deadline > now:
                 break
             road.handle_timer(now)
-        self._flush(now)
-        self._collect()
+        if self._txq or road.has_output():
+            self._flush(now, road)
+        self._collect(road)
         events, self._events = self._events, []
         return events
 
-    def run_until(
-        self, predicate: Callable[[list[Event]], bool], timeout: float
-    ) -> list[Event]:
+    def run_until(self, predicate: Callable[[list[Event]], bool], timeout: float) -> list[Event]:
         """Service until ``predicate(events so far)`` is true; return those events.
 
         The predicate is also checked before the first wake-up (with an empty list), so a
@@ -428,33 +443,51 @@ class RoadStack:
 
     # -- internals ------------------------------------------------------------------------
 
-    def _collect(self) -> None:
-        road = self.road
-        while (event := road.next_event()) is not None:
-            self._events.append(event)
+    def _collect(self, road: Road) -> None:
+        next_event = road.next_event
+        append = self._events.append
+        event = next_event()
+        while event is not None:
+            append(event)
+            event = next_event()
 
-    def _read(self, now: float) -> None:
-        sock, road, buf = self.sock, self.road, self._rxbuf
-        for _ in range(self.max_drain):
-            try:
-                size, source = sock.recvfrom_into(buf)
-            except BlockingIOError:
-                return
-            except OSError as exc:
-                # An ICMP error queued on the socket (ECONNREFUSED, EHOSTUNREACH ...)
-                # is reported once by the next receive; the datagram is not lost.
-                self.stats[f"rx_error_{_errname(exc)}"] += 1
-                continue
-            self.stats["rx"] += 1
-            try:
-                road.receive_datagram(bytes(buf[:size]), (source[0], source[1]), now)
-            except Exception:  # noqa: BLE001 - one datagram must never stop the stack
-                self.stats["engine_error"] += 1
-                log.exception("road failed on a datagram from %s", format_ha(source[:2]))
+    def _read(self, now: float, road: Road) -> None:
+        receive = road.receive_datagram
+        recvfrom_into = self.sock.recvfrom_into
+        buf, view = self._rxbuf, self._rxview
+        # IPv6 sources come as 4-tuples; the road stores (host, port).
+        trim = self.family == socket.AF_INET6
+        count = 0
+        try:
+            for _ in range(self.max_drain):
+                try:
+                    size, source = recvfrom_into(buf)
+                except BlockingIOError:
+                    return
+                except OSError as exc:
+                    # An ICMP error queued on the socket (ECONNREFUSED, EHOSTUNREACH ...)
+                    # is reported once by the next receive; the datagram is not lost.
+                    self.stats[f"rx_error_{_errname(exc)}"] += 1
+                    continue
+                count += 1
+                try:
+                    receive(view[:size].tobytes(), source[:2] if trim else source, now)
+                except Exception:  # noqa: BLE001 - one datagram must never stop the stack
+                    self.stats["engine_error"] += 1
+                    log.exception("road failed on a datagram from %s", format_ha(source[:2]))
+        finally:
+            if count:
+                self.stats["rx"] += count
 
-    def _flush(self, now: float) -> None:
+    def _flush(self, now: float, road: Road) -> None:
         txq = self._txq
-        txq.extend(self.road.datagrams_to_send(now))
+        out = road.datagrams_to_send(now)
+        if not txq:
+            # Nothing held back: send straight from the road's list.
+            if out:
+                self._send_list(out)
+            return
+        txq.extend(out)
         sock = self.sock
         while txq:
             data, address = txq[0]
@@ -471,6 +504,25 @@ class RoadStack:
                 self.stats["tx"] += 1
             txq.popleft()
         self._set_want_write(False)
+
+    def _send_list(self, out: list[tuple[bytes, Address]]) -> None:
+        sendto = self.sock.sendto
+        sent = 0
+        for index, (data, address) in enumerate(out):
+            try:
+                sendto(data, address)
+            except BlockingIOError:
+                self.stats["tx_blocked"] += 1
+                self._txq.extend(out[index:])
+                self._set_want_write(True)
+                break
+            except OSError as exc:
+                # Unreachable, no route, no buffers: dropped like a lost datagram.
+                self.stats[f"tx_error_{_errname(exc)}"] += 1
+            else:
+                sent += 1
+        if sent:
+            self.stats["tx"] += sent
 
     def _interest(self) -> int:
         return selectors.EVENT_READ | (selectors.EVENT_WRITE if self._want_write else 0)
