@@ -2,12 +2,28 @@
 
 Theory of operation (protocol.md 7.4).  The sender encrypts the whole body once (one
 box, nonce at the end of the stream) and cuts the stream into segments that fit a
-datagram; each segment packet is signed on its own.  It sends a bounded *burst* of
-segments, flagging the last with ``wf`` (wait); the receiver answers a ``wf`` packet with
-``resend`` (the missing segment numbers, at most 64 per packet) or ``ack`` (``sn`` = the
-highest segment held), and answers the complete message with ``done``.  Retransmitted
-segments carry ``af`` (again).  The bounded burst keeps a 1 MiB message from overrunning
-a 208 KiB socket buffer, which raet (unbounded bursts) repairs by repeated go-back rounds.
+datagram; each segment packet is signed on its own.  A receiver answers every packet
+flagged ``wf`` (wait) with ``resend`` (the missing segment numbers, at most 64 per
+packet) or ``ack`` (``sn`` = the highest segment held, all below it held too), and the
+complete message with ``done``.  Retransmitted segments carry ``af`` (again).
+
+Sending is pipelined: up to ``RoadConfig.window`` segments are in flight beyond the last
+ack, every ``RoadConfig.ack_every``-th one (and the last one) flagged ``wf``, so acks
+stream back while the sender keeps sending instead of stopping after every burst.  raet
+answers every ``wf`` packet the same way, so this is an ordinary raet sender with a
+small burst size, only it does not wait for one burst's ack before the next.  A redo
+time-out (no reply for a while) re-sends the highest segment sent, flagged ``wf``, which
+makes the receiver name every hole; a second one without progress goes back to the
+first unacknowledged segment.
+
+Receiving verifies lazily: a segment without ``wf`` of a message whose receiver exists
+is stored without checking its signature (see ``Road._dispatch``).  The box of the
+reassembled stream authenticates the whole message under the session key, and the
+stream always holds at least one verified segment of this transaction (the one that
+created the receiver), so neither a forged segment nor a replayed one from another
+message can pass it.  Only if the box does not open are the unverified segments
+verified one by one; the forged ones are dropped, the receiver verifies everything up
+front from then on, and asks for the missing segments again.
 
 Deliberate differences from raet 0.6.8: a sender has a time-out that surfaces as an
 event; the road runs one message transaction per remote at a time, so messages are
@@ -18,7 +34,6 @@ never delivered twice, however late it comes (quirk Q2).
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from raetsalt.engine.events import DropReason, MessageDelivered, MessageReceived, TransactionFailed
@@ -37,10 +52,18 @@ if TYPE_CHECKING:
 MISSEDS_PER_RESEND = 64
 # A segment header adds at most this many bytes to the unsegmented one (protocol.md 3.8).
 SEGMENT_HEAD_EXTRA = 27
+# A segment asked for again within this many smoothed round trips of its last
+# retransmission is not sent again: the request predates the retransmission (every
+# ``wf`` packet behind a hole asks for it while the retransmission is on its way).
+RESEND_HOLD_RTTS = 2.0
+RESEND_HOLD_MIN = 0.001
+
+_WF = int(Flag.WF)
+_AF = int(Flag.AF)
 
 
 class MessageSender(Transaction):
-    """Sends one message (raet's Messenger)."""
+    """Sends one message (raet's Messenger, pipelined)."""
 
     kind = TransactionKind.MESSAGE
     redo_min = 0.2
@@ -51,64 +74,120 @@ class MessageSender(Transaction):
             road, remote, initiator=True, sid=remote.sid, tid=remote.next_tid(), now=now
         )
         assert remote.session is not None
+        config = road.config
         self.outgoing = outgoing
         self.timeout_at = outgoing.expires
         stream = remote.session.seal(outgoing.body)
         base = self.header(
             PacketKind.MESSAGE,
-            body_kind=road.config.body_kind,
+            body_kind=config.body_kind,
             coat_kind=CoatKind.NACL,
             foot_kind=FootKind.NACL,
         )
-        size = segment_payload_size(base, max_size=road.config.max_packet_size)
+        size = segment_payload_size(base, max_size=config.max_packet_size)
+        self.base = base
         if len(stream) <= size + SEGMENT_HEAD_EXTRA:
             self.segments = [stream]
-            self.headers = [base]
+            self.segment_flags = 0
         else:
             self.segments = [stream[i : i + size] for i in range(0, len(stream), size)]
-            count = len(self.segments)
-            self.headers = [
-                replace(
-                    base,
-                    flags=Flag.SF,
-                    segment_number=i,
-                    segment_count=count,
-                    message_length=len(stream),
-                )
-                for i in range(count)
-            ]
+            self.segment_flags = int(Flag.SF)
+        self.count = len(self.segments)
+        self.stream_length = len(stream)
+        self.window = max(1, config.window or self.count)
+        self.ack_every = max(1, config.ack_every)
         self.current = 0  # next segment of the first pass
-        self.last_sent = 0
-        self.misseds: set[int] = set()
-        self.acked = False
+        self.acked = -1  # every segment up to this one is held by the receiver
+        self.highest_sent = -1
+        self.replied = False  # the receiver has answered (so it knows the transaction)
+        self.progress_at_redo = -1
+        self.resent_at: dict[int, float] = {}
+        self.wf_sent: dict[int, float] = {}  # first transmissions of wf segments (RTT)
+        self.srtt: float | None = None
 
     def start(self, now: float) -> None:
-        self._send_burst(now)
+        self._fill(now)
 
-    def _transmit(self, index: int, flags: Flag) -> None:
-        header = self.headers[index]
-        if header.flags != flags:
-            header = self.headers[index] = replace(header, flags=flags)
+    def _transmit(self, index: int, flags: int) -> None:
+        base = self.base
+        if self.count == 1:
+            header = Header(
+                packet_kind=base.packet_kind,
+                transaction_kind=base.transaction_kind,
+                source_uid=base.source_uid,
+                destination_uid=base.destination_uid,
+                session_id=base.session_id,
+                transaction_id=base.transaction_id,
+                flags=Flag(flags),
+                body_kind=base.body_kind,
+                coat_kind=base.coat_kind,
+                foot_kind=base.foot_kind,
+            )
+        else:
+            header = Header(
+                packet_kind=base.packet_kind,
+                transaction_kind=base.transaction_kind,
+                source_uid=base.source_uid,
+                destination_uid=base.destination_uid,
+                session_id=base.session_id,
+                transaction_id=base.transaction_id,
+                flags=Flag(flags | self.segment_flags),
+                segment_number=index,
+                segment_count=self.count,
+                message_length=self.stream_length,
+                body_kind=base.body_kind,
+                coat_kind=base.coat_kind,
+                foot_kind=base.foot_kind,
+            )
         self.road.transmit(header, self.segments[index], self.remote.ha)
-        self.last_sent = index
 
-    def _send_burst(self, now: float) -> None:
-        burst = self.road.config.burst or len(self.segments)
-        end = min(self.current + burst, len(self.segments))
-        for index in range(self.current, end):
-            flags = self.headers[index].flags & ~Flag.WF
-            self._transmit(index, flags | Flag.WF if index == end - 1 else flags)
+    def _fill(self, now: float) -> None:
+        """Send new segments while the window allows; ``wf`` on every ``ack_every``-th,
+        the last of the message and the last the window allows."""
+        count, every = self.count, self.ack_every
+        end = min(count, self.acked + 1 + self.window)
+        start = self.current
+        if start >= end:
+            return
+        wf_sent = self.wf_sent
+        for index in range(start, end):
+            if (index + 1) % every == 0 or index == end - 1:
+                wf_sent[index] = now
+                self._transmit(index, _WF)
+            else:
+                self._transmit(index, 0)
         self.current = end
+        self.highest_sent = max(self.highest_sent, end - 1)
         self.restart_redo(now)
 
-    def _send_misseds(self, now: float) -> None:
-        burst = self.road.config.burst or len(self.misseds)
-        chosen = sorted(self.misseds)[:burst]
-        for index in chosen:
-            flags = (self.headers[index].flags | Flag.AF) & ~Flag.WF
-            self._transmit(index, flags | Flag.WF if index == chosen[-1] else flags)
-            self.misseds.discard(index)
+    def _resend(self, indices: list[int], now: float, *, hold: bool) -> None:
+        """Retransmit ``indices`` (``af``; ``wf`` on the last one actually sent)."""
+        if hold:
+            limit = now - max(RESEND_HOLD_MIN, RESEND_HOLD_RTTS * (self.srtt or 0.0))
+            resent_at = self.resent_at
+            indices = [i for i in indices if resent_at.get(i, -1.0) <= limit]
+        if not indices:
+            return
+        again = _AF if self.replied else 0
+        last = indices[-1]
+        for index in indices:
+            self.resent_at[index] = now
+            self.wf_sent.pop(index, None)  # Karn: no RTT samples from retransmissions
+            self._transmit(index, again | _WF if index == last else again)
         self.restart_redo(now)
+
+    def _acknowledged(self, number: int, now: float) -> None:
+        number = min(number, self.count - 1)
+        if number <= self.acked:
+            return
+        self.acked = number
+        self.current = max(self.current, number + 1)
+        sample = None
+        for index in [i for i in self.wf_sent if i <= number]:
+            sample = now - self.wf_sent.pop(index)
+        if sample is not None:
+            self.srtt = sample if self.srtt is None else 0.875 * self.srtt + 0.125 * sample
+        self.redo_duration = 0.0  # progress: the next redo waits the shortest time again
 
     def receive(self, packet: Packet, now: float) -> None:
         header = packet.header
@@ -118,26 +197,21 @@ class MessageSender(Transaction):
             self.road.emit(MessageDelivered(self.remote.name, self.outgoing.mid))
             self.road.on_message_finished(self.remote, now)
         elif kind == PacketKind.ACK:
-            self.acked = True
-            if self.misseds:
-                self._send_misseds(now)
-                return
-            # Go back to just after the highest segment the receiver holds (tail loss).
-            self.current = min(self.current, header.segment_number + 1)
-            if self.current < len(self.segments):
-                self._send_burst(now)
+            self.replied = True
+            self._acknowledged(header.segment_number, now)
+            self._fill(now)
         elif kind == PacketKind.RESEND:
-            self.acked = True
+            self.replied = True
             body = self.road.open_body(self.remote, packet)
             misseds = body.get("misseds") if isinstance(body, dict) else None
             if not isinstance(misseds, list) or not all(
-                isinstance(m, int) and not isinstance(m, bool) and 0 <= m < len(self.segments)
+                isinstance(m, int) and not isinstance(m, bool) and 0 <= m < self.count
                 for m in misseds
             ):
                 raise BadPacket("resend names segments that do not exist", DropReason.BODY.value)
-            self.misseds.update(misseds)
-            if self.misseds:
-                self._send_misseds(now)
+            wanted = sorted({m for m in misseds if m > self.acked})
+            self._resend(wanted, now, hold=True)
+            self._fill(now)
         elif kind == PacketKind.UNALLOWED:
             # The receiver lost our session (it restarted): this message goes out again
             # once a new allow completes.
@@ -146,9 +220,14 @@ class MessageSender(Transaction):
             self.fail("nacked", now)
 
     def on_redo(self, now: float) -> None:
-        flags = self.headers[self.last_sent].flags
-        self._transmit(self.last_sent, flags | Flag.AF if self.acked else flags)
-        self.restart_redo(now)
+        if self.acked == self.progress_at_redo and self.acked + 1 < self.highest_sent:
+            # Two time-outs without progress: go back to the first segment not acked.
+            end = min(self.highest_sent + 1, self.acked + 1 + self.window)
+            self._resend(list(range(self.acked + 1, end)), now, hold=False)
+        else:
+            # Probe with the highest segment sent: the reply names every hole below it.
+            self._resend([max(self.highest_sent, 0)], now, hold=False)
+        self.progress_at_redo = self.acked
 
     def on_timeout(self, now: float) -> None:
         self.fail("timeout", now)
@@ -187,6 +266,9 @@ class MessageReceiver(Transaction):
         self.stored = 0
         self.highest = -1
         self.lowest = 0
+        # Segments stored without verifying their signature, with their sources.
+        self.unverified: dict[int, tuple[Packet, tuple[str, int]]] = {}
+        self.lazy = config.lazy_verify and count > 1 and remote.verifier is not None
         self.timeout_at = now + config.message_timeout
         self.redo_duration = self.redo_min
         self.redo_at = now + self.redo_min
@@ -203,33 +285,58 @@ class MessageReceiver(Transaction):
         )
         self.road.transmit(header, coat, self.remote.ha)
 
+    def _store(self, packet: Packet) -> bool:
+        """Keep the segment unless its slot is taken; False if it was a duplicate."""
+        header = packet.header
+        number = header.segment_number
+        if header.segment_count != self.count or not 0 <= number < self.count:
+            raise BadPacket(
+                "segment number or count does not match the message", DropReason.BODY.value
+            )
+        if number in self.segments:
+            return False
+        self.stored += len(packet.coat)
+        if self.stored > self.length + self.count * self.road.config.max_packet_size:
+            self.stored -= len(packet.coat)
+            raise BadPacket("segments exceed the message length", DropReason.BODY.value)
+        self.segments[number] = packet.coat
+        if number > self.highest:
+            self.highest = number
+        return True
+
     def receive(self, packet: Packet, now: float) -> None:
+        """An authenticated packet of this transaction."""
         header = packet.header
         if header.packet_kind == PacketKind.NACK:
             self.finish()
             return
         if header.packet_kind != PacketKind.MESSAGE:
             return
-        number = header.segment_number
-        if header.segment_count != self.count or not 0 <= number < self.count:
-            raise BadPacket(
-                "segment number or count does not match the message", DropReason.BODY.value
-            )
-        if number not in self.segments:
-            self.stored += len(packet.coat)
-            if self.stored > self.length + self.count * self.road.config.max_packet_size:
-                raise BadPacket("segments exceed the message length", DropReason.BODY.value)
-            self.segments[number] = packet.coat
-            self.highest = max(self.highest, number)
-        if len(self.segments) == self.count:
-            self._complete(now)
-        elif header.flags & Flag.WF:
+        self._store(packet)
+        if len(self.segments) == self.count and self._complete(now):
+            return
+        if header.flags & Flag.WF:
             self._ask(now)
 
+    def receive_unverified(self, packet: Packet, address: tuple[str, int], now: float) -> None:
+        """A segment without ``wf`` whose signature has not been checked (``lazy`` only).
+
+        Never answered: it only fills a slot, and completing the message can at most
+        deliver what the box authenticates.
+        """
+        if self._store(packet):
+            self.unverified[packet.header.segment_number] = (packet, address)
+            if len(self.segments) == self.count:
+                self._complete(now)
+
     def _ask(self, now: float) -> None:
-        misseds = [i for i in range(self.lowest, self.highest + 1) if i not in self.segments]
+        segments = self.segments
+        lowest = self.lowest
+        while lowest in segments:
+            lowest += 1
+        self.lowest = lowest
+        misseds = [i for i in range(lowest, self.highest + 1) if i not in segments]
         if misseds:
-            self.lowest = misseds[0]
             for start in range(0, len(misseds), MISSEDS_PER_RESEND):
                 body = encode_body(
                     BodyKind.JSON, {"misseds": misseds[start : start + MISSEDS_PER_RESEND]}
@@ -241,21 +348,53 @@ class MessageReceiver(Transaction):
             self._reply(PacketKind.ACK, segment_number=max(self.highest, 0))
         self.restart_redo(now)
 
-    def _complete(self, now: float) -> None:
-        stream = b"".join(self.segments[i] for i in range(self.count))
-        self.finish()
+    def _discard_forged(self) -> bool:
+        """Verify the segments stored unverified; drop the forged ones.  From now on every
+        segment is verified before it is stored.  True if any was forged."""
+        self.lazy = False
+        pending, self.unverified = self.unverified, {}
+        verifier = self.remote.verifier
+        forged = [
+            (number, address)
+            for number, (packet, address) in pending.items()
+            if verifier is None or not verifier.verify(packet.signed_bytes(), packet.foot)
+        ]
+        for number, address in forged:
+            self.stored -= len(self.segments.pop(number))
+            self.lowest = min(self.lowest, number)
+            self.road.drop(DropReason.SIGNATURE.value, address, "forged message segment")
+        if forged:
+            self.highest = max(self.segments, default=-1)
+        return bool(forged)
+
+    def _complete(self, now: float) -> bool:
+        """All slots are filled: deliver, or return False if forged segments were dropped
+        (the message is incomplete again).  Raises ``BadPacket`` for a bad message."""
+        stream = b"".join([self.segments[i] for i in range(self.count)])
+        failure: BadPacket
         if self.count > 1 and len(stream) != self.length:
-            self._reply(PacketKind.NACK)
-            raise BadPacket("reassembled message has the wrong length", DropReason.BODY.value)
-        try:
-            plain = self.road.open_coat(self.remote, stream, self.coat_kind)
-            body: Any = decode_body_untrusted(self.body_kind, plain)
-        except BadPacket:
-            self._reply(PacketKind.NACK)
-            raise
-        self.remote.replay.record(self.tid)
-        self._reply(PacketKind.DONE)
-        self.road.emit(MessageReceived(self.remote.name, body))
+            failure = BadPacket("reassembled message has the wrong length", DropReason.BODY.value)
+        else:
+            try:
+                plain = self.road.open_coat(self.remote, stream, self.coat_kind)
+            except BadPacket as exc:
+                failure = exc
+            else:
+                self.finish()
+                try:
+                    body: Any = decode_body_untrusted(self.body_kind, plain)
+                except BadPacket:
+                    self._reply(PacketKind.NACK)
+                    raise
+                self.remote.replay.record(self.tid)
+                self._reply(PacketKind.DONE)
+                self.road.emit(MessageReceived(self.remote.name, body))
+                return True
+        if self.unverified and self._discard_forged():
+            return False
+        self.finish()
+        self._reply(PacketKind.NACK)
+        raise failure
 
     def on_redo(self, now: float) -> None:
         self._ask(now)

@@ -72,6 +72,10 @@ _NACK_KINDS = frozenset(
     }
 )
 
+# Segments with these flags are verified before anything looks at them: ``wf`` asks for
+# a reply, ``cf`` marks a packet of a transaction we started.
+_LAZY_EXCLUDED = int(Flag.WF | Flag.CF)
+
 
 @dataclass(frozen=True, slots=True)
 class RoadConfig:
@@ -88,8 +92,15 @@ class RoadConfig:
     presence_period: float = 1.0
     """An alive is sent to a remote that has been silent this long."""
     message_timeout: float = 30.0
-    burst: int = 64
-    """Segments sent before waiting for an ack (0: all); 64 x 1 KiB fits any socket buffer."""
+    window: int = 256
+    """Segments a raet-profile message sender may have in flight beyond the receiver's last
+    ack (0: all).  256 x 1 KiB stays well below the 4 MiB socket buffers the UDP driver
+    asks for; a smaller buffer only costs resends."""
+    ack_every: int = 16
+    """A raet-profile sender flags every this many-th segment ``wf`` (the receiver acks it)."""
+    lazy_verify: bool = True
+    """Store message segments without ``wf`` of a known message before checking their
+    signatures; the message's box authenticates them (see ``raetsalt.engine.message``)."""
     max_packet_size: int = 1024
     max_message_size: int = 16 * 1024 * 1024
     max_receivers: int = 64
@@ -615,6 +626,10 @@ class Road:
 
     # -- receive pipeline --------------------------------------------------------------------
 
+    def drop(self, trigger: str, address: tuple[str, int], detail: str) -> None:
+        """Count and report a datagram dropped after its transaction took it."""
+        self._drop(trigger, address, detail)
+
     def _drop(self, trigger: str, address: tuple[str, int], detail: str) -> None:
         try:
             reason = DropReason(trigger)
@@ -651,6 +666,18 @@ class Road:
         remote = self.remotes.get(header.destination_uid)
         if remote is None or remote.verifier is None:
             raise BadPacket("unknown remote", DropReason.UNKNOWN_REMOTE.value)
+        if (
+            header.packet_kind == PacketKind.MESSAGE
+            and not int(header.flags) & _LAZY_EXCLUDED
+            and header.transaction_kind == TransactionKind.MESSAGE
+            and header.session_id == remote.rsid
+        ):
+            # A plain segment of a message we are receiving: its signature is checked only
+            # if the message's box does not open.  Nothing here may answer it.
+            txn = remote.transactions.get((False, header.session_id, header.transaction_id))
+            if isinstance(txn, MessageReceiver) and txn.lazy:
+                txn.receive_unverified(packet, address, now)
+                return
         if not remote.verifier.verify(packet.signed_bytes(), packet.foot):
             raise BadPacket("signature does not verify", DropReason.SIGNATURE.value)
         # Authenticated from here on.
