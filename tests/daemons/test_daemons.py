@@ -360,17 +360,17 @@ def test_daemonize_writes_the_pidfile_and_sigterm_removes_it(world: World) -> No
     assert result.returncode == 0, result.stderr
     log_file = Path(load_node_config(confdir, "master")["log_file"])
     pid = _wait_for(lambda: _pid_in(pidfile))
+    stopped = False
     try:
         _wait_for(lambda: log_file.exists() and "serving on" in log_file.read_text())
         assert os.getsid(pid) != os.getsid(0)  # detached into its own session
         os.kill(pid, signal.SIGTERM)
         _wait_for(lambda: not pidfile.exists())
+        stopped = True
         assert "stopped on SIGTERM (exit 0)" in log_file.read_text()
     finally:
-        try:
-            os.kill(pid, signal.SIGKILL)  # only if a failed assertion left it running
-        except ProcessLookupError:
-            pass
+        if not stopped:  # a failed assertion left it running (its pidfile still names it)
+            os.kill(pid, signal.SIGKILL)
 
 
 def _pid_in(path: Path) -> int:
