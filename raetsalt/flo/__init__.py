@@ -7,12 +7,20 @@ This is the only package that imports ioflo (``raetsalt/__init__.py`` imports
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
-FLOWS_DIR = Path(__file__).resolve().parent.parent.parent / "flows"
-"""Where ``master.flo`` and ``minion.flo`` live (the repository's ``flows/``)."""
+FLOW_DIRS = (
+    Path(__file__).resolve().parent.parent.parent / "flows",  # a source checkout
+    Path(sys.prefix) / "share" / "raetsalt" / "flows",  # installed (setup.cfg data_files)
+)
+"""Where ``master.flo`` and ``minion.flo`` are looked for, in order."""
 
 
 def flow_path(name: str) -> Path:
-    """Path of ``flows/<name>.flo``."""
-    return FLOWS_DIR / f"{name}.flo"
+    """Path of ``<name>.flo`` in the first of ``FLOW_DIRS`` that has it."""
+    for directory in FLOW_DIRS:
+        candidate = directory / f"{name}.flo"
+        if candidate.is_file():
+            return candidate
+    return FLOW_DIRS[0] / f"{name}.flo"
