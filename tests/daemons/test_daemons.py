@@ -8,6 +8,7 @@ lines (stderr, ``-l info``), on keep files and on bus events -- never on a fixed
 from __future__ import annotations
 
 import ast
+import json
 import os
 import selectors
 import shutil
@@ -193,6 +194,18 @@ def _roles(keep: FileKeep) -> dict[str, Acceptance]:
     return {record.role: record.acceptance for record in keep.list_roles()}
 
 
+def _key(confdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the operator's tool, ``raetsalt-key -c CONFDIR ...``, as another process."""
+    tool = Path(sys.executable).with_name("raetsalt-key")
+    return subprocess.run([str(tool), "-c", str(confdir), *args], capture_output=True, text=True, timeout=30)
+
+
+def _key_listing(confdir: Path) -> dict[str, list[str]]:
+    done = _key(confdir, "-L", "--out", "json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
 def test_pending_minions_accepted_one_by_one_and_a_twin_is_denied(world: World) -> None:
     master = world.start("master", world.master_dir())
     master.expect("serving on 127.0.0.1")
@@ -202,11 +215,14 @@ def test_pending_minions_accepted_one_by_one_and_a_twin_is_denied(world: World) 
         minion.expect("is pending on the master")
     master.expect("key pending")
     keep = world.master_keep()
+    confdir = world.root / "ma"
     assert _roles(keep) == {"minion1": Acceptance.PENDING, "minion2": Acceptance.PENDING}
+    assert _key_listing(confdir)["minions_pre"] == ["minion1", "minion2"]
 
-    # raetsalt-key -a minion1, from another process: takes effect without any restart.
+    # raetsalt-key -a minion1 -y, from another process: takes effect without any restart.
     accepted_at = time.monotonic()
-    keep.accept_role("minion1")
+    done = _key(confdir, "-a", "minion1", "-y")
+    assert done.returncode == 0 and "Key for minion minion1 accepted." in done.stdout
     m1.expect("connected to the master themaster", timeout=2.0)
     assert time.monotonic() - accepted_at < 2.0
     master.expect("minion minion1 connected")
@@ -217,7 +233,7 @@ def test_pending_minions_accepted_one_by_one_and_a_twin_is_denied(world: World) 
     assert sum("pending" in line for line in m2.drain()) == 1
     assert sum("minion2: key pending" in line for line in master.drain()) == 1
 
-    keep.accept_role("minion2")
+    assert _key(confdir, "-a", "minion2", "-y").returncode == 0
     m2.expect("connected to the master", timeout=2.0)
 
     # Same id as minion2, new keys: Salt's "denied"; the minion exits 77.
@@ -227,6 +243,15 @@ def test_pending_minions_accepted_one_by_one_and_a_twin_is_denied(world: World) 
     assert list(keep.list_denied()) == ["minion2"]
     assert _roles(keep)["minion2"] is Acceptance.ACCEPTED
     master.expect("minion2: key denied")
+    listing = _key_listing(confdir)
+    assert listing["minions"] == ["minion1", "minion2"] and listing["minions_denied"] == ["minion2"]
+
+    # -d removes a key (here only minion1's; minion2 and its denied twin stay listed).
+    done = _key(confdir, "-d", "minion1", "-y")
+    assert done.returncode == 0 and "Key for minion minion1 deleted." in done.stdout
+    listing = _key_listing(confdir)
+    assert "minion1" not in listing["minions"] + listing["minions_pre"]
+    assert listing["minions"] == ["minion2"]
 
     for daemon in (m1, m2, master):
         assert daemon.terminate_within(2.0) == 0
