@@ -197,7 +197,8 @@ def _roles(keep: FileKeep) -> dict[str, Acceptance]:
 def _key(confdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """Run the operator's tool, ``raetsalt-key -c CONFDIR ...``, as another process."""
     tool = Path(sys.executable).with_name("raetsalt-key")
-    return subprocess.run([str(tool), "-c", str(confdir), *args], capture_output=True, text=True, timeout=30)
+    command = [str(tool), "-c", str(confdir), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=30)
 
 
 def _key_listing(confdir: Path) -> dict[str, list[str]]:
