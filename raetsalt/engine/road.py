@@ -375,6 +375,11 @@ class Road:
         )
         self.stats["tx"] += 1
 
+    def transmit_datagram(self, data: bytes, address: tuple[str, int]) -> None:
+        """Queue a datagram a transaction packed (and signed) itself."""
+        self._outbox.append((data, address))
+        self.stats["tx"] += 1
+
     def emit(self, event: Event) -> None:
         self._events.append(event)
 
