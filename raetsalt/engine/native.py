@@ -75,6 +75,9 @@ MIN_PTO = 0.002
 ACK_DELAY = 0.001
 """A lone data packet's ack waits this long for a reply to ride on (two are acked at once)."""
 MAX_PTO = 2.0
+REPLAY_WINDOW = 65536
+"""Counters this far below the highest accepted one are refused as replays."""
+_WINDOW_MASK = REPLAY_WINDOW - 1
 
 
 @dataclass(slots=True)
@@ -99,6 +102,64 @@ class _Partial:
     buffer: bytearray
     offsets: set[int] = field(default_factory=set)
     received: int = 0
+
+
+class _ReplayWindow:
+    """Which of the last ``REPLAY_WINDOW`` counters up to the highest were accepted.
+
+    One bit per counter in a fixed ring (8 KiB), so memory and the cost per packet are
+    constant: no set that grows with traffic and has to be rebuilt (a 131072-entry set
+    took milliseconds to prune, a stall every 65536 packets).  Counters at or below
+    ``highest - REPLAY_WINDOW`` count as seen.
+    """
+
+    __slots__ = ("bits", "highest")
+
+    def __init__(self) -> None:
+        self.bits = bytearray(REPLAY_WINDOW // 8)
+        self.highest = 0
+
+    def seen(self, counter: int) -> bool:
+        if counter > self.highest:
+            return False
+        if counter + REPLAY_WINDOW <= self.highest:
+            return True
+        index = counter & _WINDOW_MASK
+        return bool(self.bits[index >> 3] >> (index & 7) & 1)
+
+    def mark(self, counter: int) -> None:
+        if counter > self.highest:
+            if counter - self.highest > 1:
+                # The slots of the skipped counters still hold counters that just left
+                # the window: clear them so the skipped ones can arrive late.
+                self._clear(self.highest + 1, counter)
+            self.highest = counter
+        index = counter & _WINDOW_MASK
+        self.bits[index >> 3] |= 1 << (index & 7)
+
+    def _clear(self, first: int, stop: int) -> None:
+        """Forget counters ``first`` up to (not including) ``stop``."""
+        if stop - first >= REPLAY_WINDOW:
+            self.bits = bytearray(REPLAY_WINDOW // 8)
+            return
+        bits = self.bits
+        counter = first
+        while counter < stop and counter & 7:  # up to a byte boundary, bit by bit
+            index = counter & _WINDOW_MASK
+            bits[index >> 3] &= ~(1 << (index & 7)) & 0xFF
+            counter += 1
+        whole = (stop - counter) >> 3
+        if whole > 0:  # whole bytes, possibly wrapping around the ring
+            start = (counter & _WINDOW_MASK) >> 3
+            head = min(whole, len(bits) - start)
+            bits[start : start + head] = bytes(head)
+            if whole > head:
+                bits[: whole - head] = bytes(whole - head)
+            counter += whole << 3
+        while counter < stop:
+            index = counter & _WINDOW_MASK
+            bits[index >> 3] &= ~(1 << (index & 7)) & 0xFF
+            counter += 1
 
 
 def is_native(data: bytes) -> bool:
@@ -152,8 +213,7 @@ class Channel:
         self.reorder_threshold = PACKET_THRESHOLD
         self.declared_lost: dict[int, None] = {}
         # receiving
-        self.rx_highest = 0
-        self.rx_seen: set[int] = set()
+        self.rx_window = _ReplayWindow()
         self.ack_ranges: list[list[int]] = []  # [first, last], newest last
         self.ack_pending = 0  # data packets received and not yet acknowledged
         self.ack_due = False  # an ack must go out at the next flush, data or not
@@ -161,6 +221,7 @@ class Channel:
         self.partials: dict[int, _Partial] = {}
         self.ready: dict[int, tuple[int, bytes]] = {}
         self.next_deliver = 1
+        self._max_message = road.config.max_message_size  # the config is frozen
 
     # -- sending ------------------------------------------------------------------------
 
@@ -260,56 +321,64 @@ class Channel:
         )
 
     def _on_ack(self, ranges: list[tuple[int, int]], now: float) -> None:
-        newly_largest = 0
-        sample = 0.0
-        in_flight = self.in_flight
-        completed = False
-        messages = self.messages
-        try:
+        top = self.counter
+        for first, last in ranges:
+            if last < first or last > top:
+                raise BadPacket("ack range names packets never sent", DropReason.BODY.value)
+        if self.declared_lost:
             for first, last in ranges:
-                if last < first or last > self.counter:
-                    raise BadPacket("ack range names packets never sent", DropReason.BODY.value)
-                if self.declared_lost:
-                    self._spurious(first, last)
-                if not in_flight:
+                self._spurious(first, last)
+        in_flight = self.in_flight
+        if not in_flight:
+            return
+        messages = self.messages
+        newly_largest = 0
+        largest_at = 0.0
+        freed = 0
+        completed = False
+        for first, last in ranges:
+            # Walk whichever is shorter: the range or what is in flight.
+            acked: range | list[int]
+            if last - first < len(in_flight):
+                acked = range(first, last + 1)
+            else:
+                acked = [c for c in in_flight if first <= c <= last]
+            for counter in acked:
+                sent = in_flight.pop(counter, None)
+                if sent is None:
                     continue
-                # Walk whichever is shorter: the range or what is in flight.
-                if last - first < len(in_flight):
-                    acked = [c for c in range(first, last + 1) if c in in_flight]
-                else:
-                    acked = [c for c in in_flight if first <= c <= last]
-                for counter in acked:
-                    sent = in_flight.pop(counter)
-                    self.bytes_in_flight -= sent.size
-                    if counter > newly_largest:
-                        newly_largest = counter
-                        sample = now - sent.at
-                    for seq, _ in sent.frames:
-                        message = messages.get(seq)
-                        if message is not None:
-                            message.frames_left -= 1
-                            if not message.frames_left:
-                                completed = True
-        finally:
-            if completed:  # also when a later range was bad: these are acked for sure
-                self._confirm()
-        if newly_largest:
-            self.pto_count = 0
-            if newly_largest > self.largest_acked:
-                self.largest_acked = newly_largest
-                if not self.rtt_sampled:  # the first sample replaces the guess (RFC 9002)
-                    self.rtt_sampled = True
-                    self.srtt, self.rttvar = sample, sample / 2
-                else:
-                    self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - sample)
-                    self.srtt = 0.875 * self.srtt + 0.125 * sample
-            self._pto = self._compute_pto()
-            # Below the lowest range this ack reports, it says nothing (the receiver keeps
-            # only so many ranges): those packets are left to later acks or the probe.
-            if in_flight:
-                self._detect_lost(now, floor=min(first for first, _ in ranges))
-            if self.queue:  # the window opened: send more at the next flush
-                self.road.mark_dirty(self)
+                freed += sent.size
+                if counter > newly_largest:
+                    newly_largest = counter
+                    largest_at = sent.at
+                for seq, _ in sent.frames:
+                    message = messages.get(seq)
+                    if message is not None:
+                        message.frames_left -= 1
+                        if not message.frames_left:
+                            completed = True
+        if not newly_largest:
+            return
+        self.bytes_in_flight -= freed
+        if completed:
+            self._confirm()
+        self.pto_count = 0
+        if newly_largest > self.largest_acked:
+            self.largest_acked = newly_largest
+            sample = now - largest_at
+            if not self.rtt_sampled:  # the first sample replaces the guess (RFC 9002)
+                self.rtt_sampled = True
+                self.srtt, self.rttvar = sample, sample / 2
+            else:
+                self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - sample)
+                self.srtt = 0.875 * self.srtt + 0.125 * sample
+        self._pto = self._compute_pto()
+        # Below the lowest range this ack reports, it says nothing (the receiver keeps
+        # only so many ranges): those packets are left to later acks or the probe.
+        if in_flight:
+            self._detect_lost(now, floor=min(first for first, _ in ranges))
+        if self.queue:  # the window opened: send more at the next flush
+            self.road.mark_dirty(self)
 
     def _confirm(self) -> None:
         # The receiver delivers in sequence order, so confirm in that order too: a
@@ -409,7 +478,7 @@ class Channel:
     # -- receiving ----------------------------------------------------------------------
 
     def receive_untrusted(self, data: bytes, counter: int, now: float) -> None:
-        if counter in self.rx_seen or counter + 65536 <= self.rx_highest:
+        if self.rx_window.seen(counter):
             raise BadPacket("native counter already seen", DropReason.REPLAY.value)
         plain = self.box.decrypt_untrusted(
             data[_PREFIX.size :], _NONCE.pack(self._rx_nonce, counter)
@@ -423,13 +492,7 @@ class Channel:
             self._arm()  # once per packet, whatever its frames changed
 
     def _record(self, counter: int, ack_eliciting: bool, now: float) -> None:
-        seen = self.rx_seen
-        seen.add(counter)
-        if counter > self.rx_highest:
-            self.rx_highest = counter
-            if len(seen) > 131072:
-                floor = counter - 65536
-                self.rx_seen = {c for c in seen if c > floor}
+        self.rx_window.mark(counter)
         ranges = self.ack_ranges
         if ranges and ranges[-1][1] + 1 == counter:
             ranges[-1][1] = counter
@@ -467,7 +530,7 @@ class Channel:
                         offset == 0
                         and length == total
                         and seq == self.next_deliver
-                        and total <= self.road.config.max_message_size
+                        and total <= self._max_message
                     ):
                         # A whole message, the next in order: no reassembly, no copy
                         # beyond the slice (the common case for small messages).
@@ -516,7 +579,7 @@ class Channel:
     ) -> None:
         if seq < self.next_deliver or seq in self.ready:
             return  # a retransmission of something already complete
-        if seq >= self.next_deliver + 65536 or total > self.road.config.max_message_size:
+        if seq >= self.next_deliver + 65536 or total > self._max_message:
             raise BadPacket("native message out of range", DropReason.BODY.value)
         if offset + length > total or (length == 0 and total):
             raise BadPacket("native frame outside its message", DropReason.BODY.value)
