@@ -280,8 +280,9 @@ class MessageSender(Transaction):
                 for m in misseds
             ):
                 raise BadPacket("resend names segments that do not exist", DropReason.BODY.value)
-            wanted = sorted({m for m in misseds if m > self.acked})
-            self._resend(wanted, now, hold=True)
+            # Segments at or below the last ack may be asked for too: a receiver that
+            # found forged segments among those it held drops them and asks again.
+            self._resend(sorted(set(misseds)), now, hold=True)
             self._fill(now)
         elif kind == PacketKind.UNALLOWED:
             # The receiver lost our session (it restarted): this message goes out again

@@ -302,3 +302,26 @@ def test_raet_peer_gets_the_raet_profile_although_we_offer_native(raet_peer: Sta
     side.wait(MessageDelivered, mid=mid)
     assert minion.wait_messages(1, remote="salt")[0]["body"] == {"format": "raet"}
     assert not minion.errors()
+
+
+def test_one_mebibyte_both_ways_with_raet(raet_peer: Start, ours) -> None:
+    """Our pipelined sender (wf every 16th segment, a window in flight) against raet's
+    receiver, and raet's one-burst sender against our lazily verifying receiver."""
+    side = ours("salt", main=True, auto=AutoMode.ONCE)
+    minion = raet_peer("minion", auto="once")
+    minion.join(side.stack.address)
+    minion.wait_for("joined", remote="salt")
+    minion.allow("salt")
+    minion.wait_for("allowed", remote="salt")
+    side.wait(Allowed, remote="minion")
+    theirs, mine = sized_body(1 << 20, "from-raet"), sized_body(1 << 20, "from-us")
+    minion.send("salt", theirs)
+    assert side.wait(MessageReceived, remote="minion", timeout=60).body == theirs
+    minion.wait_idle(timeout=60)
+    mid = side.call(lambda s: s.send("minion", mine))
+    side.wait(MessageDelivered, mid=mid, timeout=60)
+    assert [m["body"] for m in minion.wait_messages(1, remote="salt", timeout=60)] == [mine]
+    assert minion.stats()["stats"].get("message_segment_rx", 0) >= 1200
+    assert not minion.errors()
+    road = side.call(lambda s: dict(s.road.stats))
+    assert road.get("drop_signature", 0) == 0
