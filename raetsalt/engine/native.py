@@ -432,8 +432,15 @@ class Channel:
             self.road.mark_dirty(self)
 
     def _compute_pto(self) -> float:
-        base = self.srtt + max(4 * self.rttvar, MIN_PTO)
-        return min(max(base, MIN_PTO) * (1 << min(self.pto_count, 10)), MAX_PTO)
+        # srtt + max(4 rttvar, MIN_PTO), at least MIN_PTO, doubled per unanswered probe
+        # (at most 2**10 times), at most MAX_PTO; spelled without builtins (once per ack).
+        variance = 4 * self.rttvar
+        base = self.srtt + (variance if variance > MIN_PTO else MIN_PTO)
+        if base < MIN_PTO:
+            base = MIN_PTO
+        if self.pto_count:
+            base *= 1 << (self.pto_count if self.pto_count < 10 else 10)
+        return base if base < MAX_PTO else MAX_PTO
 
     def pto(self) -> float:
         """The probe time-out: how long the oldest packet in flight may go unacked."""
@@ -478,7 +485,8 @@ class Channel:
     # -- receiving ----------------------------------------------------------------------
 
     def receive_untrusted(self, data: bytes, counter: int, now: float) -> None:
-        if self.rx_window.seen(counter):
+        window = self.rx_window
+        if counter <= window.highest and window.seen(counter):  # new counters: no call
             raise BadPacket("native counter already seen", DropReason.REPLAY.value)
         plain = self.box.decrypt_untrusted(
             data[_PREFIX.size :], _NONCE.pack(self._rx_nonce, counter)
