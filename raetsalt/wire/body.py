@@ -42,21 +42,8 @@ def encode_body(kind: BodyKind, value: Any) -> bytes:
     nada takes ``None`` or an empty mapping and gives ``b""``.  Raises ``LocalError``
     for anything else (including values JSON cannot represent).
     """
-    if kind == BodyKind.JSON:
-        if not isinstance(value, Mapping):
-            raise LocalError(f"a JSON body must be a mapping, not {type(value).__name__}")
-        if not value:
-            return b""
-        try:
-            return _JSON_ENCODER.encode(value).encode("utf-8")
-        except (TypeError, ValueError) as exc:
-            raise LocalError(f"body is not JSON serialisable: {exc}") from exc
-    if kind == BodyKind.RAW:
-        if not isinstance(value, bytes | bytearray | memoryview):
-            raise LocalError(f"a raw body must be bytes, not {type(value).__name__}")
-        return bytes(value)
-    if kind == BodyKind.MSGPACK:
-        if not isinstance(value, Mapping):
+    if kind == _MSGPACK:  # the native profile's kind first: it is the hot path
+        if type(value) is not dict and not isinstance(value, Mapping):
             raise LocalError(f"a msgpack body must be a mapping, not {type(value).__name__}")
         if not value:
             return b""
@@ -64,7 +51,20 @@ def encode_body(kind: BodyKind, value: Any) -> bytes:
             return msgpack.packb(value)  # type: ignore[no-any-return,unused-ignore]
         except (TypeError, ValueError, OverflowError) as exc:
             raise LocalError(f"body is not msgpack serialisable: {exc}") from exc
-    if kind == BodyKind.NADA:
+    if kind == _JSON:
+        if type(value) is not dict and not isinstance(value, Mapping):
+            raise LocalError(f"a JSON body must be a mapping, not {type(value).__name__}")
+        if not value:
+            return b""
+        try:
+            return _JSON_ENCODER.encode(value).encode("utf-8")
+        except (TypeError, ValueError) as exc:
+            raise LocalError(f"body is not JSON serialisable: {exc}") from exc
+    if kind == _RAW:
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise LocalError(f"a raw body must be bytes, not {type(value).__name__}")
+        return bytes(value)
+    if kind == _NADA:
         if value is None or (isinstance(value, Mapping) and not value):
             return b""
         raise LocalError("a nada body carries no value")
