@@ -34,12 +34,11 @@ never delivered twice, however late it comes (quirk Q2).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from raetsalt.engine.events import DropReason, MessageDelivered, MessageReceived, TransactionFailed
 from raetsalt.engine.transaction import Transaction
-from raetsalt.errors import BadPacket
+from raetsalt.errors import BadPacket, LocalError
 from raetsalt.wire.body import decode_body_untrusted, encode_body
 from raetsalt.wire.enums import (
     BodyKind,
@@ -72,8 +71,6 @@ _AF = int(Flag.AF)
 _SIGNATURE_SIZE = 64
 _BLANK_FOOT = bytes(_SIGNATURE_SIZE)
 
-HeadMaker = Callable[[int, int, int], bytes]
-
 
 def _segment_header(base: Header, index: int, flags: int, count: int, length: int) -> Header:
     return Header(
@@ -93,48 +90,62 @@ def _segment_header(base: Header, index: int, flags: int, count: int, length: in
     )
 
 
-def segment_head_maker(base: Header, segments: list[bytes], *, max_size: int) -> HeadMaker | None:
-    """A fast ``(index, flags, coat length) -> head`` for the signed segments of one
-    message, or None where it does not apply (JSON heads, no foot, one segment).
+class SegmentHeads:
+    """The signed text heads of one message's segments, made without ``Header`` objects.
 
-    The segments' text heads differ only in ``pl``, ``hl``, ``fg`` and ``sn``, so the
-    rest is cut once out of ``encode_header``'s own output.  The result is compared with
-    ``encode_header`` for the first and the last segment under every flag combination
-    a sender uses, so any disagreement falls back to the general path.
+    The heads differ only in ``pl``, ``hl``, ``fg`` and ``sn``; the rest is cut once out of
+    ``encode_header``'s own output, and ``make`` is compared with ``encode_header`` for a
+    few segments under every flag combination before it is used (``build`` returns None
+    on any disagreement, and for JSON heads, unsigned or unsegmented messages).
+    ``stem`` is the head between ``fg`` and the blank line without the ``sn`` field: it
+    names the transaction (``se``, ``de``, ``si``, ``ti``) and the message (``sc``, ``ml``).
     """
-    count = len(segments)
-    if count < 2 or base.head_kind != HeadKind.RAET or base.foot_kind != FootKind.NACL:
-        return None
-    length = sum(len(s) for s in segments)
-    sf = int(Flag.SF)
-    probe = encode_header(_segment_header(base, 1, sf, count, length), 0, _SIGNATURE_SIZE)
-    text = probe.decode("ascii")
-    fixed = "ri RAET\npl "
-    if not text.startswith(fixed) or not text.endswith("\n\n"):
-        return None
-    rest = text[len(fixed) + len("XXXX\nhl XX\nfg XX") : -2]
-    cut = rest.find("\nsn 1\n")
-    if cut < 0:
-        return None
-    pre, post = rest[:cut], rest[cut + len("\nsn 1") :]
-    with_sn = pre + "\nsn {:x}" + post
 
-    def make(index: int, flags: int, coat_length: int) -> bytes:
-        tail = with_sn.format(index) if index else pre + post
+    __slots__ = ("pre", "post", "with_sn", "stem")
+
+    def __init__(self, pre: str, post: str) -> None:
+        self.pre, self.post = pre, post
+        self.with_sn = pre + "\nsn {:x}" + post
+        self.stem = (pre + post).encode("ascii")
+
+    def make(self, index: int, flags: int, coat_length: int) -> bytes:
+        tail = self.with_sn.format(index) if index else self.pre + self.post
         head_length = 29 + len(tail)  # the fixed start (27) and the blank line
         pl = f"{head_length + coat_length + _SIGNATURE_SIZE:04x}"[-4:]
         return f"ri RAET\npl {pl}\nhl {head_length:02x}\nfg {flags:02x}{tail}\n\n".encode()
 
-    for index in (0, 1, count - 1):
-        coat = len(segments[index])
-        for extra in (0, _WF, _AF, _AF | _WF):
-            header = _segment_header(base, index, sf | extra, count, length)
-            made = make(index, sf | extra, coat)
-            if made != encode_header(header, coat, _SIGNATURE_SIZE):
-                return None
-            if len(made) + coat + _SIGNATURE_SIZE > max_size:
-                return None
-    return make
+    @classmethod
+    def build(
+        cls, base: Header, count: int, length: int, coat_lengths: dict[int, int], max_size: int
+    ) -> SegmentHeads | None:
+        """``coat_lengths``: segment number -> coat length of the segments to check."""
+        if count < 2 or base.head_kind != HeadKind.RAET or base.foot_kind != FootKind.NACL:
+            return None
+        sf = int(Flag.SF)
+        try:
+            probe = encode_header(_segment_header(base, 1, sf, count, length), 0, _SIGNATURE_SIZE)
+        except LocalError:
+            return None
+        text = probe.decode("ascii")
+        fixed = "ri RAET\npl "
+        if not text.startswith(fixed) or not text.endswith("\n\n"):
+            return None
+        rest = text[len(fixed) + len("XXXX\nhl XX\nfg XX") : -2]
+        cut = rest.find("\nsn 1\n")
+        if cut < 0:
+            return None
+        heads = cls(rest[:cut], rest[cut + len("\nsn 1") :])
+        for index, coat in coat_lengths.items():
+            for extra in (0, _WF, _AF, _AF | _WF):
+                header = _segment_header(base, index, sf | extra, count, length)
+                made = heads.make(index, sf | extra, coat)
+                try:
+                    expected = encode_header(header, coat, _SIGNATURE_SIZE)
+                except LocalError:
+                    return None
+                if made != expected or len(made) + coat + _SIGNATURE_SIZE > max_size:
+                    return None
+        return heads
 
 
 class MessageSender(Transaction):
@@ -169,7 +180,13 @@ class MessageSender(Transaction):
             self.segment_flags = int(Flag.SF)
         self.count = len(self.segments)
         self.stream_length = len(stream)
-        self.make_head = segment_head_maker(base, self.segments, max_size=config.max_packet_size)
+        last = self.count - 1
+        checks = {0: len(self.segments[0]), 1: len(self.segments[1 % self.count])}
+        checks[last] = len(self.segments[last])
+        heads = SegmentHeads.build(
+            base, self.count, self.stream_length, checks, config.max_packet_size
+        )
+        self.make_head = heads.make if heads is not None else None
         self.window = max(1, config.window or self.count)
         self.ack_every = max(1, config.ack_every)
         self.current = 0  # next segment of the first pass
@@ -338,9 +355,27 @@ class MessageReceiver(Transaction):
         self.stored = 0
         self.highest = -1
         self.lowest = 0
-        # Segments stored without verifying their signature, with their sources.
-        self.unverified: dict[int, tuple[Packet, tuple[str, int]]] = {}
+        # Segments stored without verifying their signature: head, coat, foot, source.
+        self.unverified: dict[int, tuple[bytes, bytes, bytes, tuple[str, int]]] = {}
         self.lazy = config.lazy_verify and count > 1 and remote.verifier is not None
+        self.heads: SegmentHeads | None = None
+        if self.lazy:
+            base = Header(
+                source_uid=first.source_uid,
+                destination_uid=first.destination_uid,
+                session_id=first.session_id,
+                transaction_id=first.transaction_id,
+                body_kind=first.body_kind,
+                coat_kind=first.coat_kind,
+                foot_kind=first.foot_kind,
+                head_kind=first.head_kind,
+            )
+            size = max(1, min(length, config.max_packet_size))
+            self.heads = SegmentHeads.build(
+                base, count, length, {0: size, count - 1: size}, 1 << 16
+            )
+            if self.heads is not None:
+                road.lazy_heads[self.heads.stem] = self
         self.timeout_at = now + config.message_timeout
         self.redo_duration = self.redo_min
         self.redo_at = now + self.redo_min
@@ -357,24 +392,24 @@ class MessageReceiver(Transaction):
         )
         self.road.transmit(header, coat, self.remote.ha)
 
-    def _store(self, packet: Packet) -> bool:
+    def _store(self, number: int, coat: bytes) -> bool:
         """Keep the segment unless its slot is taken; False if it was a duplicate."""
-        header = packet.header
-        number = header.segment_number
-        if header.segment_count != self.count or not 0 <= number < self.count:
-            raise BadPacket(
-                "segment number or count does not match the message", DropReason.BODY.value
-            )
+        if not 0 <= number < self.count:
+            raise BadPacket("segment number out of range", DropReason.BODY.value)
         if number in self.segments:
             return False
-        self.stored += len(packet.coat)
+        self.stored += len(coat)
         if self.stored > self.length + self.count * self.road.config.max_packet_size:
-            self.stored -= len(packet.coat)
+            self.stored -= len(coat)
             raise BadPacket("segments exceed the message length", DropReason.BODY.value)
-        self.segments[number] = packet.coat
+        self.segments[number] = coat
         if number > self.highest:
             self.highest = number
         return True
+
+    def _check_count(self, header: Header) -> None:
+        if header.segment_count != self.count:
+            raise BadPacket("segment count does not match the message", DropReason.BODY.value)
 
     def receive(self, packet: Packet, now: float) -> None:
         """An authenticated packet of this transaction."""
@@ -384,20 +419,37 @@ class MessageReceiver(Transaction):
             return
         if header.packet_kind != PacketKind.MESSAGE:
             return
-        self._store(packet)
+        self._check_count(header)
+        self._store(header.segment_number, packet.coat)
         if len(self.segments) == self.count and self._complete(now):
             return
         if header.flags & Flag.WF:
             self._ask(now)
 
     def receive_unverified(self, packet: Packet, address: tuple[str, int], now: float) -> None:
-        """A segment without ``wf`` whose signature has not been checked (``lazy`` only).
+        """A segment without ``wf`` whose signature has not been checked (``lazy`` only)."""
+        self._check_count(packet.header)
+        self.receive_unverified_segment(
+            packet.header.segment_number, packet.head, packet.coat, packet.foot, address, now
+        )
+
+    def receive_unverified_segment(
+        self,
+        number: int,
+        head: bytes,
+        coat: bytes,
+        foot: bytes,
+        address: tuple[str, int],
+        now: float,
+    ) -> None:
+        """Store a segment whose signature has not been checked (``lazy`` only).
 
         Never answered: it only fills a slot, and completing the message can at most
         deliver what the box authenticates.
         """
-        if self._store(packet):
-            self.unverified[packet.header.segment_number] = (packet, address)
+        self.road.stats["lazy_segments"] += 1
+        if self._store(number, coat):
+            self.unverified[number] = (head, coat, foot, address)
             if len(self.segments) == self.count:
                 self._complete(now)
 
@@ -423,13 +475,13 @@ class MessageReceiver(Transaction):
     def _discard_forged(self) -> bool:
         """Verify the segments stored unverified; drop the forged ones.  From now on every
         segment is verified before it is stored.  True if any was forged."""
-        self.lazy = False
+        self._stop_lazy()
         pending, self.unverified = self.unverified, {}
         verifier = self.remote.verifier
         forged = [
             (number, address)
-            for number, (packet, address) in pending.items()
-            if verifier is None or not verifier.verify(packet.signed_bytes(), packet.foot)
+            for number, (head, coat, foot, address) in pending.items()
+            if verifier is None or not verifier.verify(head + coat + _BLANK_FOOT, foot)
         ]
         for number, address in forged:
             self.stored -= len(self.segments.pop(number))
@@ -438,6 +490,16 @@ class MessageReceiver(Transaction):
         if forged:
             self.highest = max(self.segments, default=-1)
         return bool(forged)
+
+    def _stop_lazy(self) -> None:
+        self.lazy = False
+        if self.heads is not None and self.road.lazy_heads.get(self.heads.stem) is self:
+            del self.road.lazy_heads[self.heads.stem]
+        self.heads = None
+
+    def finish(self) -> None:
+        super().finish()
+        self._stop_lazy()
 
     def _complete(self, now: float) -> bool:
         """All slots are filled: deliver, or return False if forged segments were dropped

@@ -75,6 +75,7 @@ _NACK_KINDS = frozenset(
 # Segments with these flags are verified before anything looks at them: ``wf`` asks for
 # a reply, ``cf`` marks a packet of a transaction we started.
 _LAZY_EXCLUDED = int(Flag.WF | Flag.CF)
+_LAZY_FAST_EXCLUDED = int(Flag.WF | Flag.CF | Flag.BF)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +97,7 @@ class RoadConfig:
     """Segments a raet-profile message sender may have in flight beyond the receiver's last
     ack (0: all).  256 x 1 KiB stays well below the 4 MiB socket buffers the UDP driver
     asks for; a smaller buffer only costs resends."""
-    ack_every: int = 16
+    ack_every: int = 32
     """A raet-profile sender flags every this many-th segment ``wf`` (the receiver acks it)."""
     lazy_verify: bool = True
     """Store message segments without ``wf`` of a known message before checking their
@@ -155,6 +156,8 @@ class Road:
         self._long_boxes: dict[bytes, SessionBox] = {}
         self._dirty: dict[Channel, None] = {}
         self._next_mid = 0
+        # Lazily verifying message receivers by the stem of their segments' heads.
+        self.lazy_heads: dict[bytes, MessageReceiver] = {}
         self._restore()
 
     # -- set-up ---------------------------------------------------------------------------
@@ -221,6 +224,8 @@ class Road:
         self.now = now
         self.stats["rx"] += 1
         try:
+            if self.lazy_heads and self._receive_lazy_segment(data, address, now):
+                return
             if is_native(data):
                 self._receive_native(data, address, now)
                 return
@@ -656,6 +661,48 @@ class Road:
         remote.alive_failures = 0
         if remote.alive is not True:
             self._set_alive(remote, True)
+
+    def _receive_lazy_segment(self, data: bytes, address: tuple[str, int], now: float) -> bool:
+        """Store a plain segment of a lazily verifying receiver without parsing it; False if
+        ``data`` is not byte for byte the head such a segment has (the parser decides).
+
+        The stem between ``fg`` and the blank line, without ``sn``, finds the receiver;
+        the head is then rebuilt from its fields and must equal ``data``'s exactly, so
+        this accepts only what the parser would read as the same header.
+        """
+        if len(data) > self.config.max_packet_size or not data.startswith(b"ri RAET\npl "):
+            return False
+        try:
+            head_length = int(data[19:21], 16)
+            flags = int(data[25:27], 16)
+        except ValueError:
+            return False
+        if flags & _LAZY_FAST_EXCLUDED:
+            return False
+        tail = data[27 : head_length - 2]
+        start = tail.find(b"\nsn ")
+        if start < 0:
+            number, stem = 0, tail
+        else:
+            end = tail.find(b"\n", start + 4)
+            if end < 0:
+                return False
+            try:
+                number = int(tail[start + 4 : end], 16)
+            except ValueError:
+                return False
+            stem = tail[:start] + tail[end:]
+        txn = self.lazy_heads.get(stem)
+        if txn is None or txn.heads is None:
+            return False
+        coat_end = len(data) - 64
+        head = data[:head_length]
+        if coat_end < head_length or head != txn.heads.make(number, flags, coat_end - head_length):
+            return False
+        txn.receive_unverified_segment(
+            number, head, data[head_length:coat_end], data[coat_end:], address, now
+        )
+        return True
 
     def _dispatch(self, packet: Packet, address: tuple[str, int], now: float) -> None:
         header = packet.header

@@ -13,7 +13,7 @@ import pytest
 
 from raetsalt.crypto import Signer
 from raetsalt.engine.events import MessageDelivered, MessageReceived
-from raetsalt.engine.message import MessageReceiver, _segment_header, segment_head_maker
+from raetsalt.engine.message import MessageReceiver, SegmentHeads, _segment_header
 from raetsalt.testing.pair import Pair, road_pair
 from raetsalt.wire.enums import BodyKind, CoatKind, Flag, FootKind, PacketKind, TransactionKind
 from raetsalt.wire.header import Header
@@ -88,8 +88,12 @@ def test_pipelined_sender_sends_each_segment_once_on_a_clean_net() -> None:
     count = seen[0].header.segment_count
     assert sorted(numbers) == list(range(count))  # nothing went twice, nothing was missing
     waits = [p.header.segment_number for p in seen if p.header.flags & Flag.WF]
-    assert waits == [n for n in range(count) if (n + 1) % 16 == 0 or n == count - 1]
+    every = pair.minion.road.config.ack_every
+    assert waits == [n for n in range(count) if (n + 1) % every == 0 or n == count - 1]
+    # Every segment but the first and the wf ones was stored without checking its signature.
+    assert pair.main.road.stats["lazy_segments"] == count - len(waits) - 1
     assert pair.main.road.stats["drop_signature"] == 0
+    assert not pair.main.road.lazy_heads  # the finished receiver is no longer found
 
 
 def test_sender_recovers_tail_loss_by_probing() -> None:
@@ -122,9 +126,11 @@ def test_segment_heads_equal_encode_header() -> None:
         )
         for count in (2, 17, 300):
             segments = [os.urandom(800) for _ in range(count - 1)] + [b"x" * 13]
-            make = segment_head_maker(base, segments, max_size=1024)
-            assert make is not None
             length = sum(map(len, segments))
+            checks = {0: 800, count - 1: 13}
+            heads = SegmentHeads.build(base, count, length, checks, 1024)
+            assert heads is not None
+            make = heads.make
             for index in range(count):
                 for flags in (0x08, 0x0C, 0x18, 0x1C):
                     header = _segment_header(base, index, flags, count, length)
@@ -152,6 +158,7 @@ def test_forged_segments_before_the_genuine_ones_are_dropped_and_reasked() -> No
     body = _body("genuine", 64 * 1024)
     _deliver(pair, body)
     assert pair.main.road.stats["drop_signature"] == len(forged_numbers)
+    assert not pair.main.road.lazy_heads
 
 
 def test_unverified_forged_segments_get_no_reply() -> None:
@@ -257,3 +264,53 @@ def test_strict_and_lazy_receivers_deliver_the_same(lazy: bool) -> None:
     body = _body("same", 100 * 1024)
     _deliver(pair, body)
     assert pair.main.road.stats["drop_signature"] == 0
+
+
+def test_mutated_heads_of_a_lazy_message_are_never_answered_or_stored() -> None:
+    """Heads that are not byte for byte what the receiver expects go to the parser."""
+    pair = _pair()
+    held: list[bytes] = []
+
+    def hold_back(packet: Packet, data: bytes) -> list[bytes]:
+        if packet.header.segment_number == 0:
+            return [data]
+        held.append(data)
+        return []
+
+    seen = _tap_minion(pair, hold_back)
+    body = _body("mutated", 64 * 1024)
+    pair.minion.road.send_message("main", body, pair.net.now)
+    assert pair.until(lambda: bool(pair.main.road.lazy_heads))
+    pair.net._collect()
+    road = pair.main.road
+    plain = next(p for p in seen[1:] if not p.header.flags & Flag.WF)
+    data = plain.head + plain.coat + plain.foot
+    head_length = len(plain.head)
+    mutants = [
+        data.replace(b"\nsn ", b"\nsn 0", 1),  # leading zero
+        data.replace(b"\nhl ", b"\nhl  ", 1),
+        data[:19] + data[19:21].upper() + data[21:],
+        data[:25] + b"0c" + data[27:],  # wf: verified first
+        data[:25] + b"0a" + data[27:],  # bf
+        data[: head_length - 2] + data[head_length:],  # no blank line
+        data[:head_length] + data[head_length + 1 :],  # pl no longer matches
+        data[:30] + b"\xff" + data[31:],
+        data[:100],
+    ]
+    # The shortcut takes none of them (the parser may still accept some, e.g. upper
+    # case hex, and then they are stored unverified like any other plain segment).
+    taken = [
+        i for i, m in enumerate(mutants) if road._receive_lazy_segment(m, ATTACKER, pair.net.now)
+    ]
+    assert not taken
+    txn = next(iter(road.lazy_heads.values()))
+    assert sorted(txn.segments) == [0]
+    for mutant in mutants:
+        road.receive_datagram(mutant, ATTACKER, pair.net.now)
+    assert not road.datagrams_to_send(pair.net.now)
+    assert road._receive_lazy_segment(data, ATTACKER, pair.net.now)
+    for data in held:
+        road.receive_datagram(data, ATTACKER, pair.net.now)
+    pair.minion.road.datagrams_to_send = lambda now, o=pair.minion.road.datagrams_to_send: o(now)
+    assert pair.until(lambda: bool(pair.main.of(MessageReceived)))
+    assert pair.main.received() == [body]
