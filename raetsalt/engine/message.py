@@ -37,6 +37,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from raetsalt.engine.events import DropReason, MessageDelivered, MessageReceived, TransactionFailed
+from raetsalt.engine.timers import backoff
 from raetsalt.engine.transaction import Transaction
 from raetsalt.errors import BadPacket, LocalError
 from raetsalt.wire.body import decode_body_untrusted, encode_body
@@ -65,6 +66,11 @@ SEGMENT_HEAD_EXTRA = 27
 # ``wf`` packet behind a hole asks for it while the retransmission is on its way).
 RESEND_HOLD_RTTS = 2.0
 RESEND_HOLD_MIN = 0.001
+# A sender that has heard nothing for this many smoothed round trips (at least
+# REDO_FLOOR, at most the raet redo time) probes: one packet, so an early probe is cheap.
+# Going back over the whole window waits for the raet redo time without any reply.
+REDO_RTTS = 4.0
+REDO_FLOOR = 0.02
 
 _WF = int(Flag.WF)
 _AF = int(Flag.AF)
@@ -191,9 +197,14 @@ class MessageSender(Transaction):
         self.ack_every = max(1, config.ack_every)
         self.current = 0  # next segment of the first pass
         self.acked = -1  # every segment up to this one is held by the receiver
+        # The receiver has seen this far: everything up to here is held or named missing
+        # (a resend names only holes below the highest segment held).  The window counts
+        # from here, so a receiver that keeps reporting fresh holes never stalls it.
+        self.reported = -1
         self.highest_sent = -1
         self.replied = False  # the receiver has answered (so it knows the transaction)
         self.progress_at_redo = -1
+        self.last_reply = now
         self.resent_at: dict[int, float] = {}
         self.wf_sent: dict[int, float] = {}  # first transmissions of wf segments (RTT)
         self.srtt: float | None = None
@@ -233,7 +244,7 @@ class MessageSender(Transaction):
         """Send new segments while the window allows; ``wf`` on every ``ack_every``-th,
         the last of the message and the last the window allows."""
         count, every = self.count, self.ack_every
-        end = min(count, self.acked + 1 + self.window)
+        end = min(count, self.reported + 1 + self.window)
         start = self.current
         if start >= end:
             return
@@ -257,25 +268,53 @@ class MessageSender(Transaction):
         if not indices:
             return
         again = _AF if self.replied else 0
-        last = indices[-1]
-        for index in indices:
+        last, every = len(indices) - 1, self.ack_every
+        for n, index in enumerate(indices):
             self.resent_at[index] = now
             self.wf_sent.pop(index, None)  # Karn: no RTT samples from retransmissions
-            self._transmit(index, again | _WF if index == last else again)
+            wait = n == last or (n + 1) % every == 0
+            self._transmit(index, again | _WF if wait else again)
         self.restart_redo(now)
+
+    def restart_redo(self, now: float) -> None:
+        """Redo after a few round trips of silence (doubling while it lasts)."""
+        floor = self.redo_min
+        if self.srtt is not None:
+            floor = min(floor, max(REDO_FLOOR, REDO_RTTS * self.srtt))
+        self.redo_duration = backoff(self.redo_duration, floor, self.redo_max)
+        self.redo_at = now + self.redo_duration
+        self.schedule()
+
+    def _replied(self, now: float) -> None:
+        self.replied = True
+        self.last_reply = now
+        self.redo_duration = 0.0  # the receiver is there: the next redo comes early again
+
+    def _reported(self, top: int, now: float) -> None:
+        """A resend named holes up to ``top``: the wf packet that asked for it came later,
+        so the earliest such still unanswered gives an RTT sample (if anything, too long)."""
+        self.reported = max(self.reported, top)
+        later = [i for i in self.wf_sent if i > top]
+        if later:
+            self._sample(now - self.wf_sent[min(later)])
+            for index in [i for i in self.wf_sent if i <= min(later)]:
+                del self.wf_sent[index]
+
+    def _sample(self, rtt: float) -> None:
+        self.srtt = rtt if self.srtt is None else 0.875 * self.srtt + 0.125 * rtt
 
     def _acknowledged(self, number: int, now: float) -> None:
         number = min(number, self.count - 1)
         if number <= self.acked:
             return
         self.acked = number
+        self.reported = max(self.reported, number)
         self.current = max(self.current, number + 1)
         sample = None
         for index in [i for i in self.wf_sent if i <= number]:
             sample = now - self.wf_sent.pop(index)
         if sample is not None:
-            self.srtt = sample if self.srtt is None else 0.875 * self.srtt + 0.125 * sample
-        self.redo_duration = 0.0  # progress: the next redo waits the shortest time again
+            self._sample(sample)
 
     def receive(self, packet: Packet, now: float) -> None:
         header = packet.header
@@ -285,11 +324,11 @@ class MessageSender(Transaction):
             self.road.emit(MessageDelivered(self.remote.name, self.outgoing.mid))
             self.road.on_message_finished(self.remote, now)
         elif kind == PacketKind.ACK:
-            self.replied = True
+            self._replied(now)
             self._acknowledged(header.segment_number, now)
             self._fill(now)
         elif kind == PacketKind.RESEND:
-            self.replied = True
+            self._replied(now)
             body = self.road.open_body(self.remote, packet)
             misseds = body.get("misseds") if isinstance(body, dict) else None
             if not isinstance(misseds, list) or not all(
@@ -299,6 +338,8 @@ class MessageSender(Transaction):
                 raise BadPacket("resend names segments that do not exist", DropReason.BODY.value)
             # Segments at or below the last ack may be asked for too: a receiver that
             # found forged segments among those it held drops them and asks again.
+            if misseds:
+                self._reported(max(misseds), now)
             self._resend(sorted(set(misseds)), now, hold=True)
             self._fill(now)
         elif kind == PacketKind.UNALLOWED:
@@ -309,7 +350,11 @@ class MessageSender(Transaction):
             self.fail("nacked", now)
 
     def on_redo(self, now: float) -> None:
-        if self.acked == self.progress_at_redo and self.acked + 1 < self.highest_sent:
+        if (
+            self.acked == self.progress_at_redo
+            and self.acked + 1 < self.highest_sent
+            and now - self.last_reply >= self.redo_min
+        ):
             # Two time-outs without progress: go back to the first segment not acked.
             end = min(self.highest_sent + 1, self.acked + 1 + self.window)
             self._resend(list(range(self.acked + 1, end)), now, hold=False)
