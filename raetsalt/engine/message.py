@@ -11,10 +11,12 @@ Sending is pipelined: up to ``RoadConfig.window`` segments are in flight beyond 
 ack, every ``RoadConfig.ack_every``-th one (and the last one) flagged ``wf``, so acks
 stream back while the sender keeps sending instead of stopping after every burst.  raet
 answers every ``wf`` packet the same way, so this is an ordinary raet sender with a
-small burst size, only it does not wait for one burst's ack before the next.  A redo
-time-out (no reply for a while) re-sends the highest segment sent, flagged ``wf``, which
-makes the receiver name every hole; a second one without progress goes back to the
-first unacknowledged segment.
+small burst size, only it does not wait for one burst's ack before the next.  Under
+loss a receiver answers with resends rather than acks, so the window counts from the
+highest segment either names.  A redo time-out (a few round trips without a reply)
+re-sends the highest segment sent, flagged ``wf``, which makes the receiver name every
+hole; a second one without progress and without any reply for raet's redo time goes
+back to the first unacknowledged segment.
 
 Receiving verifies lazily: a segment without ``wf`` of a message whose receiver exists
 is stored without checking its signature (see ``Road._dispatch``).  The box of the
@@ -23,7 +25,9 @@ stream always holds at least one verified segment of this transaction (the one t
 created the receiver), so neither a forged segment nor a replayed one from another
 message can pass it.  Only if the box does not open are the unverified segments
 verified one by one; the forged ones are dropped, the receiver verifies everything up
-front from then on, and asks for the missing segments again.
+front from then on, and asks for the missing segments again.  ``Road`` finds such
+segments without the head parser when their head is byte for byte the one
+``SegmentHeads`` rebuilds from the receiver's first packet.
 
 Deliberate differences from raet 0.6.8: a sender has a time-out that surfaces as an
 event; the road runs one message transaction per remote at a time, so messages are
