@@ -27,8 +27,9 @@ Frames inside the box::
 Messages get a per-session sequence number, are cut into DATA frames once, and many
 frames share one datagram (coalescing).  The receiver acknowledges packet counters in
 ranges after every batch of datagrams; the sender declares a packet lost when three later
-packets are acknowledged or it is older than the round trip allows, or when the probe
-time-out fires, and queues its frames again.  A byte window caps what is in flight, so a
+packets are acknowledged or it is older than the round trip allows, and queues its
+frames again; when the probe time-out fires it sends the oldest one or two again as
+probes, whose acks then reveal the real losses.  A byte window caps what is in flight, so a
 fast sender never overruns the receiver's socket buffer.  Messages are delivered in
 sequence order; a message counts as delivered when every frame of it is acknowledged.
 """
@@ -75,6 +76,11 @@ MIN_PTO = 0.002
 ACK_DELAY = 0.001
 """A lone data packet's ack waits this long for a reply to ride on (two are acked at once)."""
 MAX_PTO = 2.0
+PROBE_PACKETS = 2
+"""Packets sent again when the probe time-out fires (RFC 9002 sends one or two probes):
+the rest wait for the probes' acks, which declare real losses below them at once.
+Re-sending everything stale made queueing delay (a full window behind a slow hop)
+look like a lost window, and the spurious copies added to the queue."""
 REPLAY_WINDOW = 65536
 """Counters this far below the highest accepted one are refused as replays."""
 _WINDOW_MASK = REPLAY_WINDOW - 1
@@ -210,6 +216,7 @@ class Channel:
         self.rtt_sampled = False
         self.pto_count = 0
         self._pto = self._compute_pto()
+        self._probed_at = 0.0  # when the probe time-out last fired (0: not since an ack)
         self.reorder_threshold = PACKET_THRESHOLD
         self.declared_lost: dict[int, None] = {}
         # receiving
@@ -363,6 +370,7 @@ class Channel:
         if completed:
             self._confirm()
         self.pto_count = 0
+        self._probed_at = 0.0
         if newly_largest > self.largest_acked:
             self.largest_acked = newly_largest
             sample = now - largest_at
@@ -450,7 +458,9 @@ class Channel:
         # Both dicts are in sending order, so their first entries are the oldest.
         when = None
         if self.in_flight:
-            when = next(iter(self.in_flight.values())).at + self._pto
+            # After a probe the time-out counts from the probe, not the oldest packet.
+            oldest = next(iter(self.in_flight.values())).at
+            when = (oldest if oldest > self._probed_at else self._probed_at) + self._pto
         if self.messages:
             expires = next(iter(self.messages.values())).expires
             if when is None or expires < when:
@@ -473,13 +483,20 @@ class Channel:
             self.road.emit(TransactionFailed(self.remote.name, "message", "timeout", message.mid))
         if expired:
             self._confirm()  # a complete message may now be the oldest
-        # The same value as in _arm, so float rounding cannot leave a due timer idle.
-        pto = self._pto
-        stale = [c for c, s in self.in_flight.items() if s.at + pto <= now]
-        if stale:
+        # The same expression as in _arm, so float rounding cannot leave a due timer idle.
+        pto, probed_at = self._pto, self._probed_at
+        probes = []
+        for counter, sent in self.in_flight.items():  # oldest first
+            if (sent.at if sent.at > probed_at else probed_at) + pto > now:
+                break
+            probes.append(counter)
+            if len(probes) == PROBE_PACKETS:
+                break
+        if probes:
             self.pto_count += 1
             self._pto = self._compute_pto()
-            self._requeue(stale)
+            self._probed_at = now
+            self._requeue(probes)
         self.road.mark_dirty(self)
 
     # -- receiving ----------------------------------------------------------------------
