@@ -20,3 +20,18 @@ def find_job(jid: str, *, ctx: Context) -> dict[str, Any]:
 def kill_job(jid: str, *, ctx: Context) -> bool:
     """Stop the running job with ``jid``; True if it was running here."""
     return ctx.kill_job(str(jid))
+
+
+def refresh_grains(*, ctx: Context) -> bool:
+    """Recompute this minion's grains and report them to the master (for targeting)."""
+    ctx.extras["refresh_grains"] = True
+    return True
+
+
+def sync_grains(saltenv: Any = None, refresh: bool = True, *, ctx: Context) -> list[str]:
+    """Salt syncs custom grain modules from the master here; raetsalt has none to sync,
+    so this only refreshes the grains (with ``refresh``) and returns the synced modules:
+    ``[]``."""
+    if refresh:
+        ctx.extras["refresh_grains"] = True
+    return []

@@ -1,0 +1,480 @@
+"""The master's job service, sans-IO: publications, returns, runners.
+
+``MasterJobs`` takes what arrives (a minion's hello or return over the road, a client's
+publish or runner request over the lane, the passing of time) and answers with actions
+for the daemon to carry out: ``ToMinion`` (a road message), ``ToClient`` (a lane message
+to a client yard) and ``Fire`` (an event on the master bus).  It reads no clock and
+touches no socket; its only I/O is the job cache and the minion data cache it is given
+(files under ``cachedir``).  What it needs to know about the road comes through a
+``Roster``.  The message formats are in ``raetsalt.services.protocol``.
+
+Expected minions: the master expands a target over the accepted minions and the grains
+each reported in its last hello (``match_bounds``).  ``definite`` matches are the expected
+returners, stored with the job; the publication goes to every *possible* match (a minion
+whose grains are not known yet may match), and each minion decides for itself.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from raetsalt.errors import BadPacket, KeepError, TargetError
+from raetsalt.jobs import JobCache, new_jid
+from raetsalt.targeting import expand_nodegroup, match_bounds
+
+from . import protocol as p
+from .protocol import Requester
+
+log = logging.getLogger(__name__)
+
+_JID = re.compile(r"\d{20}\Z")
+_RETURN_KEYS = ("return", "retcode", "success", "out")
+# How long a client's interest in a job's returns outlives the time-out it asked for.
+_WATCH_GRACE = 30.0
+_CLEAN_EVERY = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class ToMinion:
+    """Send ``body`` over the road to the minion whose role is ``minion``."""
+
+    minion: str
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToClient:
+    """Send ``body`` over the lane to the client yard ``yard``."""
+
+    yard: str
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Fire:
+    """Fire an event on the master bus (``data`` already has ``_stamp``)."""
+
+    tag: str
+    data: dict[str, Any]
+
+
+Action = ToMinion | ToClient | Fire
+
+
+class Roster(Protocol):
+    """What the job service needs to know about the minions on the road."""
+
+    def accepted(self) -> list[str]:
+        """Ids of every minion with an accepted key."""
+        ...
+
+    def state(self, minion: str) -> MinionState:
+        """The road's view of ``minion`` now."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class MinionState:
+    """A minion's road state: ``known`` (a remote exists, so a message can be queued for
+    it), ``joined``, ``allowed`` (a session is up), ``alive`` (answering probes) and its
+    last address."""
+
+    known: bool = False
+    joined: bool = False
+    allowed: bool = False
+    alive: bool = False
+    ip: str | None = None
+
+    @property
+    def up(self) -> bool:
+        """Connected and answering now: what ``manage.up`` reports."""
+        return self.allowed and self.alive
+
+
+class MinionDataCache:
+    """Grains each minion last reported, one JSON file per minion under ``root``
+    (Salt's ``minion_data_cache``), so targeting by grains works right after a master
+    restart, before the minions report again."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+    def load_all(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for path in self.root.glob("*.json"):
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if isinstance(data, dict) and isinstance(data.get("grains"), dict):
+                out[path.stem] = data["grains"]
+        return out
+
+    def save(self, minion: str, grains: Mapping[str, Any]) -> None:
+        if not minion or "/" in minion or minion.startswith(".") or "\0" in minion:
+            raise KeepError(f"not a minion id for the data cache: {minion!r}")
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump({"grains": grains}, handle, default=repr)
+            os.replace(tmp, self.root / f"{minion}.json")
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def remove(self, minion: str) -> None:
+        (self.root / f"{minion}.json").unlink(missing_ok=True)
+
+
+@dataclass(slots=True)
+class _Watch:
+    """A client waiting for the returns of a job it published."""
+
+    yard: str
+    req: str
+    expected: set[str]
+    expires: float
+    returned: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class Gather:
+    """What a runner returns when it must ask the minions first: publish ``fun`` (with
+    ``arg``) to every minion that is up, collect the returns until all came or the
+    time-out, then ``finish(returns)`` is the runner's result."""
+
+    fun: str
+    finish: Callable[[dict[str, Any]], Any]
+    arg: list[Any] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Gathering:
+    gather: Gather
+    yard: str
+    req: str
+    expected: set[str]
+    deadline: float
+    returns: dict[str, Any] = field(default_factory=dict)
+
+
+def _stamp(now: datetime) -> str:
+    return now.astimezone(UTC).replace(tzinfo=None).isoformat()
+
+
+def minion_target(tgt: Any, tgt_type: str, nodegroups: Mapping[str, Any] | None) -> tuple[Any, str]:
+    """The target as minions get it: nodegroups expanded into a compound expression
+    (minions know no nodegroups, as in Salt)."""
+    if tgt_type == "nodegroup":
+        return " ".join(expand_nodegroup(str(tgt), nodegroups)), "compound"
+    if tgt_type == "compound":
+        tokens = tgt.split() if isinstance(tgt, str) else [str(t) for t in tgt]
+        if any(t.startswith("N@") for t in tokens):
+            out: list[str] = []
+            for token in tokens:
+                out.extend(expand_nodegroup(token[2:], nodegroups) if token.startswith("N@")
+                           else [token])
+            return " ".join(out), "compound"
+    return tgt, tgt_type
+
+
+class MasterJobs:
+    """Jobs, returns and runners of one master.
+
+    :param opts: the master's opts (``timeout``, ``nodegroups``, ``keep_jobs``, ``id``).
+    :param cache: the job cache.
+    :param roster: the road's view of the minions.
+    :param data_cache: where reported grains are kept across restarts (optional).
+    :param utcnow: the wall clock (aware UTC) for jids and ``_stamp``s.
+    """
+
+    def __init__(
+        self,
+        opts: Mapping[str, Any],
+        cache: JobCache,
+        roster: Roster,
+        *,
+        estate: str | None = None,
+        data_cache: MinionDataCache | None = None,
+        utcnow: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.opts = opts
+        self.cache = cache
+        self.roster = roster
+        self.estate = estate
+        self.data_cache = data_cache
+        self.utcnow = utcnow
+        self.grains: dict[str, dict[str, Any]] = data_cache.load_all() if data_cache else {}
+        """Minion id -> the grains it last reported."""
+        self.last_jid: str | None = None
+        self._watches: dict[str, _Watch] = {}
+        self._gatherings: dict[str, _Gathering] = {}
+        self._jobs: dict[str, float] = {}
+        """jid -> when it was published (jobs whose returns are accepted)."""
+        self._next_clean: float | None = None
+
+    # -- road ---------------------------------------------------------------------------
+
+    def on_hello(self, minion: str, body: Mapping[str, Any]) -> list[Action]:
+        """A minion (authenticated as ``minion``) reported its grains."""
+        grains = body.get("grains")
+        if not isinstance(grains, dict):
+            return []
+        self.grains[minion] = grains
+        if self.data_cache is not None:
+            try:
+                self.data_cache.save(minion, grains)
+            except (OSError, KeepError) as exc:
+                log.warning("grains of %s not cached: %s", minion, exc)
+        if body.get("start") is not True:
+            return []
+        now = self.utcnow()
+        tag = f"salt/minion/{minion}/start"
+        started = now.astimezone().strftime("%a %b %d %H:%M:%S %Y")
+        data = {
+            "id": minion,
+            "cmd": "_minion_event",
+            "pretag": None,
+            "tag": tag,
+            "data": f"Minion {minion} started at {started}",
+            "_stamp": _stamp(now),
+        }
+        return [Fire(tag, data)]
+
+    def on_return(self, minion: str, body: Mapping[str, Any]) -> list[Action]:
+        """A minion's job return.  The id is the road's, never the payload's."""
+        try:
+            jid = p.text_untrusted(body, "jid")
+            fun = p.text_untrusted(body, "fun", default="")
+            fun_args = p.list_untrusted(body, "fun_args")
+        except BadPacket as exc:
+            log.debug("bad return from %s: %s", minion, exc)
+            return []
+        gathering = self._gatherings.get(jid)
+        if gathering is not None:
+            gathering.returns[minion] = body.get("return")
+            if gathering.expected <= set(gathering.returns):
+                return self._finish_gathering(jid)
+            return []
+        if jid == p.CALL_JID:
+            jid = self._new_jid()
+            self._save_load(jid, {
+                "tgt": minion, "tgt_type": "list", "fun": fun, "arg": fun_args,
+                "user": minion, "minions": [minion], "missing": [],
+            })
+        elif not _JID.match(jid) or (jid not in self._jobs and self.cache.get_load(jid) is None):
+            log.debug("return from %s for unknown job %r dropped", minion, jid)
+            return []
+        ret = {k: body[k] for k in _RETURN_KEYS if k in body}
+        ret.setdefault("retcode", 0)
+        ret.setdefault("success", ret["retcode"] == 0)
+        try:
+            self.cache.save_return(jid, minion, {**ret, "fun": fun, "fun_args": fun_args})
+        except (OSError, KeepError) as exc:
+            log.error("return of %s for %s not stored: %s", minion, jid, exc)
+        actions: list[Action] = []
+        watch = self._watches.get(jid)
+        if watch is not None:
+            watch.returned.add(minion)
+            actions.append(ToClient(watch.yard, p.lane_reply(
+                self.estate, watch.yard, p.SHARE_JOB_RET, req=watch.req, jid=jid, id=minion,
+                ret=ret)))
+            if watch.expected <= watch.returned:
+                del self._watches[jid]
+        load = {"id": minion, "jid": jid, **ret, "fun": fun, "fun_args": fun_args,
+                "cmd": "_return", "_stamp": _stamp(self.utcnow())}
+        actions.append(Fire(f"salt/job/{jid}/ret/{minion}", load))
+        return actions
+
+    # -- lane ---------------------------------------------------------------------------
+
+    def on_publish(
+        self, requester: Requester, yard: str, body: Mapping[str, Any], now: float
+    ) -> list[Action]:
+        """A client's publish request (``raetsalt`` CLI)."""
+        req = body.get("req")
+        if not isinstance(req, str):
+            return []
+
+        def fail(message: str) -> list[Action]:
+            return [ToClient(yard, p.lane_reply(self.estate, yard, p.SHARE_PUB_ACK,
+                                                req=req, error=message))]
+
+        try:
+            tgt, tgt_type, delimiter = p.target_untrusted(body)
+            fun = p.text_untrusted(body, "fun")
+            arg = p.list_untrusted(body, "arg")
+        except BadPacket as exc:
+            return fail(str(exc))
+        if not fun:
+            return fail("no function given")
+        nodegroups = self.opts.get("nodegroups") or {}
+        try:
+            table = {m: self.grains.get(m) for m in self.roster.accepted()}
+            bounds = match_bounds(tgt, tgt_type, table, nodegroups, delimiter=delimiter)
+            sent_tgt, sent_type = minion_target(tgt, tgt_type, nodegroups)
+        except TargetError as exc:
+            return fail(f"Invalid target: {exc}")
+        minions = sorted(bounds.definite)
+        if body.get("preview"):
+            return [ToClient(yard, p.lane_reply(self.estate, yard, p.SHARE_PUB_ACK, req=req,
+                                                minions=minions))]
+        missing: list[str] = []
+        if tgt_type == "list":
+            listed = tgt.split(",") if isinstance(tgt, str) else list(tgt)
+            missing = sorted({m for m in listed if m and m not in table})
+        if not minions:
+            # Salt: "No minions matched the target. No command was sent, no jid was assigned."
+            return [ToClient(yard, p.lane_reply(self.estate, yard, p.SHARE_PUB_ACK, req=req,
+                                                jid="", minions=[], missing=missing,
+                                                not_connected=[]))]
+        jid = self._new_jid()
+        user = requester.name
+        load = {"tgt": tgt, "tgt_type": tgt_type, "fun": fun, "arg": arg, "user": user,
+                "minions": minions, "missing": missing}
+        try:
+            self._save_load(jid, load)
+        except (OSError, KeepError) as exc:
+            return fail(f"the job cache cannot store the job: {exc}")
+        self._jobs[jid] = now
+        actions: list[Action] = [Fire(f"salt/job/{jid}/new",
+                                      {"jid": jid, **load, "_stamp": _stamp(self.utcnow())})]
+        pub = {"jid": jid, "tgt": sent_tgt, "tgt_type": sent_type, "fun": fun, "arg": arg,
+               "delimiter": delimiter, "user": user, "ret": ""}
+        not_connected = []
+        states = {m: self.roster.state(m) for m in bounds.possible}
+        for minion in sorted(bounds.possible):
+            state = states[minion]
+            if state.known:
+                actions.append(ToMinion(minion, p.road_message(self.estate, None, p.SHARE_FUN,
+                                                               **pub)))
+            if minion in bounds.definite and not state.up:
+                not_connected.append(minion)
+        timeout = body.get("timeout")
+        wait = float(timeout) if isinstance(timeout, int | float) and timeout > 0 else float(
+            self.opts.get("timeout", 5))
+        self._watches[jid] = _Watch(yard, req, set(minions), now + wait + _WATCH_GRACE)
+        actions.append(ToClient(yard, p.lane_reply(
+            self.estate, yard, p.SHARE_PUB_ACK, req=req, jid=jid, minions=minions,
+            missing=missing, not_connected=not_connected)))
+        return actions
+
+    def on_runner(
+        self, requester: Requester, yard: str, body: Mapping[str, Any], now: float
+    ) -> list[Action]:
+        """A client's runner request (``raetsalt-run``)."""
+        from .runners import run_runner
+
+        req = body.get("req")
+        if not isinstance(req, str):
+            return []
+        try:
+            fun = p.text_untrusted(body, "fun")
+            args, kwargs = p.unpack_args(p.list_untrusted(body, "arg"))
+        except BadPacket as exc:
+            return [self._run_reply(yard, req, error=str(exc))]
+        try:
+            result = run_runner(self, fun, args, kwargs)
+        except Exception as exc:  # noqa: BLE001 - a runner's failure is the client's answer
+            log.debug("runner %s failed", fun, exc_info=True)
+            return [self._run_reply(yard, req, error=str(exc) or type(exc).__name__)]
+        if isinstance(result, Gather):
+            return self._start_gathering(result, yard, req, now)
+        return [self._run_reply(yard, req, value=result)]
+
+    # -- time ---------------------------------------------------------------------------
+
+    def get_timer(self) -> float | None:
+        """The earliest time ``handle_timer`` has work, or None."""
+        times = [g.deadline for g in self._gatherings.values()]
+        times.extend(w.expires for w in self._watches.values())
+        if self._next_clean is not None:
+            times.append(self._next_clean)
+        return min(times) if times else None
+
+    def handle_timer(self, now: float) -> list[Action]:
+        actions: list[Action] = []
+        for jid in [j for j, g in self._gatherings.items() if g.deadline <= now]:
+            actions.extend(self._finish_gathering(jid))
+        for jid in [j for j, w in self._watches.items() if w.expires <= now]:
+            del self._watches[jid]
+        for jid in [j for j, t in self._jobs.items() if t + 86400.0 <= now]:
+            del self._jobs[jid]
+        if self._next_clean is None:
+            self._next_clean = now + _CLEAN_EVERY
+        elif self._next_clean <= now:
+            self._next_clean = now + _CLEAN_EVERY
+            keep = float(self.opts.get("keep_jobs", 24) or 0)
+            if keep > 0:
+                removed = self.cache.clean(self.utcnow(), keep)
+                if removed:
+                    log.info("job cache: removed %d jobs older than %s h", len(removed), keep)
+        return actions
+
+    def forget_client(self, yard: str) -> None:
+        """A client yard went away: stop sending it returns."""
+        for jid in [j for j, w in self._watches.items() if w.yard == yard]:
+            del self._watches[jid]
+
+    # -- runner support -----------------------------------------------------------------
+
+    def minion_states(self, minions: Iterable[str] | None = None) -> dict[str, MinionState]:
+        """Road state of the accepted minions (or of ``minions``), by id."""
+        ids = self.roster.accepted() if minions is None else list(minions)
+        return {m: self.roster.state(m) for m in ids}
+
+    def targeted(self, tgt: Any, tgt_type: str) -> list[str]:
+        """Accepted minions that ``tgt`` matches (master side)."""
+        table = {m: self.grains.get(m) for m in self.roster.accepted()}
+        return sorted(match_bounds(tgt, tgt_type, table, self.opts.get("nodegroups") or {})
+                      .definite)
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _new_jid(self) -> str:
+        jid = new_jid(self.utcnow(), self.last_jid)
+        self.last_jid = jid
+        return jid
+
+    def _save_load(self, jid: str, load: dict[str, Any]) -> None:
+        self.cache.save_load(jid, load)
+        self._jobs.setdefault(jid, float("-inf"))
+
+    def _run_reply(self, yard: str, req: str, *, value: Any = None,
+                   error: str | None = None) -> ToClient:
+        fields: dict[str, Any] = {"req": req}
+        if error is not None:
+            fields["error"] = error
+        else:
+            fields["return"] = value
+        return ToClient(yard, p.lane_reply(self.estate, yard, p.SHARE_RUN_RET, **fields))
+
+    def _start_gathering(self, gather: Gather, yard: str, req: str, now: float) -> list[Action]:
+        expected = {m for m, s in self.minion_states().items() if s.up}
+        if not expected:
+            return [self._run_reply(yard, req, value=gather.finish({}))]
+        jid = self._new_jid()
+        self._gatherings[jid] = _Gathering(gather, yard, req, expected,
+                                           now + float(self.opts.get("timeout", 5)))
+        pub = {"jid": jid, "tgt": sorted(expected), "tgt_type": "list", "fun": gather.fun,
+               "arg": gather.arg, "delimiter": ":", "user": "root", "ret": ""}
+        return [ToMinion(m, p.road_message(self.estate, None, p.SHARE_FUN, **pub))
+                for m in sorted(expected)]
+
+    def _finish_gathering(self, jid: str) -> list[Action]:
+        gathering = self._gatherings.pop(jid)
+        try:
+            value = gathering.gather.finish(gathering.returns)
+        except Exception as exc:  # noqa: BLE001
+            return [self._run_reply(gathering.yard, gathering.req, error=str(exc))]
+        return [self._run_reply(gathering.yard, gathering.req, value=value)]

@@ -1,0 +1,315 @@
+"""The minion's job service, sans-IO, and how one job turns into Salt's return.
+
+``MinionJobs`` decides; the daemon does: a publication from the master (road share
+``fun``) or a ``raetsalt-call`` request (lane share ``call``) becomes a ``Spawn`` action
+when it is meant for this minion (``match_self`` on its id and live grains; anything else
+is ignored, as in Salt), the daemon starts the job in its own process
+(``raetsalt.services.executor``) and reports back ``on_started``/``on_finished``, which
+answer with ``ToMaster`` (the return) or ``ToClient`` (the ``raetsalt-call`` reply).
+After every (re)connection, and whenever its grains change, the minion says hello to the
+master with its grains (``on_connected``, ``set_grains``).
+
+``execute`` runs one job in the current process and builds Salt's return:
+``{return, retcode, success}``; a failure is ``success: False`` with ``out: 'nested'`` and
+retcode 1: an unknown function (``'x.y' is not available.``), arguments that do not fit
+(``Passed invalid arguments to x.y: ...`` plus its docstring), or an exception (``The
+minion function caused an exception: <traceback>``).  ``retcode`` is what the function set
+in ``ctx.retcode``, or 1 when it returned a mapping whose ``result`` or ``success`` is
+false (Salt's rule).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from raetsalt.errors import BadPacket, TargetError
+from raetsalt.execution.loader import Context, InvalidArguments, Loader, UnknownFunction
+from raetsalt.targeting import match_self
+
+from . import protocol as p
+
+log = logging.getLogger(__name__)
+
+EX_GENERIC = 1
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """Everything a job process needs (it is built before the fork)."""
+
+    jid: str
+    fun: str
+    arg: list[Any]
+    tgt: Any = ""
+    tgt_type: str = "glob"
+    user: str = ""
+    ret: str = ""
+    kind: str = "publish"
+    """``'publish'`` (from the master) or ``'call'`` (``raetsalt-call``)."""
+    yard: str | None = None
+    """The client yard of a call."""
+    req: str | None = None
+
+    def proc_data(self, pid: int | None) -> dict[str, Any]:
+        """The job as ``saltutil.running`` lists it (Salt's proc data)."""
+        return {"jid": self.jid, "fun": self.fun, "arg": self.arg, "tgt": self.tgt,
+                "tgt_type": self.tgt_type, "user": self.user, "ret": self.ret, "pid": pid}
+
+
+@dataclass(frozen=True, slots=True)
+class ToMaster:
+    """Send ``body`` over the road to the master."""
+
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToClient:
+    """Send ``body`` over the lane to client yard ``yard``."""
+
+    yard: str
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Spawn:
+    """Start ``spec`` in a process of its own."""
+
+    spec: JobSpec
+
+
+@dataclass(frozen=True, slots=True)
+class SaveGrains:
+    """Persist these static grains (set by ``grains.setval``)."""
+
+    grains: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RefreshGrains:
+    """Recompute the grains (``saltutil.sync_grains``/``refresh_grains``) and pass them to
+    ``MinionJobs.set_grains``."""
+
+
+Action = ToMaster | ToClient | Spawn | SaveGrains | RefreshGrains
+
+
+@dataclass(slots=True)
+class _Running:
+    spec: JobSpec
+    pid: int | None = None
+
+
+@dataclass(slots=True)
+class JobOutcome:
+    """What a job process reports: Salt's return plus what the parent must apply."""
+
+    ret: dict[str, Any]
+    missing_fun: bool = False
+    grains_set: dict[str, Any] = field(default_factory=dict)
+    refresh_grains: bool = False
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"ret": self.ret, "missing_fun": self.missing_fun,
+                "grains_set": self.grains_set, "refresh_grains": self.refresh_grains}
+
+    @classmethod
+    def from_wire_untrusted(cls, data: Any) -> JobOutcome:
+        if not isinstance(data, dict) or not isinstance(data.get("ret"), dict):
+            raise BadPacket("not a job outcome", "body")
+        grains = data.get("grains_set")
+        return cls(
+            ret=data["ret"],
+            missing_fun=data.get("missing_fun") is True,
+            grains_set=grains if isinstance(grains, dict) else {},
+            refresh_grains=data.get("refresh_grains") is True,
+        )
+
+
+class MinionJobs:
+    """The jobs of one minion.
+
+    :param minion_id: this minion's id (what targets match).
+    :param grains: its grains now (``set_grains`` replaces them).
+    :param estate: its road estate name (for routes).
+    """
+
+    def __init__(self, minion_id: str, grains: dict[str, Any], *, estate: str | None = None
+                 ) -> None:
+        self.minion_id = minion_id
+        self.grains = grains
+        self.estate = estate
+        self.running: dict[str, _Running] = {}
+        self._started = False
+
+    # -- master ---------------------------------------------------------------------------
+
+    def on_connected(self) -> list[Action]:
+        """The session with the master is (again) up: report the grains."""
+        start = not self._started
+        self._started = True
+        return [ToMaster(self._hello(start))]
+
+    def set_grains(self, grains: dict[str, Any]) -> list[Action]:
+        """New grains; the master hears of them when they changed."""
+        if grains == self.grains:
+            return []
+        self.grains = grains
+        return [ToMaster(self._hello(False))] if self._started else []
+
+    def on_publish(self, body: Mapping[str, Any]) -> list[Action]:
+        """A publication from the master; ``[Spawn]`` when it is meant for this minion."""
+        try:
+            jid = p.text_untrusted(body, "jid")
+            fun = p.text_untrusted(body, "fun")
+            arg = p.list_untrusted(body, "arg")
+            tgt, tgt_type, delimiter = p.target_untrusted(body)
+            user = p.text_untrusted(body, "user", default="")
+            ret = p.text_untrusted(body, "ret", default="")
+        except BadPacket as exc:
+            log.debug("bad publication ignored: %s", exc)
+            return []
+        if jid in self.running:
+            return []
+        try:
+            if not match_self(tgt, tgt_type, self.minion_id, self.grains, delimiter=delimiter):
+                return []
+        except TargetError as exc:
+            log.debug("publication %s ignored: %s", jid, exc)
+            return []
+        spec = JobSpec(jid, fun, arg, tgt, tgt_type, user, ret)
+        self.running[jid] = _Running(spec)
+        return [Spawn(spec)]
+
+    # -- raetsalt-call ----------------------------------------------------------------------
+
+    def on_call(self, yard: str, body: Mapping[str, Any], jid: str) -> list[Action]:
+        """A ``raetsalt-call`` request from client ``yard``; ``jid`` is a fresh local jid."""
+        req = body.get("req")
+        if not isinstance(req, str):
+            return []
+        try:
+            fun = p.text_untrusted(body, "fun")
+            arg = p.list_untrusted(body, "arg")
+        except BadPacket as exc:
+            return [ToClient(yard, p.lane_reply(self.estate, yard, p.SHARE_CALL_RET, req=req,
+                                                error=str(exc), code=EX_GENERIC))]
+        spec = JobSpec(jid, fun, arg, "salt-call", "glob", "", "", kind="call", yard=yard,
+                       req=req)
+        self.running[jid] = _Running(spec)
+        return [Spawn(spec)]
+
+    # -- job processes ------------------------------------------------------------------
+
+    def on_started(self, jid: str, pid: int) -> None:
+        job = self.running.get(jid)
+        if job is not None:
+            job.pid = pid
+
+    def on_spawn_failed(self, jid: str, reason: str) -> list[Action]:
+        """The job process could not be started: report it like a failed job."""
+        ret = {"return": f"The minion could not start the job: {reason}",
+               "retcode": EX_GENERIC, "success": False, "out": "nested"}
+        return self.on_finished(jid, JobOutcome(ret))
+
+    def on_finished(self, jid: str, outcome: JobOutcome | None) -> list[Action]:
+        """Job ``jid`` ended; ``None`` when it died without a result (killed): nothing is
+        returned then, as in Salt."""
+        job = self.running.pop(jid, None)
+        if job is None:
+            return []
+        actions: list[Action] = []
+        if outcome is None:
+            if job.spec.kind == "call" and job.spec.yard is not None:
+                actions.append(ToClient(job.spec.yard, p.lane_reply(
+                    self.estate, job.spec.yard, p.SHARE_CALL_RET, req=job.spec.req,
+                    error="the job ended without a result (killed?)", code=EX_GENERIC)))
+            return actions
+        spec = job.spec
+        ret = outcome.ret
+        if outcome.grains_set:
+            actions.append(SaveGrains(dict(outcome.grains_set)))
+            actions.extend(self.set_grains({**self.grains, **outcome.grains_set}))
+        if outcome.refresh_grains:
+            actions.append(RefreshGrains())
+        body = {"jid": spec.jid if spec.kind == "publish" else p.CALL_JID, "fun": spec.fun,
+                "fun_args": spec.arg, **ret}
+        if spec.kind == "call":
+            assert spec.yard is not None
+            record = {"jid": spec.jid, "id": self.minion_id, "fun": spec.fun,
+                      "fun_args": spec.arg, **ret}
+            actions.append(ToClient(spec.yard, p.lane_reply(
+                self.estate, spec.yard, p.SHARE_CALL_RET, req=spec.req, ret=record,
+                missing_fun=outcome.missing_fun)))
+        actions.append(ToMaster(p.road_message(self.estate, None, p.SHARE_RETURN, **body)))
+        return actions
+
+    def proc_list(self) -> list[dict[str, Any]]:
+        """``saltutil.running``'s view of the jobs (started ones only)."""
+        return [job.spec.proc_data(job.pid) for job in self.running.values()
+                if job.pid is not None]
+
+    def _hello(self, start: bool) -> dict[str, Any]:
+        return p.road_message(self.estate, None, p.SHARE_HELLO, grains=self.grains, start=start)
+
+
+# ---------------------------------------------------------------------------- one job
+
+
+def pub_kwargs(spec: JobSpec, pid: int) -> dict[str, Any]:
+    """The ``__pub_*`` keyword arguments a function taking ``**kwargs`` receives."""
+    if spec.kind == "call":
+        return {"__pub_fun": spec.fun, "__pub_jid": spec.jid, "__pub_pid": pid,
+                "__pub_tgt": "salt-call"}
+    return {"__pub_user": spec.user, "__pub_arg": spec.arg, "__pub_fun": spec.fun,
+            "__pub_jid": spec.jid, "__pub_tgt": spec.tgt, "__pub_tgt_type": spec.tgt_type,
+            "__pub_ret": spec.ret}
+
+
+def execute(loader: Loader, spec: JobSpec, ctx: Context, pid: int) -> JobOutcome:
+    """Run ``spec`` now, here, and build Salt's return (see the module docstring)."""
+    grains_set: dict[str, Any] = {}
+    ctx.save_grains = lambda values: grains_set.update(values)
+    ctx.retcode = 0
+    args, kwargs = p.unpack_args(spec.arg)
+    kwargs.update(pub_kwargs(spec, pid))
+    missing = False
+    try:
+        value = loader.call(spec.fun, args, kwargs, ctx)
+    except UnknownFunction as exc:
+        missing = True
+        ret = {"return": _missing_fun(loader, spec.fun, str(exc)), "retcode": EX_GENERIC,
+               "success": False, "out": "nested"}
+    except InvalidArguments as exc:
+        doc = inspect.getdoc(loader.functions[spec.fun]) or ""
+        ret = {"return": f"{exc}\n{doc}", "retcode": EX_GENERIC, "success": False,
+               "out": "nested"}
+    except Exception:  # noqa: BLE001 - any failure of the function is its return
+        ret = {"return": f"The minion function caused an exception: {traceback.format_exc()}",
+               "retcode": EX_GENERIC, "success": False, "out": "nested"}
+    else:
+        retcode = ctx.retcode if isinstance(ctx.retcode, int) else EX_GENERIC
+        if retcode == 0 and isinstance(value, dict):
+            try:
+                if not all(value.get(k, True) for k in ("result", "success")):
+                    retcode = EX_GENERIC
+            except Exception:  # noqa: BLE001 - Salt's own guard
+                pass
+        ret = {"return": value, "retcode": retcode, "success": retcode == 0}
+    return JobOutcome(ret=ret, missing_fun=missing, grains_set=grains_set,
+                      refresh_grains=bool(ctx.extras.get("refresh_grains")))
+
+
+def _missing_fun(loader: Loader, fun: str, message: str) -> Any:
+    """Salt answers an unknown function with the docs of similar ones when there are any."""
+    similar = {name: inspect.getdoc(func) or "" for name, func in loader.functions.items()
+               if name.startswith(fun)}
+    if similar:
+        similar[fun] = message
+        return similar
+    return message

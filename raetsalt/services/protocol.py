@@ -1,0 +1,175 @@
+"""The command protocol: how ``raetsalt``, ``raetsalt-run`` and ``raetsalt-call`` talk to
+the daemons, and how master and minion exchange jobs over the road.
+
+Every message is a mapping with a ``route`` (``raetsalt.routing``):
+``{route: {src: [estate, yard, share], dst: [estate, yard, share]}, ...fields}``.  The
+destination *share* says what the message is.  Share names that the manor yard serves
+itself (``event_req``, ``event_fire``, ``event_unreq``) are the bus; everything below is
+handed to the daemon's job service.
+
+Lane: command-line clients (never over the network)
+---------------------------------------------------
+A client binds its own yard in the daemon's ``sock_dir`` on the daemon's lane
+(``<sock_dir>/<lane>.cl<8 hex>.uxd``; ``raetsalt.services.client``) and sends to the
+manor yard.  Every request carries ``req`` (a client-chosen string); every reply and
+every later message about that request echoes it.  Replies go to the client's yard
+(``dst [None, <client yard>, <share>]``).
+
+=================  ==========================================================================
+master ``publish`` ``{req, tgt, tgt_type, fun, arg, delimiter, preview}``: publish a job.
+                   ``arg`` is Salt's publication list: positional values, then keyword
+                   arguments packed as one ``{"__kwarg__": true, k: v}`` mapping.
+    -> ``pub_ack``  ``{req, jid, minions, missing, not_connected}`` (sorted id lists:
+                   the expected returners, listed ids without an accepted key, expected
+                   minions that are not answering now); or ``{req, error}``.  With
+                   ``preview`` only ``{req, minions}``, nothing is published.
+    -> ``job_ret``  ``{req, jid, id, ret: {return, retcode, success[, out]}}``, one per
+                   minion return, as they arrive (also from minions that were not
+                   expected).  The client decides when it has waited enough.
+master ``runner``  ``{req, fun, arg}``: run a runner on the master (``arg`` as above).
+    -> ``run_ret``  ``{req, return}`` or ``{req, error}``.
+minion ``call``    ``{req, fun, arg}``: ``raetsalt-call`` without ``--local``; the minion
+                   daemon runs the job like a published one (in its own process).
+    -> ``call_ret`` ``{req, ret: {jid, id, fun, fun_args, return, retcode, success[, out]},
+                   missing_fun: bool}`` or ``{req, error, code}`` (``code`` is the exit
+                   code the CLI should use, e.g. 2 when the minion is not connected).
+=================  ==========================================================================
+
+Road: master <-> minion (authenticated estates)
+-----------------------------------------------
+=====================  ======================================================================
+minion ``minion_hello`` ``{grains, start}``: after every (re)connection and whenever its
+                       grains change.  ``start`` is true on the first hello of a minion
+                       process; the master then fires ``salt/minion/<id>/start``.
+master ``fun``          ``{jid, tgt, tgt_type, fun, arg, delimiter, user, ret}``: Salt's
+                       publication.  Sent only to minions the target may match (nodegroups
+                       already expanded); each minion re-checks it (``match_self``) and
+                       ignores it when it does not match.
+minion ``return``       ``{jid, fun, fun_args, return, retcode, success[, out]}``.  ``jid``
+                       ``"req"``: a ``raetsalt-call`` result; the master gives it a jid.
+=====================  ======================================================================
+
+Who is asking
+-------------
+The identity of a request never comes from its payload:
+
+* a **minion** is the *role* of the road remote the message came from (the id its key was
+  accepted under; the road authenticated it);
+* a **local client** is the owner (uid) of the socket file at the source path the kernel
+  reported for the datagram.  ``SO_PEERCRED`` does not exist for datagram sockets, but
+  only the process that binds a socket path creates that file, with its own euid, and
+  the lane accepts a page only from the bound path its yard name says (``sock_dir`` is
+  0700, or 0750 with a group whose members get private client directories).  The daemon
+  ``lstat``s the path when the request arrives (``Requester.user``).
+
+``Requester`` carries it to the services, so the access checks of the next issue (peer
+publish, publisher_acl) plug in at ``MasterJobs.on_publish``/``on_runner``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from raetsalt.errors import BadPacket
+
+# Lane shares (client <-> daemon).
+SHARE_PUBLISH = "publish"
+SHARE_PUB_ACK = "pub_ack"
+SHARE_JOB_RET = "job_ret"
+SHARE_RUNNER = "runner"
+SHARE_RUN_RET = "run_ret"
+SHARE_CALL = "call"
+SHARE_CALL_RET = "call_ret"
+
+# Road shares (master <-> minion).
+SHARE_HELLO = "minion_hello"
+SHARE_FUN = "fun"
+SHARE_RETURN = "return"
+
+KWARG_MARK = "__kwarg__"
+CALL_JID = "req"
+"""The jid of a ``raetsalt-call`` return; the master assigns a real one."""
+
+
+@dataclass(frozen=True, slots=True)
+class Requester:
+    """Who sent a request: ``kind`` ``'user'`` (a local client; ``name`` is its user
+    name, ``uid`` its uid) or ``'minion'`` (``name`` is the authenticated role)."""
+
+    kind: str
+    name: str
+    uid: int | None = None
+
+
+def pack_args(args: list[Any], kwargs: Mapping[str, Any]) -> list[Any]:
+    """Salt's publication ``arg``: positional values, then the keyword arguments as one
+    mapping marked ``__kwarg__`` (left out when there are none)."""
+    packed = list(args)
+    if kwargs:
+        packed.append({KWARG_MARK: True, **kwargs})
+    return packed
+
+
+def unpack_args(arg: list[Any]) -> tuple[list[Any], dict[str, Any]]:
+    """Inverse of ``pack_args``: every ``__kwarg__`` mapping becomes keyword arguments."""
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for item in arg:
+        if isinstance(item, dict) and item.get(KWARG_MARK) is True:
+            kwargs.update({k: v for k, v in item.items() if k != KWARG_MARK})
+        else:
+            args.append(item)
+    return args, kwargs
+
+
+def share_of(body: Mapping[str, Any]) -> str | None:
+    """The destination share of a message body, or None when it has no usable route."""
+    try:
+        share = body["route"]["dst"][2]
+    except (KeyError, IndexError, TypeError):
+        return None
+    return share if isinstance(share, str) else None
+
+
+def lane_reply(estate: str | None, yard: str, share: str, **fields: Any) -> dict[str, Any]:
+    """A message from a daemon's manor to the client yard ``yard``."""
+    return {
+        "route": {"src": [estate, "manor", None], "dst": [estate, yard, share]},
+        **fields,
+    }
+
+
+def road_message(src: str | None, dst: str | None, share: str, **fields: Any) -> dict[str, Any]:
+    """A message from estate ``src`` to estate ``dst``'s manor, share ``share``."""
+    return {"route": {"src": [src, "manor", None], "dst": [dst, "manor", share]}, **fields}
+
+
+def text_untrusted(body: Mapping[str, Any], key: str, *, default: str | None = None) -> str:
+    """A string field of a peer's message; raises only BadPacket."""
+    value = body.get(key, default)
+    if not isinstance(value, str):
+        raise BadPacket(f"field {key!r} must be a string", "body")
+    return value
+
+
+def list_untrusted(body: Mapping[str, Any], key: str) -> list[Any]:
+    """A list field (missing: empty); raises only BadPacket."""
+    value = body.get(key, [])
+    if not isinstance(value, list):
+        raise BadPacket(f"field {key!r} must be a list", "body")
+    return value
+
+
+def target_untrusted(body: Mapping[str, Any]) -> tuple[Any, str, str]:
+    """``(tgt, tgt_type, delimiter)`` of a publication; raises only BadPacket."""
+    tgt = body.get("tgt")
+    if not isinstance(tgt, str) and not (
+        isinstance(tgt, list) and all(isinstance(t, str) for t in tgt)
+    ):
+        raise BadPacket("tgt must be a string or a list of strings", "body")
+    # An unknown tgt_type is left to raetsalt.targeting, which names the problem.
+    tgt_type = text_untrusted(body, "tgt_type", default="glob")
+    delimiter = text_untrusted(body, "delimiter", default=":")
+    return tgt, tgt_type, delimiter

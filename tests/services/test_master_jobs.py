@@ -1,0 +1,291 @@
+"""MasterJobs without sockets: expected minions, the job cache, events, returns to the
+publishing client, runners with Salt's return shapes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raetsalt.jobs import JobCache
+from raetsalt.services import protocol as p
+from raetsalt.services.master import (
+    Fire,
+    MasterJobs,
+    MinionDataCache,
+    MinionState,
+    ToClient,
+    ToMinion,
+    minion_target,
+)
+from raetsalt.services.protocol import Requester
+
+USER = Requester("user", "root", 0)
+GRAINS = {
+    "minion1": {"os": "Debian", "roles": ["web"], "ipv4": ["10.0.0.1"]},
+    "minion2": {"os": "Ubuntu", "roles": ["db"], "ipv4": ["10.0.1.2"]},
+    "minion3": {"os": "CentOS", "roles": ["web", "db"], "ipv4": ["10.0.0.3"]},
+}
+
+
+class FakeRoster:
+    def __init__(self, ids: list[str]) -> None:
+        self.ids = list(ids)
+        self.states = {m: MinionState(True, True, True, True, "127.0.0.1") for m in ids}
+
+    def accepted(self) -> list[str]:
+        return list(self.ids)
+
+    def state(self, minion: str) -> MinionState:
+        return self.states.get(minion, MinionState())
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = datetime(2026, 11, 21, 4, 27, 25, 667286, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        self.t += timedelta(microseconds=1)
+        return self.t
+
+
+@pytest.fixture
+def roster() -> FakeRoster:
+    return FakeRoster(sorted(GRAINS))
+
+
+@pytest.fixture
+def master(tmp_path: Path, roster: FakeRoster) -> MasterJobs:
+    jobs = MasterJobs(
+        {"timeout": 5, "nodegroups": {"webs": "G@roles:web", "two": ["minion1", "minion2"]}},
+        JobCache(tmp_path / "jobs"),
+        roster,
+        estate="themaster",
+        data_cache=MinionDataCache(tmp_path / "minions"),
+        utcnow=Clock(),
+    )
+    for minion, grains in GRAINS.items():
+        jobs.on_hello(minion, {"grains": grains, "start": False})
+    return jobs
+
+
+def publish(master: MasterJobs, tgt: Any, tgt_type: str = "glob", fun: str = "test.ping",
+            arg: list[Any] | None = None, now: float = 0.0, **extra: Any) -> list[Any]:
+    body = {"req": "r1", "tgt": tgt, "tgt_type": tgt_type, "fun": fun, "arg": arg or [],
+            **extra}
+    return master.on_publish(USER, "clyard", body, now)
+
+
+def ack(actions: list[Any]) -> dict[str, Any]:
+    acks = [a.body for a in actions if isinstance(a, ToClient) and p.share_of(a.body) == "pub_ack"]
+    assert len(acks) == 1
+    return acks[0]
+
+
+@pytest.mark.parametrize(
+    ("tgt", "tgt_type", "expected"),
+    [
+        ("*", "glob", ["minion1", "minion2", "minion3"]),
+        ("minion[12]", "glob", ["minion1", "minion2"]),
+        ("minion(1|3)", "pcre", ["minion1", "minion3"]),
+        ("minion2,minion3", "list", ["minion2", "minion3"]),
+        ("roles:web", "grain", ["minion1", "minion3"]),
+        ("os:(deb|cent).*", "grain_pcre", ["minion1", "minion3"]),
+        ("10.0.0.0/24", "ipcidr", ["minion1", "minion3"]),
+        ("webs", "nodegroup", ["minion1", "minion3"]),
+        ("minion* and not G@os:Ubuntu", "compound", ["minion1", "minion3"]),
+        ("N@two and not minion1", "compound", ["minion2"]),
+    ],
+)
+def test_expected_minions_per_target_type(
+    master: MasterJobs, tgt: str, tgt_type: str, expected: list[str]
+) -> None:
+    actions = publish(master, tgt, tgt_type)
+    reply = ack(actions)
+    assert reply["minions"] == expected and reply["jid"]
+    sent = sorted(a.minion for a in actions if isinstance(a, ToMinion))
+    assert sent == expected
+    load = master.cache.get_load(reply["jid"])
+    assert load is not None and load["minions"] == expected and load["tgt"] == tgt
+
+
+def test_publication_expands_nodegroups_and_keeps_salt_fields(master: MasterJobs) -> None:
+    actions = publish(master, "N@webs or minion2", "compound", "test.arg",
+                      p.pack_args([1], {"a": 2}))
+    pub = next(a.body for a in actions if isinstance(a, ToMinion))
+    assert pub["route"]["dst"][2] == "fun"
+    assert pub["tgt_type"] == "compound" and "N@" not in pub["tgt"]
+    assert pub["arg"] == [1, {"__kwarg__": True, "a": 2}]
+    assert pub["user"] == "root" and pub["ret"] == ""
+    new = next(a for a in actions if isinstance(a, Fire))
+    assert new.tag == f"salt/job/{pub['jid']}/new"
+    assert {"jid", "tgt", "tgt_type", "user", "fun", "arg", "minions", "missing"} <= set(new.data)
+
+
+def test_unknown_grains_get_the_publication_but_are_not_expected(
+    master: MasterJobs, roster: FakeRoster
+) -> None:
+    roster.ids.append("minion4")
+    roster.states["minion4"] = MinionState(True, True, True, True)
+    actions = publish(master, "roles:web", "grain")
+    assert ack(actions)["minions"] == ["minion1", "minion3"]
+    assert sorted(a.minion for a in actions if isinstance(a, ToMinion)) == [
+        "minion1", "minion3", "minion4"]
+
+
+def test_no_match_assigns_no_jid_and_preview_publishes_nothing(master: MasterJobs) -> None:
+    reply = ack(publish(master, "nobody*"))
+    assert reply["minions"] == [] and reply["jid"] == ""
+    assert master.cache.jids() == []
+    actions = publish(master, "minion1,minion2", "list", preview=True)
+    assert actions == [a for a in actions if isinstance(a, ToClient)]
+    assert ack(actions)["minions"] == ["minion1", "minion2"]
+    assert master.cache.jids() == []
+
+
+def test_bad_targets_are_errors_not_empty_matches(master: MasterJobs) -> None:
+    for tgt, tgt_type in (("a and", "compound"), ("x", "pillar"), ("nope", "nodegroup")):
+        reply = ack(publish(master, tgt, tgt_type))
+        assert reply["error"].startswith("Invalid target"), reply
+
+
+def test_list_target_reports_ids_without_keys_as_missing(master: MasterJobs) -> None:
+    reply = ack(publish(master, "minion1,ghost", "list"))
+    assert reply["minions"] == ["minion1"] and reply["missing"] == ["ghost"]
+
+
+def test_not_connected_minions_are_named(master: MasterJobs, roster: FakeRoster) -> None:
+    roster.states["minion2"] = MinionState(True, True, True, False)
+    assert ack(publish(master, "*"))["not_connected"] == ["minion2"]
+
+
+def test_returns_are_stored_fired_and_forwarded_with_the_road_id(master: MasterJobs) -> None:
+    jid = ack(publish(master, "minion1,minion2", "list"))["jid"]
+    body = {"jid": jid, "fun": "test.ping", "fun_args": [], "return": True, "retcode": 0,
+            "success": True, "id": "forged"}
+    actions = master.on_return("minion1", body)
+    fwd = next(a for a in actions if isinstance(a, ToClient))
+    assert fwd.yard == "clyard" and fwd.body["id"] == "minion1" and fwd.body["req"] == "r1"
+    assert fwd.body["ret"] == {"return": True, "retcode": 0, "success": True}
+    event = next(a for a in actions if isinstance(a, Fire))
+    assert event.tag == f"salt/job/{jid}/ret/minion1"
+    assert event.data["id"] == "minion1" and event.data["cmd"] == "_return"
+    assert master.cache.get_returns(jid)["minion1"]["return"] is True
+    # Returns for jobs the master never published are dropped.
+    assert master.on_return("minion1", {**body, "jid": "20000101000000000000"}) == []
+    assert master.on_return("minion1", {**body, "jid": "../../etc"}) == []
+
+
+def test_a_call_return_gets_a_jid_and_a_load(master: MasterJobs) -> None:
+    actions = master.on_return("minion2", {"jid": "req", "fun": "test.echo", "fun_args": ["x"],
+                                           "return": "x", "retcode": 0, "success": True})
+    tag = next(a.tag for a in actions if isinstance(a, Fire))
+    jid = tag.split("/")[2]
+    assert master.cache.get_load(jid)["fun"] == "test.echo"  # type: ignore[index]
+
+
+def test_hello_with_start_fires_the_start_event_and_grains_survive_restart(
+    master: MasterJobs, tmp_path: Path, roster: FakeRoster
+) -> None:
+    actions = master.on_hello("minion1", {"grains": {"os": "Arch"}, "start": True})
+    event = actions[0]
+    assert isinstance(event, Fire) and event.tag == "salt/minion/minion1/start"
+    assert event.data["data"].startswith("Minion minion1 started at ")
+    again = MasterJobs({}, JobCache(tmp_path / "jobs"), roster,
+                       data_cache=MinionDataCache(tmp_path / "minions"))
+    assert again.grains["minion1"] == {"os": "Arch"}
+
+
+def run(master: MasterJobs, fun: str, *args: Any, now: float = 0.0, **kwargs: Any) -> Any:
+    actions = master.on_runner(USER, "runyard", {"req": "q", "fun": fun,
+                                                 "arg": p.pack_args(list(args), kwargs)}, now)
+    replies = [a.body for a in actions if isinstance(a, ToClient)]
+    if not replies:
+        return actions
+    assert len(replies) == 1 and p.share_of(replies[0]) == "run_ret"
+    if "error" in replies[0]:
+        raise RuntimeError(replies[0]["error"])
+    return replies[0]["return"]
+
+
+def test_manage_runners_follow_presence(master: MasterJobs, roster: FakeRoster) -> None:
+    roster.states["minion2"] = MinionState(True, True, True, False, "10.0.1.2")
+    assert run(master, "manage.up") == ["minion1", "minion3"]
+    assert run(master, "manage.down") == ["minion2"]
+    assert run(master, "manage.status") == {"up": ["minion1", "minion3"], "down": ["minion2"]}
+    assert run(master, "manage.status", tgt="G@roles:db", tgt_type="compound") == {
+        "up": ["minion3"], "down": ["minion2"]}
+    assert run(master, "manage.present") == ["minion1", "minion3"]
+    assert run(master, "manage.not_present") == ["minion2"]
+    assert run(master, "manage.alived", show_ip=True) == {
+        "minion1": "127.0.0.1", "minion3": "127.0.0.1"}
+    assert run(master, "manage.allowed") == ["minion1", "minion2", "minion3"]
+    with pytest.raises(RuntimeError, match="'manage.nope' is not available."):
+        run(master, "manage.nope")
+
+
+def test_jobs_runners_shapes(master: MasterJobs) -> None:
+    jid = ack(publish(master, "minion1,minion2", "list", "test.arg", [1]))["jid"]
+    master.on_return("minion1", {"jid": jid, "fun": "test.arg", "fun_args": [1],
+                                 "return": {"args": [1]}, "retcode": 0, "success": True})
+    listed = run(master, "jobs.list_jobs")
+    assert listed == {jid: {"Function": "test.arg", "Arguments": [1],
+                            "Target": "minion1,minion2", "Target-type": "list", "User": "root",
+                            "StartTime": listed[jid]["StartTime"]}}
+    assert listed[jid]["StartTime"].startswith("2026, Nov 21 04:27:25.")
+    assert run(master, "jobs.list_jobs", search_function="cmd.*") == {}
+    assert run(master, "jobs.lookup_jid", jid) == {"minion1": {"args": [1]}}
+    assert run(master, "jobs.lookup_jid", jid, missing=True) == {
+        "minion1": {"args": [1]}, "minion2": "Minion did not return"}
+    job = run(master, "jobs.list_job", jid)
+    assert job["Minions"] == ["minion1", "minion2"] and job["jid"] == jid
+    assert job["Result"] == {"minion1": {"return": {"args": [1]}, "retcode": 0, "success": True}}
+    printed = run(master, "jobs.print_job", jid)
+    assert list(printed) == [jid] and printed[jid]["Result"] == job["Result"]
+    assert run(master, "jobs.exit_success", jid) == {"minion1": True, "minion2": False}
+    assert run(master, "jobs.lookup_jid", "20000101000000000000") == {}
+
+
+def test_lookup_jid_uses_the_outputter_of_failed_returns(master: MasterJobs) -> None:
+    jid = ack(publish(master, "minion1", "list", "test.exception"))["jid"]
+    master.on_return("minion1", {"jid": jid, "fun": "test.exception", "fun_args": [],
+                                 "return": "The minion function caused an exception: ...",
+                                 "retcode": 1, "success": False, "out": "nested"})
+    assert run(master, "jobs.lookup_jid", jid) == {
+        "outputter": "nested",
+        "data": {"minion1": "The minion function caused an exception: ..."}}
+
+
+def test_jobs_active_asks_the_minions_that_are_up(master: MasterJobs, roster: FakeRoster) -> None:
+    roster.states["minion3"] = MinionState(True, True, True, False)
+    sleeping = ack(publish(master, "minion1", "list", "test.sleep", [10]))["jid"]
+    actions = run(master, "jobs.active", now=1.0)
+    asks = [a for a in actions if isinstance(a, ToMinion)]
+    assert sorted(a.minion for a in asks) == ["minion1", "minion2"]
+    ask_jid = asks[0].body["jid"]
+    assert asks[0].body["fun"] == "saltutil.running"
+    running = [{"jid": sleeping, "fun": "test.sleep", "arg": [10], "tgt": "minion1",
+                "tgt_type": "list", "user": "root", "pid": 4242}]
+    assert master.on_return("minion1", {"jid": ask_jid, "return": running}) == []
+    done = master.on_return("minion2", {"jid": ask_jid, "return": []})
+    reply = done[0].body  # type: ignore[union-attr]
+    assert reply["return"] == {sleeping: {
+        "Function": "test.sleep", "Arguments": [10], "Target": "minion1",
+        "Target-type": "list", "User": "root", "StartTime": reply["return"][sleeping]["StartTime"],
+        "Running": [{"minion1": 4242}], "Returned": []}}
+    assert ask_jid not in master.cache.jids()
+
+
+def test_jobs_active_answers_after_the_timeout(master: MasterJobs) -> None:
+    run(master, "jobs.active", now=1.0)
+    assert master.get_timer() == pytest.approx(6.0)
+    actions = master.handle_timer(6.0)
+    assert [a.body["return"] for a in actions if isinstance(a, ToClient)] == [{}]
+
+
+def test_minion_target_expands_nested_nodegroups() -> None:
+    groups = {"a": "minion1 or N@b", "b": ["minion2"]}
+    tgt, tgt_type = minion_target("N@a and not x", "compound", groups)
+    assert tgt_type == "compound" and "N@" not in tgt
