@@ -14,6 +14,9 @@ Share layout (every house; absolute paths)::
                                  (opts['__role'] says 'master' or 'minion')
     .raetsalt.node        value: raetsalt.node.Node | None      set by `raetsalt node open`
     .raetsalt.watch       value: MinionLink (minion) or MasterWatch (master)
+    .raetsalt.jobs        value: MinionService or MasterService (raetsalt.daemon.jobs):
+                                 jobs, returns, runners, the CLIs' requests; watched
+                                 by the waiter too (job pipes, job timers)
     .raetsalt.status      fields:
         ready     bool    the node is open and serving
         state     str     minion: starting|connecting|pending|connected|lost|rejected;
@@ -30,9 +33,10 @@ Share layout (every house; absolute paths)::
 Behaviour names (``do raetsalt node open`` -> ``RaetsaltNodeOpen``):
 
 ``raetsalt node open``       enter: open road + manor from opts, watch it, create the
-                             watcher; status.ready
+                             watcher and the job service; status.ready
 ``raetsalt minion connect``  enter: resolve the master and keep a session with it
-``raetsalt node service``    recur: service the node, feed the watcher, update status
+``raetsalt node service``    recur: service the node, feed the job service and the
+                             watcher, update status
 ``raetsalt minion resolve``  recur: while not connected, re-resolve the master's name
 ``raetsalt node close``      exit/enter: flush once, unwatch and close the node
 ``raetsalt exit``            enter: ``with code N`` sets .raetsalt.exit (kept if already
@@ -47,6 +51,7 @@ from typing import Any
 from ioflo.aid.odicting import odict
 from ioflo.base.doing import Doer
 
+from raetsalt.daemon.jobs import MasterService, MinionService
 from raetsalt.daemon.service import (
     EXIT_FAILURE,
     EXIT_REJECTED,
@@ -73,6 +78,7 @@ _IOINITS = odict(
     opts=odict(ipath=".raetsalt.opts", ival=None),
     node=odict(ipath=".raetsalt.node", ival=None),
     watch=odict(ipath=".raetsalt.watch", ival=None),
+    jobs=odict(ipath=".raetsalt.jobs", ival=None),
     status=odict(ipath=".raetsalt.status", ival=_STATUS),
     exit=odict(ipath=".raetsalt.exit", ival=0),
     signal=odict(ipath=".raetsalt.signal", ival=odict(stop=False, signum=0)),
@@ -89,6 +95,7 @@ class _RaetsaltDoer(Doer):
     opts: Any
     node: Any
     watch: Any
+    jobs: Any
     status: Any
     exit: Any
     signal: Any
@@ -118,7 +125,20 @@ class RaetsaltNodeOpen(_RaetsaltDoer):
         self.node.value = node
         if self.waiter.value is not None:
             self.waiter.value.watch(node)
-        self.watch.value = MinionLink(node, opts) if role == "minion" else MasterWatch(node, opts)
+        watch = MinionLink(node, opts) if role == "minion" else MasterWatch(node, opts)
+        self.watch.value = watch
+        try:
+            if isinstance(watch, MinionLink):
+                link = watch
+                jobs: Any = MinionService(node, opts, lambda: link.state == "connected")
+            else:
+                jobs = MasterService(node, opts)
+        except Exception as exc:  # noqa: BLE001 - reported, the flow goes to failure
+            self.fail(f"cannot start the {role}'s job service: {exc}")
+            return
+        self.jobs.value = jobs
+        if self.waiter.value is not None:
+            self.waiter.value.watch(jobs)
         state = "starting" if role == "minion" else "serving"
         self.status.update(ready=True, state=state)
         log.info(
@@ -151,8 +171,15 @@ class RaetsaltNodeService(_RaetsaltDoer):
         if node is None:
             return
         watch = self.watch.value
+        jobs = self.jobs.value
         try:
             events = node.service_ready()
+            if jobs is not None:
+                events = jobs.handle(events)
+                # Road messages the service queued leave now rather than next iteration.
+                if jobs.sent_road:
+                    jobs.sent_road = False
+                    events.extend(jobs.handle(node.service_ready()))
             if isinstance(watch, MasterWatch):
                 # Events the watcher fires on the bus leave with one more service round.
                 rounds = 0
@@ -192,6 +219,15 @@ class RaetsaltNodeClose(_RaetsaltDoer):
         if node is None:
             return
         self.node.value = None
+        jobs = self.jobs.value
+        if jobs is not None:
+            self.jobs.value = None
+            if self.waiter.value is not None:
+                self.waiter.value.unwatch(jobs)
+            try:
+                jobs.close()
+            except Exception:  # noqa: BLE001
+                log.debug("closing the job service failed", exc_info=True)
         try:
             if node.road.road.has_output():
                 node.service_ready()  # what is queued goes out before the socket closes

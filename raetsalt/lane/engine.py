@@ -195,6 +195,11 @@ class Lane:
     def yard_names(self) -> list[str]:
         return list(self._yards)
 
+    def yard_path(self, name: str) -> str | None:
+        """The socket path yard ``name`` is known at (kernel-reported), or None."""
+        yard = self._yards.get(name)
+        return yard.path if yard is not None else None
+
     def backlog(self, name: str) -> int:
         """Pages waiting to go to yard ``name`` (0 for an unknown yard)."""
         yard = self._yards.get(name)

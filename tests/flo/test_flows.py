@@ -242,7 +242,8 @@ def test_master_and_minion_flows_connect_and_stop_cleanly(short_dir: Path) -> No
         assert master.frame == "serving" and master.status["ready"]
         node = minion.share(".raetsalt.node").value
         road_sock = node.road.sock
-        assert minion.sk.waiter.watched == (node,)
+        # The node, and the job service (its job pipes).
+        assert minion.sk.waiter.watched == (node, minion.share(".raetsalt.jobs").value)
         # SIGTERM as the daemon's handler reports it: both flows close their nodes and end.
         minion.signal_stop()
         master.signal_stop()

@@ -1,0 +1,436 @@
+"""Thin wiring of the job services (``raetsalt.services``) onto a daemon's ``Node``.
+
+``MasterService`` and ``MinionService`` take the node events the ``raetsalt node
+service`` behaviour got from ``Node.service_ready``, keep those of the command protocol
+(``raetsalt.services.protocol``), feed them to ``MasterJobs``/``MinionJobs`` and carry out
+the actions: road sends, lane sends to client yards, bus events, job processes.  Both
+are ``Wakeable`` (the skedder's waiter watches them): the master for its timers, the
+minion for its job pipes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pwd
+import selectors
+import stat
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import yaml
+
+from raetsalt.engine.events import Allowed, MessageReceived
+from raetsalt.errors import LocalError
+from raetsalt.execution.grains import core_grains
+from raetsalt.execution.loader import Context, Loader
+from raetsalt.jobs import JobCache, new_jid
+from raetsalt.manor import LocalMessage
+from raetsalt.node import Node, NodeEvent
+from raetsalt.services import protocol as p
+from raetsalt.services.executor import ForkExecutor
+from raetsalt.services.master import (
+    Fire,
+    MasterJobs,
+    MinionDataCache,
+    MinionState,
+    ToClient,
+    ToMinion,
+)
+from raetsalt.services.minion import (
+    JobOutcome,
+    JobSpec,
+    MinionJobs,
+    RefreshGrains,
+    SaveGrains,
+    Spawn,
+    ToMaster,
+    execute,
+)
+from raetsalt.services.minion import ToClient as MinionToClient
+from raetsalt.services.protocol import Requester
+
+log = logging.getLogger("raetsalt.daemon")
+
+NOT_AUTHENTICATED = (
+    "Minion failed to authenticate with the master, has the minion key been accepted?"
+)
+
+
+def flush_lane(node: Node) -> None:
+    """Send what the manor queued (lane messages, bus events) now."""
+    now = node.clock()
+    node.uxd.send_all(node.manor.datagrams_to_send(now), node.manor, now)
+
+
+def lane_requester(node: Node, yard: str) -> Requester | None:
+    """Who a local client is: the owner of its yard's socket file (see the protocol's
+    "Who is asking"); None when the file is gone or is not a socket."""
+    path = node.manor.lane.yard_path(yard)
+    if path is None:
+        return None
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISSOCK(info.st_mode):
+        return None
+    try:
+        name = pwd.getpwuid(info.st_uid).pw_name
+    except KeyError:
+        name = str(info.st_uid)
+    return Requester("user", name, info.st_uid)
+
+
+def _remote_role(node: Node, remote_name: str) -> str:
+    try:
+        remote = node.road.road.remote(remote_name)
+    except LocalError:
+        return remote_name
+    return remote.role or remote.name
+
+
+class _NoWake:
+    """Wakeable parts for an object with timers only (no descriptors)."""
+
+    def register(self, selector: selectors.BaseSelector, data: Any = None) -> None:
+        return None
+
+    def unregister(self, selector: selectors.BaseSelector) -> None:
+        return None
+
+
+# ---------------------------------------------------------------------------- master
+
+
+class RoadRoster:
+    """``Roster`` over a master's road and keep."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def accepted(self) -> list[str]:
+        from raetsalt.keep.records import Acceptance
+
+        keep = self.node.road.road.keep
+        return [r.role for r in keep.list_roles() if r.acceptance is Acceptance.ACCEPTED]
+
+    def remote_name(self, minion: str) -> str | None:
+        road = self.node.road.road
+        remote = road.remotes_by_name.get(minion)
+        if remote is not None and (remote.role or remote.name) == minion:
+            return remote.name
+        for remote in road.remotes.values():
+            if remote.role == minion:
+                return remote.name
+        return None
+
+    def state(self, minion: str) -> MinionState:
+        name = self.remote_name(minion)
+        if name is None:
+            return MinionState()
+        remote = self.node.road.road.remote(name)
+        return MinionState(True, bool(remote.joined), remote.allowed, remote.alive is True,
+                           str(remote.ha[0]))
+
+
+class MasterService(_NoWake):
+    """The master's job service on its node."""
+
+    def __init__(self, node: Node, opts: Mapping[str, Any],
+                 utcnow: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self.node = node
+        self.roster = RoadRoster(node)
+        self.jobs = MasterJobs(
+            opts,
+            JobCache(os.path.join(opts["cachedir"], "jobs")),
+            self.roster,
+            estate=node.road.road.name,
+            data_cache=MinionDataCache(os.path.join(opts["cachedir"], "minions")),
+            utcnow=utcnow,
+        )
+        self.sent_road = False
+
+    def timeout(self) -> float | None:
+        timer = self.jobs.get_timer()
+        return None if timer is None else max(0.0, timer - self.node.clock())
+
+    def handle(self, events: Iterable[NodeEvent]) -> list[NodeEvent]:
+        """Serve the command protocol's messages; return the other events."""
+        left: list[NodeEvent] = []
+        actions: list[Any] = []
+        now = self.node.clock()
+        for event in events:
+            if type(event) is MessageReceived:
+                share = p.share_of(event.body) if isinstance(event.body, dict) else None
+                if share == p.SHARE_RETURN:
+                    actions.extend(self.jobs.on_return(_remote_role(self.node, event.remote),
+                                                       event.body))
+                elif share == p.SHARE_HELLO:
+                    actions.extend(self.jobs.on_hello(_remote_role(self.node, event.remote),
+                                                      event.body))
+                else:
+                    left.append(event)
+            elif type(event) is LocalMessage and event.share in (p.SHARE_PUBLISH,
+                                                                  p.SHARE_RUNNER):
+                requester = lane_requester(self.node, event.source)
+                if requester is None:
+                    continue
+                handler = (self.jobs.on_publish if event.share == p.SHARE_PUBLISH
+                           else self.jobs.on_runner)
+                actions.extend(handler(requester, event.source, event.body, now))
+            else:
+                left.append(event)
+        timer = self.jobs.get_timer()
+        if timer is not None and timer <= now:
+            actions.extend(self.jobs.handle_timer(now))
+        self.perform(actions)
+        return left
+
+    def perform(self, actions: Iterable[Any]) -> None:
+        node = self.node
+        lane = False
+        for action in actions:
+            if type(action) is ToMinion:
+                name = self.roster.remote_name(action.minion)
+                if name is None:
+                    continue
+                try:
+                    node.road.send(name, action.body)
+                    self.sent_road = True
+                except LocalError as exc:
+                    log.warning("job message for %s not sent: %s", action.minion, exc)
+            elif type(action) is ToClient:
+                lane = True
+                try:
+                    node.manor.lane.send(action.body, action.yard)
+                except LocalError as exc:
+                    log.debug("client %s gone: %s", action.yard, exc)
+                    self.jobs.forget_client(action.yard)
+            elif type(action) is Fire:
+                lane = True
+                node.manor.fire_event(action.tag, action.data)
+        if lane:
+            flush_lane(node)
+
+    def close(self) -> None:
+        return None
+
+
+# ---------------------------------------------------------------------------- minion
+
+
+def static_grains_path(opts: Mapping[str, Any]) -> str:
+    """Where ``grains.setval`` keeps grains: ``<conf_dir>/grains`` as in Salt (or
+    ``<cachedir>/grains`` when there is no config directory)."""
+    return os.path.join(opts.get("conf_dir") or opts["cachedir"], "grains")
+
+
+def load_grains(opts: Mapping[str, Any]) -> dict[str, Any]:
+    """Core grains, overlaid with the saved static grains, then the config's ``grains``
+    (which win, as in Salt)."""
+    grains = core_grains(str(opts.get("id", "")))
+    try:
+        with open(static_grains_path(opts), encoding="utf-8") as handle:
+            saved = yaml.safe_load(handle)
+        if isinstance(saved, dict):
+            grains.update(saved)
+    except (OSError, yaml.YAMLError):
+        pass
+    grains.update(opts.get("grains") or {})
+    return grains
+
+
+def save_static_grains(opts: Mapping[str, Any], values: Mapping[str, Any]) -> None:
+    path = static_grains_path(opts)
+    saved: dict[str, Any] = {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            loaded = yaml.safe_load(handle)
+        if isinstance(loaded, dict):
+            saved = loaded
+    except (OSError, yaml.YAMLError):
+        pass
+    saved.update(values)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        yaml.safe_dump(saved, handle, default_flow_style=False)
+    os.replace(tmp, path)
+
+
+class MinionService:
+    """The minion's job service on its node.
+
+    :param connected: tells whether the session with the master is up (``raetsalt-call``
+        refuses to run without it, as Salt's salt-call does).
+    """
+
+    def __init__(
+        self,
+        node: Node,
+        opts: Mapping[str, Any],
+        connected: Callable[[], bool],
+        *,
+        loader: Loader | None = None,
+        grains: dict[str, Any] | None = None,
+        utcnow: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.node = node
+        self.opts = opts
+        self.connected = connected
+        self.utcnow = utcnow
+        self.loader = loader if loader is not None else Loader(opts.get("module_dirs") or ())
+        self.jobs = MinionJobs(str(opts["id"]), grains if grains is not None
+                               else load_grains(opts), estate=node.road.road.name)
+        self.executor = ForkExecutor(self._run_in_child)
+        self.sent_road = False
+        self._last_jid: str | None = None
+        self._child_jobs: list[dict[str, Any]] = []
+        """The other jobs at the last spawn (what the new job's saltutil.running sees)."""
+
+    # Wakeable: the job pipes.
+    def register(self, selector: selectors.BaseSelector, data: Any = None) -> None:
+        self.executor.register(selector, data)
+
+    def unregister(self, selector: selectors.BaseSelector) -> None:
+        self.executor.unregister(selector)
+
+    def timeout(self) -> float | None:
+        return self.executor.timeout()
+
+    def handle(self, events: Iterable[NodeEvent]) -> list[NodeEvent]:
+        left: list[NodeEvent] = []
+        actions: list[Any] = []
+        master = self._master_name()
+        for event in events:
+            if type(event) is MessageReceived:
+                share = p.share_of(event.body) if isinstance(event.body, dict) else None
+                if share == p.SHARE_FUN and event.remote == master:
+                    actions.extend(self.jobs.on_publish(event.body))
+                else:
+                    left.append(event)
+            elif type(event) is LocalMessage and event.share == p.SHARE_CALL:
+                actions.extend(self._on_call(event))
+            else:
+                if type(event) is Allowed and event.remote == master:
+                    actions.extend(self.jobs.on_connected())
+                left.append(event)
+        for jid, data in self.executor.poll():
+            outcome = None
+            if data is not None:
+                try:
+                    outcome = JobOutcome.from_wire_untrusted(data)
+                except Exception:  # noqa: BLE001 - a child's garbage is a failed job
+                    outcome = None
+            actions.extend(self.jobs.on_finished(jid, outcome))
+        self.perform(actions)
+        return left
+
+    def perform(self, actions: list[Any]) -> None:
+        lane = False
+        while actions:
+            action = actions.pop(0)
+            if type(action) is Spawn:
+                actions.extend(self._spawn(action.spec))
+            elif type(action) is ToMaster:
+                self._to_master(action.body)
+            elif type(action) is MinionToClient:
+                lane = True
+                try:
+                    self.node.manor.lane.send(action.body, action.yard)
+                except LocalError as exc:
+                    log.debug("client %s gone: %s", action.yard, exc)
+            elif type(action) is SaveGrains:
+                try:
+                    save_static_grains(self.opts, action.grains)
+                except OSError as exc:
+                    log.error("grains not saved to %s: %s", static_grains_path(self.opts), exc)
+            elif type(action) is RefreshGrains:
+                actions.extend(self.jobs.set_grains(load_grains(self.opts)))
+        if lane:
+            flush_lane(self.node)
+
+    def close(self) -> None:
+        self.executor.close()
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _master_name(self) -> str | None:
+        uid = self.node.master
+        if uid is None:
+            return None
+        try:
+            return self.node.road.road.remote(uid).name
+        except LocalError:
+            return None
+
+    def _to_master(self, body: dict[str, Any]) -> None:
+        if self.node.master is None:
+            return
+        try:
+            self.node.road.send(self.node.master, body)
+            self.sent_road = True
+        except LocalError as exc:
+            log.warning("message for the master not sent: %s", exc)
+
+    def _on_call(self, event: LocalMessage) -> list[Any]:
+        req = event.body.get("req")
+        if not isinstance(req, str):
+            return []
+        if not self.connected():
+            return [MinionToClient(event.source, p.lane_reply(
+                self.jobs.estate, event.source, p.SHARE_CALL_RET, req=req,
+                error=NOT_AUTHENTICATED, code=2))]
+        jid = new_jid(self.utcnow(), self._last_jid)
+        self._last_jid = jid
+        return list(self.jobs.on_call(event.source, event.body, jid))
+
+    def _spawn(self, spec: JobSpec) -> list[Any]:
+        self._child_jobs = [j for j in self.jobs.proc_list() if j["jid"] != spec.jid]
+        try:
+            pid = self.executor.spawn(spec.jid, spec)
+        except OSError as exc:
+            log.error("job %s not started: %s", spec.jid, exc)
+            return list(self.jobs.on_spawn_failed(spec.jid, str(exc)))
+        self.jobs.on_started(spec.jid, pid)
+        return []
+
+    def _run_in_child(self, spec: JobSpec) -> dict[str, Any]:
+        """The job process: runs ``spec`` with a Context of this minion."""
+        from raetsalt.event import SaltEvent
+
+        others = list(self._child_jobs)
+        opts = dict(self.opts)
+
+        def fire(tag: str, data: Any, master: bool) -> bool:
+            bus = SaltEvent("minion", sock_dir=opts["sock_dir"], opts={"id": opts["id"]})
+            try:
+                payload = data if isinstance(data, dict) else {"data": data}
+                if master:
+                    return bus.fire_master(payload, tag)
+                return bus.fire_event(payload, tag)
+            finally:
+                bus.destroy()
+
+        def kill_job(jid: str) -> bool:
+            for job in others:
+                if job["jid"] == jid and job.get("pid"):
+                    try:
+                        os.kill(int(job["pid"]), 9)
+                    except OSError:
+                        return False
+                    return True
+            return False
+
+        ctx = Context(
+            opts=opts,
+            grains=dict(self.jobs.grains),
+            jid=spec.jid,
+            loader=self.loader,
+            fire_event=lambda tag, data: fire(tag, data, False),
+            fire_master=lambda tag, data: fire(tag, data, True),
+            jobs=lambda: [dict(j) for j in others],
+            kill_job=kill_job,
+        )
+        return execute(self.loader, spec, ctx, os.getpid()).to_wire()

@@ -1,0 +1,189 @@
+"""Real daemons for tests: config dirs under a short temp dir, processes whose console
+log is read line by line (``Daemon.expect``), and the commands run against them.
+
+Used by tests/daemons and tests/remote.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from bus.helpers import Proc
+
+from raetsalt.config import load_node_config
+from raetsalt.keep.store import FileKeep
+from raetsalt.paths import keep_dir
+
+# Short probing and back-off so restarts are noticed within a second or two.
+MINION_TUNING = "raet_alive_period: 1.0\nacceptance_wait_time: 1.0\nrandom_reauth_delay: 2.0\n"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Daemon:
+    """A daemon process whose stderr (the console log) is read line by line."""
+
+    def __init__(self, node: str, confdir: Path, *extra: str) -> None:
+        self.node = node
+        self.confdir = confdir
+        self.popen = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                f"raetsalt.cli.{node}",
+                "-c",
+                str(confdir),
+                "-l",
+                "info",
+                *extra,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
+        assert self.popen.stderr is not None
+        os.set_blocking(self.popen.stderr.fileno(), False)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self.popen.stderr, selectors.EVENT_READ)
+        self._buffer = b""
+        self.lines: list[str] = []
+        self._read = 0  # lines already matched by expect()
+
+    def _pull(self, timeout: float) -> bool:
+        assert self.popen.stderr is not None
+        if not self._selector.select(timeout):
+            return False
+        chunk = self.popen.stderr.read()
+        if not chunk:
+            return False
+        *complete, self._buffer = (self._buffer + chunk).split(b"\n")
+        self.lines.extend(line.decode(errors="replace") for line in complete)
+        return True
+
+    def expect(self, fragment: str, timeout: float = 5.0) -> str:
+        """The next log line (after the last one matched) containing ``fragment``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for index in range(self._read, len(self.lines)):
+                if fragment in self.lines[index]:
+                    self._read = index + 1
+                    return self.lines[index]
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or (not self._pull(remaining) and self.popen.poll() is not None):
+                self._pull(0.1)
+                raise AssertionError(
+                    f"{self.node}: no line with {fragment!r} within {timeout} s; "
+                    f"rc={self.popen.poll()} log:\n" + "\n".join(self.lines[-30:])
+                )
+
+    def expect_each(self, fragments: list[str], timeout: float = 5.0) -> None:
+        """Every fragment appears in some later line, in any order."""
+        deadline = time.monotonic() + timeout
+        start = self._read
+        for fragment in fragments:
+            self._read = start
+            self.expect(fragment, max(0.0, deadline - time.monotonic()))
+        self._read = len(self.lines)
+
+    def drain(self) -> list[str]:
+        while self._pull(0):
+            pass
+        return self.lines
+
+    def terminate_within(self, seconds: float) -> int:
+        started = time.monotonic()
+        self.popen.send_signal(signal.SIGTERM)
+        code = self.popen.wait(10)
+        took = time.monotonic() - started
+        assert took < seconds, f"{self.node} took {took:.2f} s to stop on SIGTERM"
+        return code
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait()
+        self._selector.close()
+        if self.popen.stderr is not None:
+            self.popen.stderr.close()
+
+
+class World:
+    """Config dirs, daemons and helper processes of one test."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.port = free_port()
+        self.daemons: list[Daemon] = []
+        self.procs: list[Proc] = []
+
+    def master_dir(self, extra: str = "", alive: float = 1.0) -> Path:
+        confdir = self.root / "ma"
+        confdir.mkdir(exist_ok=True)
+        (confdir / "master").write_text(
+            f"root_dir: {confdir}\ninterface: 127.0.0.1\nid: themaster\n"
+            f"raet_port: {self.port}\nraet_alive_period: {alive}\n{extra}"
+        )
+        return confdir
+
+    def minion_dir(self, name: str, minion_id: str, extra: str = "") -> Path:
+        confdir = self.root / name
+        confdir.mkdir(exist_ok=True)
+        (confdir / "minion").write_text(
+            f"id: {minion_id}\nroot_dir: {confdir}\ninterface: 127.0.0.1\nraet_port: 0\n"
+            f"master: 127.0.0.1:{self.port}\n{MINION_TUNING}{extra}"
+        )
+        return confdir
+
+    def cli(self, tool: str, confdir: Path, *args: str, timeout: float = 30.0
+            ) -> subprocess.CompletedProcess[str]:
+        """Run ``raetsalt``/``raetsalt-run``/``raetsalt-call`` (``tool``) with ``-c confdir``."""
+        command = [sys.executable, "-m", f"raetsalt.cli.{tool}", "-c", str(confdir), *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+
+    def start(self, node: str, confdir: Path) -> Daemon:
+        daemon = Daemon(node, confdir)
+        self.daemons.append(daemon)
+        return daemon
+
+    def master_keep(self) -> FileKeep:
+        return FileKeep(keep_dir(load_node_config(self.root / "ma", "master")))
+
+    def script(self, name: str, text: str, env: dict[str, str] | None = None) -> Proc:
+        path = self.root / name
+        path.write_text(text)
+        proc = Proc([str(path)], env=env)
+        self.procs.append(proc)
+        return proc
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.stop()
+        for daemon in self.daemons:
+            daemon.stop()
+
+
+
+@contextmanager
+def make_world() -> Iterator[World]:
+    root = Path(tempfile.mkdtemp(prefix="rsd", dir="/tmp"))  # socket paths stay short
+    w = World(root)
+    try:
+        yield w
+    finally:
+        w.close()
+        shutil.rmtree(root, ignore_errors=True)
