@@ -393,7 +393,9 @@ class RoadStack:
         return self._service(read=True)
 
     def _service(self, *, read: bool, readable: bool = False) -> list[Event]:
-        road = self.road
+        road = self._road
+        if road is None:
+            raise LocalError("the stack is not open")
         now = self.clock()
         if road.has_output():
             # Replies the application queued since the last pass leave before we read:
@@ -401,17 +403,22 @@ class RoadStack:
             self._flush(now, road)
         if read:
             self._read(now, road, readable)
-        # A timer handler may arm another timer that is already due (a retry "now"):
-        # run a few rounds, the rest waits for the next wake-up (with a zero timeout).
-        for _ in range(4):
-            deadline = road.next_timer()
-            if deadline is None or deadline > now:
-                break
-            road.handle_timer(now)
+        deadline = road.next_timer()
+        if deadline is not None and deadline <= now:
+            # A timer handler may arm another timer that is already due (a retry "now"):
+            # run a few rounds, the rest waits for the next wake-up (zero timeout).
+            for _ in range(4):
+                road.handle_timer(now)
+                deadline = road.next_timer()
+                if deadline is None or deadline > now:
+                    break
         if self._txq or road.has_output():
             self._flush(now, road)
         self._collect(road)
-        events, self._events = self._events, []
+        events = self._events
+        if not events:
+            return []
+        self._events = []
         return events
 
     def run_until(self, predicate: Callable[[list[Event]], bool], timeout: float) -> list[Event]:
