@@ -41,3 +41,17 @@ def show(data: Any, out: str | None, args: argparse.Namespace, retcode: int = 0)
     """Print ``data`` with ``out`` (the CLI's --out wins)."""
     text = render(data, args.out or out or "nested", indent=args.out_indent, retcode=retcode)
     print(text, flush=True)
+
+
+def wire_safe(value: Any) -> Any:
+    """Integers the wire cannot carry (beyond 64 bits, e.g. a jid typed on the command
+    line, which YAML reads as a number) go as their decimal text, as the user typed them."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and not -(2**63) <= value < 2**64:
+        return str(value)
+    if isinstance(value, list | tuple):
+        return type(value)(wire_safe(v) for v in value)
+    if isinstance(value, dict):
+        return {k: wire_safe(v) for k, v in value.items()}
+    return value

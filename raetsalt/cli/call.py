@@ -32,7 +32,7 @@ from raetsalt.execution.args import parse_cli_args
 from raetsalt.services import protocol as p
 from raetsalt.services.client import CommandClient, DaemonUnavailable
 
-from ._common import EX_CLIENT, EX_GENERIC, EX_OK, add_common, load_opts, show
+from ._common import EX_CLIENT, EX_GENERIC, EX_OK, add_common, load_opts, show, wire_safe
 
 PROG = "raetsalt-call"
 EX_MISSING_FUN = 255
@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     opts = load_opts(PROG, args.config_dir, "minion")
     if args.minion_id:
         opts["id"] = args.minion_id
-    positional, kwargs = parse_cli_args(args.arg)
+    positional, kwargs = wire_safe(parse_cli_args(args.arg))
     arg = p.pack_args(positional, kwargs)
     if args.local:
         record, missing = _run_local(opts, args.fun, arg)

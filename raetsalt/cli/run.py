@@ -21,7 +21,7 @@ from raetsalt.execution.args import parse_cli_args
 from raetsalt.services import protocol as p
 from raetsalt.services.client import CommandClient, DaemonUnavailable
 
-from ._common import EX_CLIENT, EX_GENERIC, EX_OK, add_common, load_opts, show
+from ._common import EX_CLIENT, EX_GENERIC, EX_OK, add_common, load_opts, show, wire_safe
 
 PROG = "raetsalt-run"
 
@@ -41,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_intermixed_args(list(argv) if argv is not None else None)
     opts = load_opts(PROG, args.config_dir, "master")
     timeout = args.timeout if args.timeout and args.timeout > 0 else float(opts["timeout"]) + 10
-    positional, kwargs = parse_cli_args(args.arg)
+    positional, kwargs = wire_safe(parse_cli_args(args.arg))
     try:
         with CommandClient("master", opts["sock_dir"]) as client:
             req = client.request(p.SHARE_RUNNER, fun=args.fun,

@@ -42,7 +42,7 @@ from raetsalt.services import protocol as p
 from raetsalt.services.client import CommandClient, DaemonUnavailable
 from raetsalt.targeting import CLI_FLAGS
 
-from ._common import EX_CLIENT, EX_GENERIC, EX_OK, add_common, load_opts, show
+from ._common import EX_CLIENT, EX_GENERIC, EX_OK, add_common, load_opts, show, wire_safe
 
 PROG = "raetsalt"
 _TARGET_FLAGS = (
@@ -155,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     assert tgt_type in CLI_FLAGS.values() or tgt_type == "glob"
     opts = load_opts(PROG, args.config_dir, "master")
     timeout = args.timeout if args.timeout and args.timeout > 0 else float(opts["timeout"])
-    positional, kwargs = parse_cli_args(args.arg)
+    positional, kwargs = wire_safe(parse_cli_args(args.arg))
     tgt: Any = args.target
     try:
         client = CommandClient("master", opts["sock_dir"])

@@ -140,12 +140,14 @@ class World:
         )
         return confdir
 
-    def minion_dir(self, name: str, minion_id: str, extra: str = "") -> Path:
+    def minion_dir(self, name: str, minion_id: str, extra: str = "", alive: float = 1.0
+                   ) -> Path:
         confdir = self.root / name
         confdir.mkdir(exist_ok=True)
+        tuning = MINION_TUNING.replace("raet_alive_period: 1.0", f"raet_alive_period: {alive}")
         (confdir / "minion").write_text(
             f"id: {minion_id}\nroot_dir: {confdir}\ninterface: 127.0.0.1\nraet_port: 0\n"
-            f"master: 127.0.0.1:{self.port}\n{MINION_TUNING}{extra}"
+            f"master: 127.0.0.1:{self.port}\n{tuning}{extra}"
         )
         return confdir
 

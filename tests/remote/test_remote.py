@@ -1,0 +1,247 @@
+"""Remote execution end to end: a real raetsalt-master and three real raetsalt-minions with
+different static grains on loopback, driven through the raetsalt, raetsalt-run and
+raetsalt-call commands.  Waits are on log lines and master bus events, never on sleeps.
+
+The tests share one cluster and run in file order: the master restart (E) and the
+stopped minion (D) come last.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from daemons.helpers import Daemon, World, make_world
+
+from raetsalt.config import load_node_config
+from raetsalt.event import MasterEvent
+
+pytestmark = pytest.mark.integration
+
+ALIVE = 1.5  # raet_alive_period of the test cluster
+GRAINS = {
+    "minion1": "os: Debian\n  roles: [web]\n  ipv4: [10.0.0.1]",
+    "minion2": "os: Ubuntu\n  roles: [db]\n  ipv4: [10.0.1.2]",
+    "minion3": "os: CentOS\n  roles: [web, db]\n  ipv4: [10.0.0.3]",
+}
+NODEGROUPS = "nodegroups:\n  webs: 'G@roles:web'\n  firsttwo: [minion1, minion2]\n"
+
+
+@dataclass
+class Cluster:
+    world: World
+    master_conf: Path
+    master: Daemon
+    minions: dict[str, Daemon]
+    confs: dict[str, Path]
+    bus: MasterEvent
+
+    def salt(self, *args: str, timeout: float = 30.0) -> Any:
+        return self.world.cli("salt", self.master_conf, *args, timeout=timeout)
+
+    def run(self, *args: str) -> Any:
+        return self.world.cli("run", self.master_conf, *args)
+
+    def run_json(self, *args: str) -> Any:
+        done = self.run(*args, "--out", "json")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    def wait_event(self, tag: str, timeout: float = 10.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while (remaining := deadline - time.monotonic()) > 0:
+            event = self.bus.get_event(wait=remaining, tag=tag, full=True)
+            if event is not None:
+                return event
+        raise AssertionError(f"no event {tag!r} within {timeout} s")
+
+
+def json_docs(text: str) -> dict[str, Any]:
+    """Merge the JSON documents raetsalt prints (one per minion without --static)."""
+    decoder = json.JSONDecoder()
+    merged: dict[str, Any] = {}
+    index = 0
+    while index < len(text):
+        if text[index].isspace():
+            index += 1
+            continue
+        doc, index = decoder.raw_decode(text, index)
+        merged.update(doc)
+    return merged
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with make_world() as world:
+        master_conf = world.master_dir(f"auto_accept: true\npresence_events: true\n{NODEGROUPS}",
+                                       alive=ALIVE)
+        master = world.start("master", master_conf)
+        master.expect("serving on")
+        bus = MasterEvent(load_node_config(master_conf, "master")["sock_dir"])
+        confs = {
+            name: world.minion_dir(name, name, f"grains:\n  {grains}\n", alive=ALIVE)
+            for name, grains in GRAINS.items()
+        }
+        minions = {name: world.start("minion", conf) for name, conf in confs.items()}
+        cluster = Cluster(world, master_conf, master, minions, confs, bus)
+        started = set()
+        while started != set(GRAINS):
+            event = cluster.wait_event("salt/minion/")
+            if event["tag"].endswith("/start"):
+                started.add(event["tag"].split("/")[2])
+        try:
+            yield cluster
+        finally:
+            bus.destroy()
+
+
+def test_ping_every_minion_as_json(cluster: Cluster) -> None:
+    started = time.monotonic()
+    done = cluster.salt("*", "test.ping", "--out", "json")
+    assert done.returncode == 0, done.stderr
+    assert json_docs(done.stdout) == {"minion1": True, "minion2": True, "minion3": True}
+    assert time.monotonic() - started < 3.0  # returns when all returned, not at the timeout
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["minion[12]"], ["minion1", "minion2"]),
+        (["-E", "minion(1|3)"], ["minion1", "minion3"]),
+        (["-L", "minion2,minion3"], ["minion2", "minion3"]),
+        (["-G", "os:ubuntu"], ["minion2"]),
+        (["--grain-pcre", "os:(deb|cent).*"], ["minion1", "minion3"]),
+        (["-S", "10.0.0.0/24"], ["minion1", "minion3"]),
+        (["-N", "webs"], ["minion1", "minion3"]),
+        (["-C", "minion* and not G@os:Ubuntu"], ["minion1", "minion3"]),
+        (["-C", "N@firsttwo and G@roles:db"], ["minion2"]),
+    ],
+)
+def test_each_target_type_selects_exactly(cluster: Cluster, flags: list[str],
+                                          expected: list[str]) -> None:
+    done = cluster.salt(*flags, "test.ping", "--out", "json", "--static")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == dict.fromkeys(expected, True)
+    preview = cluster.salt(*flags, "test.ping", "--preview-target", "--out", "json")
+    assert json.loads(preview.stdout) == expected
+
+
+def test_no_match_is_salts_message_and_exit_code(cluster: Cluster) -> None:
+    done = cluster.salt("nobody*", "test.ping")
+    assert done.returncode == 2
+    assert done.stdout.strip() == (
+        "No minions matched the target. No command was sent, no jid was assigned.")
+    assert "ERROR: No return received" in done.stderr
+
+
+def test_functions_return_what_salt_returns(cluster: Cluster) -> None:
+    done = cluster.salt("minion1", "cmd.run", "echo hi; echo err >&2", "--out", "json")
+    assert json_docs(done.stdout) == {"minion1": "hi\nerr"}
+    done = cluster.salt("-L", "minion1,minion2", "grains.item", "os", "roles", "--out",
+                        "json", "--static")
+    assert json.loads(done.stdout) == {"minion1": {"os": "Debian", "roles": ["web"]},
+                                       "minion2": {"os": "Ubuntu", "roles": ["db"]}}
+    done = cluster.salt("minion2", "test.arg", "1", "two", "x=[1, 2]", "--out", "json")
+    value = json_docs(done.stdout)["minion2"]
+    assert value["args"] == [1, "two"]
+    kwargs = value["kwargs"]
+    assert kwargs["x"] == [1, 2]
+    assert kwargs["__pub_fun"] == "test.arg" and kwargs["__pub_tgt"] == "minion2"
+    assert kwargs["__pub_arg"] == [1, "two", {"__kwarg__": True, "x": [1, 2]}]
+    assert {"__pub_jid", "__pub_user", "__pub_tgt_type", "__pub_ret"} <= set(kwargs)
+    # A failing command: the minion's retcode, Salt's exit code and message.
+    done = cluster.salt("minion3", "cmd.run", "exit 3")
+    assert done.returncode == 1
+    assert "ERROR: Minions returned with non-zero exit code" in done.stderr
+    done = cluster.salt("minion3", "test.exception", "boom", "--out", "json")
+    text = json_docs(done.stdout)["minion3"]
+    assert text.startswith("The minion function caused an exception: Traceback")
+    assert done.returncode == 1
+
+
+def test_raetsalt_call_through_the_minion_daemon_and_local(cluster: Cluster) -> None:
+    conf = cluster.confs["minion1"]
+    done = cluster.world.cli("call", conf, "test.ping", "--out", "json")
+    assert done.returncode == 0 and json.loads(done.stdout) == {"local": True}
+    done = cluster.world.cli("call", conf, "grains.item", "os")
+    assert done.stdout == "local:\n    ----------\n    os:\n        Debian\n"
+    done = cluster.world.cli("call", conf, "cmd.run", "exit 3", "--retcode-passthrough")
+    assert done.returncode == 3
+    assert cluster.world.cli("call", conf, "cmd.run", "exit 3").returncode == 1
+    done = cluster.world.cli("call", conf, "nope.nothing")
+    assert done.returncode == 255 and "'nope.nothing' is not available." in done.stderr
+    assert cluster.world.cli("call", conf, "test.exception").returncode == 1
+    done = cluster.world.cli("call", conf, "--local", "test.kwarg", "a=1", "--out", "json")
+    assert json.loads(done.stdout)["local"]["__pub_tgt"] == "salt-call"
+    # The daemon also sent its returns to the master, which stored them as jobs.
+    while True:
+        event = cluster.wait_event("salt/job/")
+        if event["tag"].endswith("/ret/minion1") and event["data"]["fun"] == "test.exception":
+            break
+    jid = event["tag"].split("/")[2]
+    assert cluster.run_json("jobs.list_job", jid)["Minions"] == ["minion1"]
+
+
+def test_a_long_job_blocks_neither_other_jobs_nor_presence(cluster: Cluster) -> None:
+    done = cluster.salt("minion1", "test.sleep", "10", "--async")
+    assert done.returncode == 0 and done.stdout.startswith("Executed command with job ID: ")
+    jid = done.stdout.split(": ")[1].strip()
+    cluster.wait_event(f"salt/job/{jid}/new")
+    started = time.monotonic()
+    done = cluster.salt("minion1", "test.ping", "--out", "json")
+    assert time.monotonic() - started < 1.0
+    assert json_docs(done.stdout) == {"minion1": True}
+    assert cluster.run_json("manage.up") == ["minion1", "minion2", "minion3"]
+    active = cluster.run_json("jobs.active")
+    assert list(active) == [jid]
+    entry = active[jid]
+    assert entry["Function"] == "test.sleep" and entry["Arguments"] == [10]
+    assert [list(r) for r in entry["Running"]] == [["minion1"]] and entry["Returned"] == []
+    # saltutil.kill_job ends it; it then returns nothing, as in Salt.
+    done = cluster.salt("minion1", "saltutil.kill_job", jid, "--out", "json")
+    assert json_docs(done.stdout) == {"minion1": True}
+    assert cluster.run_json("jobs.lookup_jid", jid) == {}
+
+
+def test_returns_survive_a_master_restart(cluster: Cluster) -> None:
+    done = cluster.salt("*", "test.echo", "kept", "-v")
+    assert done.returncode == 0, done.stderr
+    first = done.stdout.splitlines()[0]
+    assert first.startswith("Executing job with jid ")
+    jid = first.rsplit(" ", 1)[1]
+    assert cluster.master.terminate_within(2.0) == 0
+    cluster.master = cluster.world.start("master", cluster.master_conf)
+    cluster.master.expect("serving on")
+    assert cluster.run_json("jobs.lookup_jid", jid) == dict.fromkeys(GRAINS, "kept")
+    listed = cluster.run_json("jobs.list_jobs", "search_function=test.echo")
+    assert listed[jid]["Target"] == "*" and listed[jid]["Function"] == "test.echo"
+    cluster.master.expect_each([f"minion {m} connected" for m in GRAINS], timeout=10.0)
+    cluster.bus.destroy()
+    cluster.bus = MasterEvent(load_node_config(cluster.master_conf, "master")["sock_dir"])
+
+
+def test_a_stopped_minion_is_down_and_named(cluster: Cluster) -> None:
+    assert cluster.run_json("manage.status") == {"up": sorted(GRAINS), "down": []}
+    stopped_at = time.monotonic()
+    assert cluster.minions["minion3"].terminate_within(2.0) == 0
+    while True:
+        event = cluster.wait_event("salt/presence/change", timeout=3 * ALIVE)
+        if "minion3" in event["data"]["lost"]:
+            break
+    assert time.monotonic() - stopped_at < 3 * ALIVE
+    assert cluster.run_json("manage.down") == ["minion3"]
+    assert cluster.run_json("manage.status") == {"up": ["minion1", "minion2"],
+                                                 "down": ["minion3"]}
+    started = time.monotonic()
+    done = cluster.salt("*", "test.ping", "-t", "3")
+    took = time.monotonic() - started
+    assert done.returncode == 1, done.stdout
+    assert "ERROR: Minions returned with non-zero exit code" in done.stderr
+    assert "minion1:\n    True" in done.stdout and "minion2:\n    True" in done.stdout
+    assert "minion3:\n    Minion did not return. [Not connected]" in done.stdout
+    assert 3.0 <= took < 5.0
