@@ -185,6 +185,8 @@ class RaetsaltNodeService(_RaetsaltDoer):
                 rounds = 0
                 while watch.handle(events) and rounds < 3:
                     events = node.service_ready()
+                    if jobs is not None:  # its messages arrive in these rounds too
+                        events = jobs.handle(events)
                     rounds += 1
             elif isinstance(watch, MinionLink):
                 watch.handle(events)
