@@ -53,7 +53,8 @@ def _stamp() -> str:
 def road_config(opts: Mapping[str, Any], node: str) -> RoadConfig:
     """The road tunables a daemon derives from its opts.
 
-    ``raet_alive_period`` -> ``presence_period`` (0: no probing); ``max_datagram_size`` ->
+    ``raet_alive_period`` -> ``presence_period`` (0: no probing) and bounds
+    ``alive_timeout``; ``max_datagram_size`` ->
     ``max_packet_size``; on a minion ``random_reauth_delay`` bounds the jittered back-off
     between connection attempts (``retry_max``) and ``acceptance_wait_time`` is how often
     a pending join asks the master again (the master re-reads its keep every 0.5 s by
@@ -64,6 +65,9 @@ def road_config(opts: Mapping[str, Any], node: str) -> RoadConfig:
     config = replace(
         config,
         presence_period=period,
+        # An unanswered alive fails within one period (raet's 2 s at most), so a silent
+        # remote is declared dead within two periods: manage.down within three.
+        alive_timeout=min(config.alive_timeout, period),
         max_packet_size=int(opts.get("max_datagram_size", config.max_packet_size)),
     )
     if node == "minion":
