@@ -187,8 +187,8 @@ class SaltEvent:
         lane = Lane(lane_name=self.lane_name, yard_name=yard, accept=False)
         lane.add_yard(MANOR, self.manor_path)
         try:
-            bind_dir = self._bind_dir()
-            group = os.stat(self.sock_dir).st_gid if bind_dir != self.sock_dir else None
+            bind_dir = self._bind_dir()  # asserts sock_dir is set
+            group = os.stat(bind_dir).st_gid if bind_dir != self.sock_dir else None
             sock = UxdSocket(
                 os.path.join(bind_dir, yard_file_name(self.lane_name, yard)),
                 group=group,
