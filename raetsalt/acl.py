@@ -99,7 +99,9 @@ __all__ = [
     "check_peer",
     "check_peer_run",
     "check_publisher_acl",
+    "check_publisher_acl_runner",
     "fill_auth_list",
+    "normalized_arg",
     "parse_args",
     "split_functions",
     "validate_acl_config",
@@ -217,6 +219,21 @@ def _per_function_args(
             group = group.split()
         out.append(parse_args(group, None))
     return out
+
+
+def _packed(args: list[Any], kwargs: Mapping[str, Any]) -> list[Any]:
+    return [*args, {"__kwarg__": True, **kwargs}] if kwargs else list(args)
+
+
+def normalized_arg(fun: str | Sequence[str], arg: Any) -> list[Any]:
+    """The publication ``arg`` exactly as the checks saw it: positional values, then the
+    keyword arguments as one ``{'__kwarg__': True, ...}`` mapping (per function, as a list
+    of such lists, for a comma command).  Publishing this instead of the raw request
+    means a ``k=v`` string can never be a keyword argument to the check and a positional
+    one to the function."""
+    funs = split_functions(fun)
+    groups = [_packed(a, k) for a, k in _per_function_args(funs, arg, None)]
+    return groups[0] if len(funs) == 1 else groups
 
 
 def _show(value: Any) -> str:
@@ -389,13 +406,14 @@ def _auth_check(
         return Decision(False, f"{who}: invalid target: {exc}")
     targets = _TargetSets(tgt, tgt_type, minions, nodegroups)
     rules: list[str] = []
-    for f, (args, kwargs) in zip(funs, _per_function_args(funs, arg, kwarg)):
+    for f, (args, kwargs) in zip(funs, _per_function_args(funs, arg, kwarg), strict=True):
         if f in whitelist:
             rules.append(f"whitelist -> {f!r}")
             continue
         outcome = _check_function(entries, f, args, kwargs, targets, strict)
         if not outcome.allowed:
-            return Decision(False, _deny_text(who, f, outcome.stage, tgt, tgt_type), outcome.near_rule)
+            text = _deny_text(who, f, outcome.stage, tgt, tgt_type)
+            return Decision(False, text, outcome.near_rule)
         if outcome.rule not in rules:
             rules.append(outcome.rule or "")
     names = ", ".join(repr(f) for f in funs)
@@ -407,7 +425,9 @@ def _auth_check(
 # ---------------------------------------------------------------------------
 
 
-def _id_entries(config: Mapping[Any, Any], section: str, minion_id: str, strict: bool) -> list[_Entry]:
+def _id_entries(
+    config: Mapping[Any, Any], section: str, minion_id: str, strict: bool
+) -> list[_Entry]:
     entries: list[_Entry] = []
     for key, value in config.items():
         if not _rx(key, minion_id, strict):
@@ -472,7 +492,7 @@ def check_peer_run(
     if not entries:
         return Decision(False, f"no peer_run rule matches minion id {minion_id!r}")
     rules: list[str] = []
-    for f, (args, kwargs) in zip(funs, _per_function_args(funs, arg, kwarg)):
+    for f, (args, kwargs) in zip(funs, _per_function_args(funs, arg, kwarg), strict=True):
         stage = 0
         near: str | None = None
         for entry in entries:
@@ -584,6 +604,41 @@ def check_publisher_acl(
     )
 
 
+def check_publisher_acl_runner(
+    acl: Mapping[str, Any] | None,
+    user: str,
+    groups: Iterable[str],
+    fun: str | Sequence[str],
+    arg: Any = None,
+    blacklist: Mapping[str, Any] | None = None,
+    *,
+    unrestricted: Collection[str] = ("root",),
+    kwarg: Mapping[str, Any] | None = None,
+    permissive: bool = False,
+    strict: bool = False,
+) -> Decision:
+    """May local user ``user`` run runner ``fun`` with ``raetsalt-run``?
+
+    Salt 3008 does not check runners for local users at all (any user with a key runs
+    any runner).  Here a non-unrestricted user needs an ``external_auth``-style runner
+    entry in ``publisher_acl``: ``'@runner'``, ``'@<module>'``, ``{'@runner': [regex]}``
+    or ``{'@<module>': [regex on the function name]}``.  The blacklist's ``users`` apply.
+    """
+    who = f"user {user!r}"
+    for i, pattern in enumerate((blacklist or {}).get("users") or []):
+        if isinstance(pattern, str) and _user_match(pattern, user):
+            return Decision(
+                False, f"{who} is blacklisted by publisher_acl_blacklist",
+                f"publisher_acl_blacklist['users'][{i}] -> {pattern!r}",
+            )
+    if user in unrestricted:
+        return Decision(True, f"{who} is unrestricted", None)
+    entries = _user_entries(acl or {}, "publisher_acl", user, groups, permissive)
+    if not entries:
+        return Decision(False, f"{who} has no publisher_acl entry")
+    return _spec_check(entries, who, fun, arg, kwarg, "runner", strict)
+
+
 def check_eauth(
     eauth_config: Mapping[str, Any] | None,
     backend: str,
@@ -637,7 +692,7 @@ def _spec_check(
 ) -> Decision:
     funs = split_functions(fun)
     rules: list[str] = []
-    for f, (args, kwargs) in zip(funs, _per_function_args(funs, arg, kwarg)):
+    for f, (args, kwargs) in zip(funs, _per_function_args(funs, arg, kwarg), strict=True):
         comps = f.split(".")
         if len(comps) != 2 or not all(comps):
             return Decision(
@@ -698,7 +753,8 @@ class _Validator:
 
     def regex(self, path: str, pattern: Any, what: str, *, warn_as: str | None = None) -> None:
         if not isinstance(pattern, str):
-            raise self.fail(path, f"{what} must be a string (quote it), not {type(pattern).__name__} {pattern!r}")
+            kind = type(pattern).__name__
+            raise self.fail(path, f"{what} must be a string (quote it), not {kind} {pattern!r}")
         try:
             re.compile(pattern)
         except re.error as exc:
@@ -720,7 +776,8 @@ class _Validator:
                 raise self.fail(p, f"argument spec must be a mapping with args/kwargs, not {one!r}")
             extra = set(one) - {"args", "kwargs"}
             if extra:
-                raise self.fail(p, f"unknown argument spec key(s) {sorted(map(str, extra))}; use args/kwargs")
+                keys = sorted(map(str, extra))
+                raise self.fail(p, f"unknown argument spec key(s) {keys}; use args/kwargs")
             args = one.get("args", [])
             if args is None:
                 args = []
@@ -753,7 +810,9 @@ class _Validator:
                 self.regex(p, fun_rx, "function", warn_as="function")
                 self.spec(f"{p}[{fun_rx!r}]", spec)
             else:
-                raise self.fail(p, f"function entry must be a regex or {{regex: {{args, kwargs}}}}, not {cond!r}")
+                raise self.fail(
+                    p, f"function entry must be a regex or {{regex: {{args, kwargs}}}}, "
+                    f"not {cond!r}")
 
     def target(self, path: str, expr: Any) -> None:
         if not isinstance(expr, str):
@@ -761,7 +820,8 @@ class _Validator:
         if expr == "*":
             return
         try:
-            validate_target(expr, "compound", self.nodegroups, check_nodegroups=self.nodegroups is not None)
+            validate_target(expr, "compound", self.nodegroups,
+                            check_nodegroups=self.nodegroups is not None)
         except TargetError as exc:
             raise self.fail(path, f"invalid target expression {expr!r}: {exc}") from None
 
@@ -800,7 +860,8 @@ class _Validator:
         if config is None:
             return
         if not isinstance(config, Mapping):
-            raise self.fail("", f"must be a mapping of minion-id regex -> list, not {type(config).__name__}")
+            kind = type(config).__name__
+            raise self.fail("", f"must be a mapping of minion-id regex -> list, not {kind}")
         for key, value in config.items():
             self.regex(f"[{key!r}]", key, "minion id", warn_as="id")
             self.entries(f"[{key!r}]", value, allow_at=False, allow_targets=allow_targets)
@@ -842,7 +903,7 @@ def validate_acl_config(
 ) -> list[str]:
     """Check ``publisher_acl`` (and ``publisher_acl_blacklist`` if given)."""
     v = _Validator("publisher_acl", nodegroups)
-    v.by_user(acl, allow_at=False)
+    v.by_user(acl, allow_at=True)
     if blacklist is not None:
         b = _Validator("publisher_acl_blacklist")
         if not isinstance(blacklist, Mapping):
@@ -871,6 +932,9 @@ def validate_eauth_config(eauth: Any, *, nodegroups: Nodegroups | None = None) -
         raise v.fail("", "must be a mapping of backend -> {user: list}")
     for backend, users in eauth.items():
         sub = _Validator(f"external_auth[{backend!r}]", nodegroups)
+        if isinstance(users, Mapping):
+            # ``^name`` keys are the backend's own settings (``^filename`` of ``file``).
+            users = {k: v for k, v in users.items() if not str(k).startswith("^")}
         sub.by_user(users, allow_at=True)
         v.warnings.extend(sub.warnings)
     return v.warnings

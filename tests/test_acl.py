@@ -689,7 +689,7 @@ INVALID_CONFIGS: list[tuple[Any, Any, str]] = [
     (validate_acl_config, {"fred": "test.*"}, "publisher_acl['fred']: must be a list"),
     (validate_acl_config, {"fred": ["test.("]}, "publisher_acl['fred'][0]: invalid function regex"),
     (validate_acl_config, {"fred": [{"G@os": ["x"]}]}, "needs key:value"),
-    (validate_acl_config, {"fred": ["@runner"]}, "belong in external_auth"),
+    (validate_acl_config, {"fred": [{"@runner": ["m.("]}]}, "invalid function regex"),
     (validate_acl_config, {"": ["x"]}, "user key must be a non-empty string"),
     (validate_acl_config, ["fred"], "must be a mapping of user"),
     (validate_eauth_config, {"pam": {"fred": [{"@runner": ["m.("]}]}}, "invalid function regex"),

@@ -49,6 +49,7 @@ from raetsalt.services.minion import (
     execute,
 )
 from raetsalt.services.minion import ToClient as MinionToClient
+from raetsalt.services.peer import PeerRelay
 from raetsalt.services.protocol import Requester
 
 log = logging.getLogger("raetsalt.daemon")
@@ -135,6 +136,19 @@ class RoadRoster:
                            str(remote.ha[0]))
 
 
+def unrestricted_users(opts: Mapping[str, Any]) -> set[str]:
+    """Local users publisher_acl does not restrict: root, the user the master runs as
+    and the configured ``user``."""
+    users = {"root"}
+    try:
+        users.add(pwd.getpwuid(os.geteuid()).pw_name)
+    except KeyError:
+        users.add(str(os.geteuid()))
+    if isinstance(opts.get("user"), str):
+        users.add(opts["user"])
+    return users
+
+
 class MasterService(_NoWake):
     """The master's job service on its node."""
 
@@ -149,6 +163,7 @@ class MasterService(_NoWake):
             estate=node.road.road.name,
             data_cache=MinionDataCache(os.path.join(opts["cachedir"], "minions")),
             utcnow=utcnow,
+            unrestricted=unrestricted_users(opts),
         )
         self.sent_road = False
 
@@ -170,6 +185,12 @@ class MasterService(_NoWake):
                 elif share == p.SHARE_HELLO:
                     actions.extend(self.jobs.on_hello(_remote_role(self.node, event.remote),
                                                       event.body))
+                elif share == p.SHARE_PEER_PUBLISH:
+                    actions.extend(self.jobs.on_peer_publish(
+                        _remote_role(self.node, event.remote), event.body, now))
+                elif share == p.SHARE_PEER_RUNNER:
+                    actions.extend(self.jobs.on_peer_runner(
+                        _remote_role(self.node, event.remote), event.body, now))
                 else:
                     left.append(event)
             elif type(event) is LocalMessage and event.share in (p.SHARE_PUBLISH,
@@ -284,6 +305,7 @@ class MinionService:
         self.jobs = MinionJobs(str(opts["id"]), grains if grains is not None
                                else load_grains(opts), estate=node.road.road.name)
         self.executor = ForkExecutor(self._run_in_child)
+        self.relay = PeerRelay(node.road.road.name)
         self.sent_road = False
         self._last_jid: str | None = None
         self._child_jobs: list[dict[str, Any]] = []
@@ -308,10 +330,16 @@ class MinionService:
                 share = p.share_of(event.body) if isinstance(event.body, dict) else None
                 if share == p.SHARE_FUN and event.remote == master:
                     actions.extend(self.jobs.on_publish(event.body))
+                elif share in p.LANE_ANSWERS and event.remote == master:
+                    actions.extend(self.relay.on_answer(share, event.body))
                 else:
                     left.append(event)
             elif type(event) is LocalMessage and event.share == p.SHARE_CALL:
                 actions.extend(self._on_call(event))
+            elif type(event) is LocalMessage and self.relay.serves(event.share):
+                assert event.share is not None
+                actions.extend(self.relay.on_request(event.source, event.share, event.body,
+                                                     self.node.clock(), self.connected()))
             else:
                 if type(event) is Allowed and event.remote == master:
                     actions.extend(self.jobs.on_connected())
@@ -341,6 +369,7 @@ class MinionService:
                     self.node.manor.lane.send(action.body, action.yard)
                 except LocalError as exc:
                     log.debug("client %s gone: %s", action.yard, exc)
+                    self.relay.forget_client(action.yard)
             elif type(action) is SaveGrains:
                 try:
                     save_static_grains(self.opts, action.grains)
@@ -399,6 +428,7 @@ class MinionService:
     def _run_in_child(self, spec: JobSpec) -> dict[str, Any]:
         """The job process: runs ``spec`` with a Context of this minion."""
         from raetsalt.event import SaltEvent
+        from raetsalt.services.client import CommandClient
 
         others = list(self._child_jobs)
         opts = dict(self.opts)
@@ -432,5 +462,6 @@ class MinionService:
             fire_master=lambda tag, data: fire(tag, data, True),
             jobs=lambda: [dict(j) for j in others],
             kill_job=kill_job,
+            master_client=lambda: CommandClient("minion", opts["sock_dir"], str(opts["id"])),
         )
         return execute(self.loader, spec, ctx, os.getpid()).to_wire()

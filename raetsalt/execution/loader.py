@@ -34,6 +34,11 @@ class InvalidArguments(RaetSaltError):
     """The arguments do not fit the function's signature."""
 
 
+class CommandExecutionError(RaetSaltError):
+    """A function's expected failure (Salt's): the return is ``'ERROR: <message>'`` with
+    retcode 1, without a traceback."""
+
+
 @dataclass
 class Context:
     """What a running execution function may know and do besides its arguments."""
@@ -51,6 +56,10 @@ class Context:
     kill_job: Callable[[str], bool] = lambda jid: False
     save_grains: Callable[[Mapping[str, Any]], None] = lambda grains: None
     """Persist grains set by ``grains.setval``."""
+    master_client: Callable[[], Any] | None = None
+    """Opens a ``raetsalt.services.client.CommandClient`` to this minion's daemon, which
+    relays ``publish``/``runner`` requests to the master (``publish.*``); None when
+    there is no master (``raetsalt-call --local``)."""
     retcode: int = 0
     """A function sets this to report failure without raising (Salt's retcode)."""
     extras: dict[str, Any] = field(default_factory=dict)

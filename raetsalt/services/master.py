@@ -21,12 +21,13 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from raetsalt import acl
 from raetsalt.errors import BadPacket, KeepError, TargetError
 from raetsalt.jobs import JobCache, new_jid
 from raetsalt.targeting import expand_nodegroup, match_bounds
@@ -136,12 +137,31 @@ class MinionDataCache:
         (self.root / f"{minion}.json").unlink(missing_ok=True)
 
 
+@dataclass(frozen=True, slots=True)
+class Sink:
+    """Where the answers to one request go: the client yard ``yard`` on the lane, or
+    the peer ``minion`` over the road; ``req`` is the client's ``req`` or the minion's
+    relay id (``rid``)."""
+
+    req: str
+    yard: str | None = None
+    minion: str | None = None
+
+    def answer(self, estate: str | None, share: str, **fields: Any) -> Action:
+        """``share`` is the lane share (``pub_ack``...); a peer gets its road twin."""
+        if self.minion is not None:
+            return ToMinion(self.minion, p.road_message(
+                estate, None, p.PEER_ANSWERS[share], rid=self.req, **fields))
+        assert self.yard is not None
+        return ToClient(self.yard, p.lane_reply(estate, self.yard, share, req=self.req,
+                                                **fields))
+
+
 @dataclass(slots=True)
 class _Watch:
-    """A client waiting for the returns of a job it published."""
+    """A client (or peer minion) waiting for the returns of a job it published."""
 
-    yard: str
-    req: str
+    sink: Sink
     expected: set[str]
     expires: float
     returned: set[str] = field(default_factory=set)
@@ -161,8 +181,7 @@ class Gather:
 @dataclass(slots=True)
 class _Gathering:
     gather: Gather
-    yard: str
-    req: str
+    sink: Sink
     expected: set[str]
     deadline: float
     returns: dict[str, Any] = field(default_factory=dict)
@@ -196,6 +215,8 @@ class MasterJobs:
     :param roster: the road's view of the minions.
     :param data_cache: where reported grains are kept across restarts (optional).
     :param utcnow: the wall clock (aware UTC) for jids and ``_stamp``s.
+    :param unrestricted: local user names that skip publisher_acl (the blacklist still
+        applies to them, as in Salt).
     """
 
     def __init__(
@@ -207,8 +228,11 @@ class MasterJobs:
         estate: str | None = None,
         data_cache: MinionDataCache | None = None,
         utcnow: Callable[[], datetime] = lambda: datetime.now(UTC),
+        unrestricted: Collection[str] = ("root",),
     ) -> None:
         self.opts = opts
+        self.unrestricted = frozenset(unrestricted)
+        """Local users publisher_acl does not restrict (root, the master's own user)."""
         self.cache = cache
         self.roster = roster
         self.estate = estate
@@ -286,9 +310,8 @@ class MasterJobs:
         watch = self._watches.get(jid)
         if watch is not None:
             watch.returned.add(minion)
-            actions.append(ToClient(watch.yard, p.lane_reply(
-                self.estate, watch.yard, p.SHARE_JOB_RET, req=watch.req, jid=jid, id=minion,
-                ret=ret)))
+            actions.append(watch.sink.answer(self.estate, p.SHARE_JOB_RET, jid=jid, id=minion,
+                                             ret=ret))
             if watch.expected <= watch.returned:
                 del self._watches[jid]
         load = {"id": minion, "jid": jid, **ret, "fun": fun, "fun_args": fun_args,
@@ -296,48 +319,86 @@ class MasterJobs:
         actions.append(Fire(f"salt/job/{jid}/ret/{minion}", load))
         return actions
 
-    # -- lane ---------------------------------------------------------------------------
+    # -- lane and peers -----------------------------------------------------------------
 
     def on_publish(
         self, requester: Requester, yard: str, body: Mapping[str, Any], now: float
     ) -> list[Action]:
-        """A client's publish request (``raetsalt`` CLI)."""
+        """A client's publish request (``raetsalt`` CLI); ``requester`` is who the daemon
+        established the client is (publisher_acl / external_auth apply)."""
         req = body.get("req")
         if not isinstance(req, str):
             return []
+        return self._publish(requester, Sink(req, yard=yard), body, now)
 
-        def fail(message: str) -> list[Action]:
-            return [ToClient(yard, p.lane_reply(self.estate, yard, p.SHARE_PUB_ACK,
-                                                req=req, error=message))]
+    def on_peer_publish(self, minion: str, body: Mapping[str, Any], now: float) -> list[Action]:
+        """A minion's ``publish.publish`` (road share ``peer_publish``).  ``minion`` is the
+        road's authenticated role; an ``id`` in the payload is ignored."""
+        rid = body.get("rid")
+        if not isinstance(rid, str):
+            return []
+        return self._publish(Requester("minion", minion), Sink(rid, minion=minion), body, now)
+
+    def on_runner(
+        self, requester: Requester, yard: str, body: Mapping[str, Any], now: float
+    ) -> list[Action]:
+        """A client's runner request (``raetsalt-run``)."""
+        req = body.get("req")
+        if not isinstance(req, str):
+            return []
+        return self._runner(requester, Sink(req, yard=yard), body, now)
+
+    def on_peer_runner(self, minion: str, body: Mapping[str, Any], now: float) -> list[Action]:
+        """A minion's ``publish.runner`` (road share ``peer_runner``; ``peer_run``)."""
+        rid = body.get("rid")
+        if not isinstance(rid, str):
+            return []
+        return self._runner(Requester("minion", minion), Sink(rid, minion=minion), body, now)
+
+    def minion_table(self) -> dict[str, dict[str, Any] | None]:
+        """Every accepted minion -> its reported grains (None when unknown)."""
+        return {m: self.grains.get(m) for m in self.roster.accepted()}
+
+    def _publish(
+        self, requester: Requester, sink: Sink, body: Mapping[str, Any], now: float
+    ) -> list[Action]:
+        def fail(message: str, **extra: Any) -> list[Action]:
+            return [sink.answer(self.estate, p.SHARE_PUB_ACK, error=message, **extra)]
 
         try:
             tgt, tgt_type, delimiter = p.target_untrusted(body)
             fun = p.text_untrusted(body, "fun")
             arg = p.list_untrusted(body, "arg")
+            ret_to = p.text_untrusted(body, "ret", default="")
         except BadPacket as exc:
             return fail(str(exc))
         if not fun:
             return fail("no function given")
         nodegroups = self.opts.get("nodegroups") or {}
+        table = self.minion_table()
+        decision = self._authorize_publish(requester, fun, arg, tgt, tgt_type, table)
+        if not decision.allowed:
+            return self._denied(requester, sink, p.SHARE_PUB_ACK, decision, fun=fun, tgt=tgt,
+                                tgt_type=tgt_type)
+        if requester.kind != "user" or requester.name not in self.unrestricted:
+            # Publish exactly what was checked: ``k=v`` strings become keyword arguments.
+            arg = acl.normalized_arg(fun, arg)
         try:
-            table = {m: self.grains.get(m) for m in self.roster.accepted()}
             bounds = match_bounds(tgt, tgt_type, table, nodegroups, delimiter=delimiter)
             sent_tgt, sent_type = minion_target(tgt, tgt_type, nodegroups)
         except TargetError as exc:
             return fail(f"Invalid target: {exc}")
         minions = sorted(bounds.definite)
-        if body.get("preview"):
-            return [ToClient(yard, p.lane_reply(self.estate, yard, p.SHARE_PUB_ACK, req=req,
-                                                minions=minions))]
+        if body.get("preview") and sink.minion is None:
+            return [sink.answer(self.estate, p.SHARE_PUB_ACK, minions=minions)]
         missing: list[str] = []
         if tgt_type == "list":
             listed = tgt.split(",") if isinstance(tgt, str) else list(tgt)
             missing = sorted({m for m in listed if m and m not in table})
         if not minions:
             # Salt: "No minions matched the target. No command was sent, no jid was assigned."
-            return [ToClient(yard, p.lane_reply(self.estate, yard, p.SHARE_PUB_ACK, req=req,
-                                                jid="", minions=[], missing=missing,
-                                                not_connected=[]))]
+            return [sink.answer(self.estate, p.SHARE_PUB_ACK, jid="", minions=[],
+                                missing=missing, not_connected=[])]
         jid = self._new_jid()
         user = requester.name
         load = {"tgt": tgt, "tgt_type": tgt_type, "fun": fun, "arg": arg, "user": user,
@@ -350,7 +411,7 @@ class MasterJobs:
         actions: list[Action] = [Fire(f"salt/job/{jid}/new",
                                       {"jid": jid, **load, "_stamp": _stamp(self.utcnow())})]
         pub = {"jid": jid, "tgt": sent_tgt, "tgt_type": sent_type, "fun": fun, "arg": arg,
-               "delimiter": delimiter, "user": user, "ret": ""}
+               "delimiter": delimiter, "user": user, "ret": ret_to}
         not_connected = []
         states = {m: self.roster.state(m) for m in bounds.possible}
         for minion in sorted(bounds.possible):
@@ -363,34 +424,96 @@ class MasterJobs:
         timeout = body.get("timeout")
         wait = float(timeout) if isinstance(timeout, int | float) and timeout > 0 else float(
             self.opts.get("timeout", 5))
-        self._watches[jid] = _Watch(yard, req, set(minions), now + wait + _WATCH_GRACE)
-        actions.append(ToClient(yard, p.lane_reply(
-            self.estate, yard, p.SHARE_PUB_ACK, req=req, jid=jid, minions=minions,
-            missing=missing, not_connected=not_connected)))
+        self._watches[jid] = _Watch(sink, set(minions), now + wait + _WATCH_GRACE)
+        actions.append(sink.answer(self.estate, p.SHARE_PUB_ACK, jid=jid, minions=minions,
+                                   missing=missing, not_connected=not_connected))
         return actions
 
-    def on_runner(
-        self, requester: Requester, yard: str, body: Mapping[str, Any], now: float
+    def _runner(
+        self, requester: Requester, sink: Sink, body: Mapping[str, Any], now: float
     ) -> list[Action]:
-        """A client's runner request (``raetsalt-run``)."""
         from .runners import run_runner
 
-        req = body.get("req")
-        if not isinstance(req, str):
-            return []
         try:
             fun = p.text_untrusted(body, "fun")
-            args, kwargs = p.unpack_args(p.list_untrusted(body, "arg"))
+            raw = p.list_untrusted(body, "arg")
         except BadPacket as exc:
-            return [self._run_reply(yard, req, error=str(exc))]
+            return [sink.answer(self.estate, p.SHARE_RUN_RET, error=str(exc))]
+        decision = self._authorize_runner(requester, fun, raw)
+        if not decision.allowed:
+            return self._denied(requester, sink, p.SHARE_RUN_RET, decision, fun=fun)
+        args, kwargs = acl.parse_args(raw) if requester.kind == "minion" else p.unpack_args(raw)
         try:
             result = run_runner(self, fun, args, kwargs)
         except Exception as exc:  # noqa: BLE001 - a runner's failure is the client's answer
             log.debug("runner %s failed", fun, exc_info=True)
-            return [self._run_reply(yard, req, error=str(exc) or type(exc).__name__)]
+            return [sink.answer(self.estate, p.SHARE_RUN_RET,
+                                error=str(exc) or type(exc).__name__)]
         if isinstance(result, Gather):
-            return self._start_gathering(result, yard, req, now)
-        return [self._run_reply(yard, req, value=result)]
+            return self._start_gathering(result, sink, now)
+        return [sink.answer(self.estate, p.SHARE_RUN_RET, **{"return": result})]
+
+    # -- access control -------------------------------------------------------------------
+
+    def _authorize_publish(
+        self, requester: Requester, fun: str, arg: list[Any], tgt: Any, tgt_type: str,
+        table: Mapping[str, Any],
+    ) -> acl.Decision:
+        nodegroups = self.opts.get("nodegroups") or {}
+        if requester.kind == "minion":
+            return acl.check_peer(self.opts.get("peer"), requester.name, fun, arg, tgt,
+                                  tgt_type, table, nodegroups)
+        if requester.kind == "eauth":
+            return acl.check_eauth(
+                self._eauth_config(requester), requester.backend or "", requester.name,
+                requester.groups, fun, arg, tgt, tgt_type, table, "publish",
+                nodegroups=nodegroups, permissive=bool(self.opts.get("permissive_acl")))
+        return acl.check_publisher_acl(
+            self.opts.get("publisher_acl"), requester.name, requester.groups, fun, arg, tgt,
+            tgt_type, table, self.opts.get("publisher_acl_blacklist"),
+            unrestricted=self.unrestricted, nodegroups=nodegroups,
+            permissive=bool(self.opts.get("permissive_acl")))
+
+    def _authorize_runner(self, requester: Requester, fun: str, arg: list[Any]
+                          ) -> acl.Decision:
+        if requester.kind == "minion":
+            return acl.check_peer_run(self.opts.get("peer_run"), requester.name, fun, arg=arg)
+        if requester.kind == "eauth":
+            return acl.check_eauth(
+                self._eauth_config(requester), requester.backend or "", requester.name,
+                requester.groups, fun, arg, kind="runner",
+                permissive=bool(self.opts.get("permissive_acl")))
+        return acl.check_publisher_acl_runner(
+            self.opts.get("publisher_acl"), requester.name, requester.groups, fun, arg,
+            self.opts.get("publisher_acl_blacklist"), unrestricted=self.unrestricted,
+            permissive=bool(self.opts.get("permissive_acl")))
+
+    def _eauth_config(self, requester: Requester) -> Mapping[str, Any]:
+        """``external_auth``, or only the rules kept in the requester's token."""
+        if requester.acl is not None and requester.backend:
+            return {requester.backend: {requester.name: list(requester.acl)}}
+        return self.opts.get("external_auth") or {}
+
+    def _denied(self, requester: Requester, sink: Sink, share: str, decision: acl.Decision,
+                **what: Any) -> list[Action]:
+        """Refuse loudly: the requester gets what was denied and why (never the rules),
+        the log and the bus (``raetsalt/<check>/<who>/denied``) get the rule too."""
+        fun = what.get("fun")
+        if share == p.SHARE_RUN_RET:
+            head = f"runner {fun!r}"
+        else:
+            head = f"publish of {fun!r} to {what.get('tgt')!r} ({what.get('tgt_type')})"
+        check = {"minion": "peer", "eauth": "eauth"}.get(requester.kind, "publisher_acl")
+        message = f"{'peer ' if check == 'peer' else ''}{head} denied: {decision.reason}"
+        log.warning("%s %s: %s (rule: %s)", check, requester.name, message,
+                    decision.rule or "none matched")
+        data = {"id": requester.name, "kind": "runner" if share == p.SHARE_RUN_RET
+                else "publish", "check": check, **what, "reason": decision.reason,
+                "rule": decision.rule, "_stamp": _stamp(self.utcnow())}
+        if requester.backend:
+            data["eauth"] = requester.backend
+        return [sink.answer(self.estate, share, error=message, denied=True),
+                Fire(f"raetsalt/{check}/{requester.name}/denied", data)]
 
     # -- time ---------------------------------------------------------------------------
 
@@ -423,7 +546,7 @@ class MasterJobs:
 
     def forget_client(self, yard: str) -> None:
         """A client yard went away: stop sending it returns."""
-        for jid in [j for j, w in self._watches.items() if w.yard == yard]:
+        for jid in [j for j, w in self._watches.items() if w.sink.yard == yard]:
             del self._watches[jid]
 
     # -- runner support -----------------------------------------------------------------
@@ -450,21 +573,12 @@ class MasterJobs:
         self.cache.save_load(jid, load)
         self._jobs.setdefault(jid, float("-inf"))
 
-    def _run_reply(self, yard: str, req: str, *, value: Any = None,
-                   error: str | None = None) -> ToClient:
-        fields: dict[str, Any] = {"req": req}
-        if error is not None:
-            fields["error"] = error
-        else:
-            fields["return"] = value
-        return ToClient(yard, p.lane_reply(self.estate, yard, p.SHARE_RUN_RET, **fields))
-
-    def _start_gathering(self, gather: Gather, yard: str, req: str, now: float) -> list[Action]:
+    def _start_gathering(self, gather: Gather, sink: Sink, now: float) -> list[Action]:
         expected = {m for m, s in self.minion_states().items() if s.up}
         if not expected:
-            return [self._run_reply(yard, req, value=gather.finish({}))]
+            return [sink.answer(self.estate, p.SHARE_RUN_RET, **{"return": gather.finish({})})]
         jid = self._new_jid()
-        self._gatherings[jid] = _Gathering(gather, yard, req, expected,
+        self._gatherings[jid] = _Gathering(gather, sink, expected,
                                            now + float(self.opts.get("timeout", 5)))
         pub = {"jid": jid, "tgt": sorted(expected), "tgt_type": "list", "fun": gather.fun,
                "arg": gather.arg, "delimiter": ":", "user": "root", "ret": ""}
@@ -476,5 +590,5 @@ class MasterJobs:
         try:
             value = gathering.gather.finish(gathering.returns)
         except Exception as exc:  # noqa: BLE001
-            return [self._run_reply(gathering.yard, gathering.req, error=str(exc))]
-        return [self._run_reply(gathering.yard, gathering.req, value=value)]
+            return [gathering.sink.answer(self.estate, p.SHARE_RUN_RET, error=str(exc))]
+        return [gathering.sink.answer(self.estate, p.SHARE_RUN_RET, **{"return": value})]

@@ -28,7 +28,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raetsalt.errors import BadPacket, TargetError
-from raetsalt.execution.loader import Context, InvalidArguments, Loader, UnknownFunction
+from raetsalt.execution.loader import (
+    CommandExecutionError,
+    Context,
+    InvalidArguments,
+    Loader,
+    UnknownFunction,
+)
 from raetsalt.targeting import match_self
 
 from . import protocol as p
@@ -288,6 +294,9 @@ def execute(loader: Loader, spec: JobSpec, ctx: Context, pid: int) -> JobOutcome
     except InvalidArguments as exc:
         doc = inspect.getdoc(loader.functions[spec.fun]) or ""
         ret = {"return": f"{exc}\n{doc}", "retcode": EX_GENERIC, "success": False,
+               "out": "nested"}
+    except CommandExecutionError as exc:
+        ret = {"return": f"ERROR: {exc}", "retcode": EX_GENERIC, "success": False,
                "out": "nested"}
     except Exception:  # noqa: BLE001 - any failure of the function is its return
         ret = {"return": f"The minion function caused an exception: {traceback.format_exc()}",

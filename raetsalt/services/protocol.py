@@ -83,6 +83,21 @@ SHARE_RUN_RET = "run_ret"
 SHARE_CALL = "call"
 SHARE_CALL_RET = "call_ret"
 
+# Road shares of peer publishing (minion -> master requests, master -> minion answers).
+SHARE_PEER_PUBLISH = "peer_publish"
+SHARE_PEER_RUNNER = "peer_runner"
+SHARE_PEER_ACK = "peer_ack"
+SHARE_PEER_RET = "peer_ret"
+SHARE_PEER_RUN_RET = "peer_run_ret"
+
+PEER_ANSWERS: dict[str, str] = {
+    SHARE_PUB_ACK: SHARE_PEER_ACK,
+    SHARE_JOB_RET: SHARE_PEER_RET,
+    SHARE_RUN_RET: SHARE_PEER_RUN_RET,
+}
+"""Lane answer share -> the road share that carries it to a peer minion."""
+LANE_ANSWERS: dict[str, str] = {road: lane for lane, road in PEER_ANSWERS.items()}
+
 # Road shares (master <-> minion).
 SHARE_HELLO = "minion_hello"
 SHARE_FUN = "fun"
@@ -95,12 +110,19 @@ CALL_JID = "req"
 
 @dataclass(frozen=True, slots=True)
 class Requester:
-    """Who sent a request: ``kind`` ``'user'`` (a local client; ``name`` is its user
-    name, ``uid`` its uid) or ``'minion'`` (``name`` is the authenticated role)."""
+    """Who sent a request, as the daemon established it (never from the payload).
+
+    ``kind``: ``'user'`` (a local client: ``name`` its user name, ``uid`` its uid,
+    ``groups`` its groups), ``'minion'`` (``name`` the authenticated road role) or
+    ``'eauth'`` (``name`` the user ``backend`` authenticated, by password or token;
+    ``acl`` the rules kept in the token with ``keep_acl_in_token``)."""
 
     kind: str
     name: str
     uid: int | None = None
+    groups: tuple[str, ...] = ()
+    backend: str | None = None
+    acl: tuple[Any, ...] | None = None
 
 
 def pack_args(args: list[Any], kwargs: Mapping[str, Any]) -> list[Any]:

@@ -1,0 +1,174 @@
+"""Publish commands to other minions, or run runners, through the master (peer publishing).
+
+The master decides with its ``peer`` and ``peer_run`` options, for the minion id its road
+authenticated.  Unlike Salt, a refusal is not an empty ``{}``: the function fails with
+``ERROR: ... denied: <why>`` (retcode 1, so ``raetsalt-call`` exits 1) naming the function,
+the target and the reason, and the master logs it and fires
+``raetsalt/peer/<id>/denied``.  Results come back as each minion returns; the call ends
+as soon as every expected minion answered, or at ``timeout``.
+
+How the job reaches the master: the job runs in its own process, which opens a client
+yard on its minion daemon's lane (as ``raetsalt-call`` does); the daemon relays the
+request over its road session (``raetsalt.services.peer``).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+from raetsalt.execution.args import yamlify
+from raetsalt.execution.loader import CommandExecutionError, Context
+from raetsalt.services import protocol as p
+
+_KWARG_RE = re.compile(r"([^\d\W][\w.-]*)=(?!=)(.*)\Z", re.DOTALL)
+
+MASTERLESS = "No access to master. If using salt-call with --local, please remove."
+
+
+def _parse_arg(arg: Any) -> list[Any]:
+    """Salt's publish argument rules: a string is YAML (``'[a, b]'`` is two arguments),
+    anything not a list becomes one argument, ``name=value`` strings are keyword
+    arguments (their values YAML too)."""
+    if arg is None:
+        return []
+    if isinstance(arg, str):
+        arg = yamlify(arg)
+    items = arg if isinstance(arg, list) else [arg]
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for item in items:
+        match = _KWARG_RE.match(item) if isinstance(item, str) else None
+        if match:
+            kwargs[match.group(1)] = yamlify(match.group(2))
+        elif isinstance(item, dict) and item.get(p.KWARG_MARK) is True:
+            kwargs.update({k: v for k, v in item.items() if k != p.KWARG_MARK})
+        else:
+            args.append(item)
+    return p.pack_args(args, kwargs)
+
+
+def _wait(client: Any, req: str, share: str, deadline: float) -> dict[str, Any] | None:
+    while (remaining := deadline - time.monotonic()) > 0:
+        for body in client.receive(min(remaining, 1.0)):
+            if body.get("req") == req and p.share_of(body) == share:
+                return body
+        if not client.daemon_alive():
+            raise CommandExecutionError("the raetsalt-minion daemon went away")
+    return None
+
+
+def _publish(ctx: Context, tgt: Any, fun: str, arg: Any, tgt_type: str, returner: str,
+             timeout: Any) -> dict[str, dict[str, Any]] | str:
+    if str(fun).startswith("publish."):
+        raise CommandExecutionError(
+            f"'{fun}' cannot be published: publish.* functions are never peer-published")
+    if ctx.master_client is None:
+        return {}
+    wait = float(timeout) if isinstance(timeout, int | float) and timeout > 0 else 5.0
+    deadline = time.monotonic() + wait
+    client = ctx.master_client()
+    try:
+        req = client.request(p.SHARE_PUBLISH, tgt=tgt, tgt_type=tgt_type, fun=fun,
+                             arg=_parse_arg(arg), ret=returner or "", timeout=wait)
+        ack = _wait(client, req, p.SHARE_PUB_ACK, deadline)
+        if ack is None:
+            return f"'{fun}' publish timed out"
+        if "error" in ack:
+            raise CommandExecutionError(str(ack["error"]))
+        expected = set(ack.get("minions") or [])
+        returns: dict[str, dict[str, Any]] = {}
+        while expected - set(returns) and (remaining := deadline - time.monotonic()) > 0:
+            for body in client.receive(min(remaining, 1.0)):
+                if body.get("req") != req or p.share_of(body) != p.SHARE_JOB_RET:
+                    continue
+                minion, ret = body.get("id"), body.get("ret")
+                if isinstance(minion, str) and isinstance(ret, dict):
+                    returns[minion] = ret
+            if not client.daemon_alive():
+                break
+        return returns
+    finally:
+        client.close()
+
+
+def publish(
+    tgt: Any,
+    fun: str,
+    arg: Any = None,
+    tgt_type: str = "glob",
+    returner: str = "",
+    timeout: Any = 5,
+    via_master: Any = None,
+    expr_form: str | None = None,
+    *,
+    ctx: Context,
+) -> Any:
+    """Publish ``fun`` to the minions ``tgt`` matches and return ``{minion: return}``.
+
+    ``tgt_type`` is any target type (glob, pcre, list, grain, grain_pcre, pillar,
+    ipcidr, compound, nodegroup...; ``expr_form`` is its old name).  ``arg`` is one
+    argument, a list, or a YAML string (``'[a, b]'``); ``name=value`` items are keyword
+    arguments.  Returns when every targeted minion answered, or after ``timeout``
+    seconds with what came back.  Fails when the master refuses (its ``peer`` option).
+
+    CLI example::
+
+        raetsalt-call publish.publish 'web*' test.version
+        raetsalt-call publish.publish 'web* and not G@os:Ubuntu' test.ping tgt_type=compound
+    """
+    result = _publish(ctx, tgt, fun, arg, expr_form or tgt_type, returner, timeout)
+    if isinstance(result, str):
+        return result
+    return {minion: ret.get("return") for minion, ret in sorted(result.items())}
+
+
+def full_data(
+    tgt: Any,
+    fun: str,
+    arg: Any = None,
+    tgt_type: str = "glob",
+    returner: str = "",
+    timeout: Any = 5,
+    expr_form: str | None = None,
+    *,
+    ctx: Context,
+) -> Any:
+    """Like ``publish.publish`` but each minion's value is its whole return:
+    ``{minion: {'ret': return, 'retcode': code[, 'out': outputter]}}``."""
+    result = _publish(ctx, tgt, fun, arg, expr_form or tgt_type, returner, timeout)
+    if isinstance(result, str):
+        return result
+    out: dict[str, Any] = {}
+    for minion, ret in sorted(result.items()):
+        data = {"ret": ret.get("return"), "retcode": ret.get("retcode", 0)}
+        if "out" in ret:
+            data["out"] = ret["out"]
+        out[minion] = data
+    return out
+
+
+def runner(fun: str, arg: Any = None, timeout: Any = 5, *, ctx: Context) -> Any:
+    """Run runner ``fun`` on the master and return its result (the master's
+    ``peer_run`` option decides).
+
+    CLI example::
+
+        raetsalt-call publish.runner manage.up
+    """
+    if ctx.master_client is None:
+        return MASTERLESS
+    wait = float(timeout) if isinstance(timeout, int | float) and timeout > 0 else 5.0
+    deadline = time.monotonic() + wait
+    client = ctx.master_client()
+    try:
+        req = client.request(p.SHARE_RUNNER, fun=fun, arg=_parse_arg(arg), timeout=wait)
+        reply = _wait(client, req, p.SHARE_RUN_RET, deadline)
+    finally:
+        client.close()
+    if reply is None:
+        return f"'{fun}' runner publish timed out"
+    if "error" in reply:
+        raise CommandExecutionError(str(reply["error"]))
+    return reply.get("return")
