@@ -106,6 +106,7 @@ __all__ = [
     "split_functions",
     "validate_acl_config",
     "validate_eauth_config",
+    "validate_master_access",
     "validate_peer_config",
     "validate_peer_run_config",
 ]
@@ -938,3 +939,18 @@ def validate_eauth_config(eauth: Any, *, nodegroups: Nodegroups | None = None) -
         sub.by_user(users, allow_at=True)
         v.warnings.extend(sub.warnings)
     return v.warnings
+
+
+def validate_master_access(opts: Mapping[str, Any]) -> list[str]:
+    """Check every access option of a master's opts (``peer``, ``peer_run``,
+    ``publisher_acl`` with its blacklist, ``external_auth``) with its nodegroups; raise
+    ConfigError naming the first problem, return the warnings.  The master calls this
+    when it starts."""
+    nodegroups = opts.get("nodegroups") or {}
+    warnings = validate_peer_config(opts.get("peer"), nodegroups=nodegroups)
+    warnings += validate_peer_run_config(opts.get("peer_run"))
+    warnings += validate_acl_config(opts.get("publisher_acl"),
+                                    opts.get("publisher_acl_blacklist") or None,
+                                    nodegroups=nodegroups)
+    warnings += validate_eauth_config(opts.get("external_auth"), nodegroups=nodegroups)
+    return warnings

@@ -6,7 +6,9 @@
    ``--pid-file``, ``--log-file``;
 2. load ``<CONFDIR>/<node>`` (+ ``<node>.d/*.conf``).  A bad file, a missing directory
    or a transport other than ``raet`` prints one line naming the file and the problem
-   and exits 78 (``EX_CONFIG``);
+   and exits 78 (``EX_CONFIG``); so does, on a master, an access option that
+   ``raetsalt.acl.validate_master_access`` refuses (a regex that does not compile, a
+   rule of the wrong shape), whose warnings are logged once logging is set up;
 3. log to ``log_file`` (level ``log_level_logfile``, else the console level) and to
    stderr (``-l``, else ``log_level``);
 4. with ``-d``: double fork, new session, stdio on ``/dev/null``; the parent returns 0;
@@ -174,6 +176,15 @@ def main(node: str, argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    warnings: list[str] = []
+    if node == "master":
+        from raetsalt.acl import validate_master_access
+
+        try:
+            warnings = validate_master_access(opts)
+        except ConfigError as exc:
+            print(f"{prog}: {opts['conf_file']}: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
     if args.log_file:
         opts["log_file"] = os.path.abspath(args.log_file)
     if args.pid_file:
@@ -188,6 +199,8 @@ def main(node: str, argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILURE
+    for warning in warnings:
+        log.warning("%s", warning)
     if args.daemon and not daemonize():
         return EXIT_OK
     try:

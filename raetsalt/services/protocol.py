@@ -33,7 +33,30 @@ minion ``call``    ``{req, fun, arg}``: ``raetsalt-call`` without ``--local``; t
     -> ``call_ret`` ``{req, ret: {jid, id, fun, fun_args, return, retcode, success[, out]},
                    missing_fun: bool}`` or ``{req, error, code}`` (``code`` is the exit
                    code the CLI should use, e.g. 2 when the minion is not connected).
+minion ``publish``  Peer publishing (``publish.publish``/``full_data``, run in a job process
+                   on the minion): the same fields and answers as master ``publish``
+                   (``pub_ack``, ``job_ret``; no ``preview``), plus ``ret`` (a returner
+                   name, passed on).  The minion daemon relays it to the master (below);
+                   a refusal is ``{req, error, denied: true}``.
+minion ``runner``  ``{req, fun, arg, timeout}``: ``publish.runner``; answered by
+                   ``run_ret`` as master ``runner`` (``denied: true`` on a refusal).
 =================  ==========================================================================
+
+Peer publishing: how a job process reaches the master
+-----------------------------------------------------
+A ``publish.*`` function runs in the job's forked process, which has no road.  It opens a
+client yard on its own minion daemon's lane (like ``raetsalt-call``) and sends
+``publish``/``runner`` there.  The daemon (``raetsalt.services.peer.PeerRelay``) gives the
+request a relay id ``rid``, forwards it over its road session to the master and maps
+the master's answers back to the client yard and its ``req``.  The master takes the
+requester's id from the road (the role its key was accepted under), never from the
+payload: a forwarded ``id`` field is ignored.  It decides with ``peer`` (publishes) or
+``peer_run`` (runners); a refusal is logged (warning, with the rule), fired on the
+master bus as ``raetsalt/peer/<id>/denied`` (``{id, kind, check, fun, [tgt, tgt_type,]
+reason, rule}``) and answered with ``error`` naming the function, the target and why;
+the rules themselves and other minions' permissions never go back to the minion.
+A publication a peer made is published with the arguments exactly as checked (``k=v``
+strings become the ``__kwarg__`` mapping), and its ``user`` is the minion id.
 
 Road: master <-> minion (authenticated estates)
 -----------------------------------------------
@@ -47,6 +70,12 @@ master ``fun``          ``{jid, tgt, tgt_type, fun, arg, delimiter, user, ret}``
                        ignores it when it does not match.
 minion ``return``       ``{jid, fun, fun_args, return, retcode, success[, out]}``.  ``jid``
                        ``"req"``: a ``raetsalt-call`` result; the master gives it a jid.
+minion ``peer_publish`` ``{rid, tgt, tgt_type, fun, arg, ret, timeout}``: a relayed
+                       ``publish`` (see "Peer publishing").
+minion ``peer_runner``  ``{rid, fun, arg, timeout}``: a relayed ``runner``.
+master ``peer_ack``     ``{rid, ...}``: the ``pub_ack`` for relay ``rid``.
+master ``peer_ret``     ``{rid, ...}``: a ``job_ret`` for relay ``rid``.
+master ``peer_run_ret`` ``{rid, ...}``: the ``run_ret`` for relay ``rid``.
 =====================  ======================================================================
 
 Who is asking

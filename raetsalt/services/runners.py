@@ -295,6 +295,64 @@ def jobs_active(master: MasterJobs, display_progress: bool = False) -> Gather:
     return Gather("saltutil.running", finish)
 
 
+# ---------------------------------------------------------------------------- acl
+
+
+def acl_explain(
+    master: MasterJobs,
+    who: str,
+    fun: str,
+    target: Any = None,
+    tgt_type: str = "glob",
+    arg: Any = None,
+    user: bool = False,
+    groups: Any = None,
+) -> dict[str, Any]:
+    """Why the master would allow or deny a request, and the config rule that decided.
+
+    ``acl.explain MINION FUN TARGET [tgt_type=...] [arg=[...]]``: may minion ``MINION``
+    publish ``FUN`` to ``TARGET`` (``peer``)?  Without ``TARGET``: may it run runner
+    ``FUN`` (``peer_run``)?  With ``user=True`` ``WHO`` is a local user and
+    ``publisher_acl`` decides (``groups``: its groups).  Uses this master's config and
+    the grains the minions reported.
+    """
+    from raetsalt import acl
+
+    opts = master.opts
+    table = master.minion_table()
+    nodegroups = opts.get("nodegroups") or {}
+    group_list = [str(g) for g in groups] if isinstance(groups, list) else (
+        str(groups).split(",") if groups else [])
+    out: dict[str, Any] = {}
+    if target is None:
+        if user:
+            decision = acl.check_publisher_acl_runner(
+                opts.get("publisher_acl"), who, group_list, fun, arg,
+                opts.get("publisher_acl_blacklist"), unrestricted=master.unrestricted)
+            out["check"] = "publisher_acl (runner)"
+        else:
+            decision = acl.check_peer_run(opts.get("peer_run"), who, fun, arg=arg)
+            out["check"] = "peer_run"
+    else:
+        if user:
+            decision = acl.check_publisher_acl(
+                opts.get("publisher_acl"), who, group_list, fun, arg, target, tgt_type, table,
+                opts.get("publisher_acl_blacklist"), unrestricted=master.unrestricted,
+                nodegroups=nodegroups)
+            out["check"] = "publisher_acl"
+        else:
+            decision = acl.check_peer(opts.get("peer"), who, fun, arg, target, tgt_type, table,
+                                      nodegroups)
+            out["check"] = "peer"
+        try:
+            out["targets"] = master.targeted(target, tgt_type)
+        except Exception as exc:  # noqa: BLE001 - an invalid target is part of the answer
+            out["targets"] = f"invalid target: {exc}"
+    out.update({"allowed": decision.allowed, "reason": decision.reason,
+                "rule": decision.rule})
+    return out
+
+
 def _is_jid(jid: str) -> bool:
     return len(jid) == 20 and jid.isdigit()
 
@@ -311,6 +369,7 @@ RUNNERS: dict[str, Runner] = {
     "jobs.lookup_jid": jobs_lookup_jid,
     "jobs.exit_success": jobs_exit_success,
     "jobs.active": jobs_active,
+    "acl.explain": acl_explain,
 }
 
 

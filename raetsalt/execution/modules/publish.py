@@ -49,14 +49,30 @@ def _parse_arg(arg: Any) -> list[Any]:
     return p.pack_args(args, kwargs)
 
 
-def _wait(client: Any, req: str, share: str, deadline: float) -> dict[str, Any] | None:
-    while (remaining := deadline - time.monotonic()) > 0:
-        for body in client.receive(min(remaining, 1.0)):
-            if body.get("req") == req and p.share_of(body) == share:
-                return body
-        if not client.daemon_alive():
-            raise CommandExecutionError("the raetsalt-minion daemon went away")
-    return None
+class _Answers:
+    """The answers to one request, in order, however the client batches them."""
+
+    def __init__(self, client: Any, req: str, deadline: float) -> None:
+        self.client = client
+        self.req = req
+        self.deadline = deadline
+        self.queue: list[dict[str, Any]] = []
+
+    def next(self, share: str) -> dict[str, Any] | None:
+        """The next answer with ``share``, or None at the deadline."""
+        while True:
+            for index, body in enumerate(self.queue):
+                if p.share_of(body) == share:
+                    del self.queue[: index + 1]
+                    return body
+            self.queue.clear()
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            self.queue = [b for b in self.client.receive(min(remaining, 1.0))
+                          if b.get("req") == self.req]
+            if not self.queue and not self.client.daemon_alive():
+                raise CommandExecutionError("the raetsalt-minion daemon went away")
 
 
 def _publish(ctx: Context, tgt: Any, fun: str, arg: Any, tgt_type: str, returner: str,
@@ -72,22 +88,21 @@ def _publish(ctx: Context, tgt: Any, fun: str, arg: Any, tgt_type: str, returner
     try:
         req = client.request(p.SHARE_PUBLISH, tgt=tgt, tgt_type=tgt_type, fun=fun,
                              arg=_parse_arg(arg), ret=returner or "", timeout=wait)
-        ack = _wait(client, req, p.SHARE_PUB_ACK, deadline)
+        answers = _Answers(client, req, deadline)
+        ack = answers.next(p.SHARE_PUB_ACK)
         if ack is None:
             return f"'{fun}' publish timed out"
         if "error" in ack:
             raise CommandExecutionError(str(ack["error"]))
         expected = set(ack.get("minions") or [])
         returns: dict[str, dict[str, Any]] = {}
-        while expected - set(returns) and (remaining := deadline - time.monotonic()) > 0:
-            for body in client.receive(min(remaining, 1.0)):
-                if body.get("req") != req or p.share_of(body) != p.SHARE_JOB_RET:
-                    continue
-                minion, ret = body.get("id"), body.get("ret")
-                if isinstance(minion, str) and isinstance(ret, dict):
-                    returns[minion] = ret
-            if not client.daemon_alive():
+        while expected - set(returns):
+            body = answers.next(p.SHARE_JOB_RET)
+            if body is None:
                 break
+            minion, ret = body.get("id"), body.get("ret")
+            if isinstance(minion, str) and isinstance(ret, dict):
+                returns[minion] = ret
         return returns
     finally:
         client.close()
@@ -164,7 +179,7 @@ def runner(fun: str, arg: Any = None, timeout: Any = 5, *, ctx: Context) -> Any:
     client = ctx.master_client()
     try:
         req = client.request(p.SHARE_RUNNER, fun=fun, arg=_parse_arg(arg), timeout=wait)
-        reply = _wait(client, req, p.SHARE_RUN_RET, deadline)
+        reply = _Answers(client, req, deadline).next(p.SHARE_RUN_RET)
     finally:
         client.close()
     if reply is None:
