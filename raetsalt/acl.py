@@ -95,6 +95,7 @@ from raetsalt.targeting import (
 __all__ = [
     "FIND_JOB_WHITELIST",
     "Decision",
+    "check_blacklist",
     "check_eauth",
     "check_peer",
     "check_peer_run",
@@ -553,6 +554,33 @@ def _user_entries(
     if not permissive and not name_matched and isinstance(config.get("*"), list):
         entries.extend(_Entry(v, f"{section}['*']") for v in config["*"])
     return entries
+
+
+def check_blacklist(
+    blacklist: Mapping[str, Any] | None,
+    user: str,
+    fun: str | Sequence[str] | None = None,
+    *,
+    strict: bool = False,
+) -> Decision | None:
+    """``publisher_acl_blacklist`` alone: a denying Decision when ``user`` or any function
+    of ``fun`` is blacklisted, else None.  Applies to publisher_acl and eauth users."""
+    who = f"user {user!r}"
+    bl = blacklist or {}
+    for i, pattern in enumerate(bl.get("users") or []):
+        if isinstance(pattern, str) and _user_match(pattern, user):
+            return Decision(
+                False, f"{who} is blacklisted by publisher_acl_blacklist",
+                f"publisher_acl_blacklist['users'][{i}] -> {pattern!r}",
+            )
+    for f in split_functions(fun) if fun is not None else []:
+        for i, pattern in enumerate(bl.get("modules") or []):
+            if _rx(pattern, f, strict):
+                return Decision(
+                    False, f"{who} may not run {f!r}: the function is blacklisted",
+                    f"publisher_acl_blacklist['modules'][{i}] -> {pattern!r}",
+                )
+    return None
 
 
 def check_publisher_acl(

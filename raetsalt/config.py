@@ -242,6 +242,8 @@ def _external_auth() -> Spec:
             if not isinstance(backend, str) or not isinstance(users, dict):
                 raise _Mismatch(f"backend {backend!r} must map to a mapping of users")
             for user, rules in users.items():
+                if isinstance(user, str) and user.startswith("^"):
+                    continue  # a backend setting (^filename...), checked at master start
                 if not isinstance(rules, list):
                     raise _Mismatch(f"the rules of {backend}:{user} are not a list")
         return value

@@ -19,8 +19,9 @@ from typing import Any
 
 from raetsalt.execution.args import parse_cli_args
 from raetsalt.services import protocol as p
-from raetsalt.services.client import CommandClient, DaemonUnavailable
+from raetsalt.services.client import DaemonUnavailable
 
+from ._auth import AuthProblem, add_auth_options, credentials, open_master
 from ._common import EX_CLIENT, EX_GENERIC, EX_OK, add_common, load_opts, show, wire_safe
 
 PROG = "raetsalt-run"
@@ -32,6 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     add_common(parser)
     parser.add_argument("-t", "--timeout", type=float, default=None,
                         help="seconds to wait for the master (default: its timeout + 10)")
+    add_auth_options(parser)
     parser.add_argument("fun")
     parser.add_argument("arg", nargs="*")
     return parser
@@ -43,11 +45,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     timeout = args.timeout if args.timeout and args.timeout > 0 else float(opts["timeout"]) + 10
     positional, kwargs = wire_safe(parse_cli_args(args.arg))
     try:
-        with CommandClient("master", opts["sock_dir"]) as client:
+        with open_master(opts) as client:
+            auth = credentials(args, client)
             req = client.request(p.SHARE_RUNNER, fun=args.fun,
-                                 arg=p.pack_args(positional, kwargs))
+                                 arg=p.pack_args(positional, kwargs), **auth)
             reply = _wait(client, req, timeout)
-    except DaemonUnavailable as exc:
+    except (DaemonUnavailable, AuthProblem) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EX_CLIENT
     if "error" in reply:
@@ -61,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return EX_OK
 
 
-def _wait(client: CommandClient, req: str, timeout: float) -> dict[str, Any]:
+def _wait(client: Any, req: str, timeout: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while (remaining := deadline - time.monotonic()) > 0:
         for body in client.receive(remaining):

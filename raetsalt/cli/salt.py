@@ -39,9 +39,10 @@ from typing import Any
 from raetsalt.errors import TargetError
 from raetsalt.execution.args import parse_cli_args
 from raetsalt.services import protocol as p
-from raetsalt.services.client import CommandClient, DaemonUnavailable
+from raetsalt.services.client import DaemonUnavailable
 from raetsalt.targeting import CLI_FLAGS
 
+from ._auth import AuthProblem, add_auth_options, credentials, open_master
 from ._common import EX_CLIENT, EX_GENERIC, EX_OK, add_common, load_opts, show, wire_safe
 
 PROG = "raetsalt"
@@ -80,6 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--summary", action="store_true", help="print a summary at the end")
     parser.add_argument("--preview-target", action="store_true",
                         help="print the minions the target matches; run nothing")
+    add_auth_options(parser)
     parser.add_argument("target")
     parser.add_argument("fun")
     parser.add_argument("arg", nargs="*")
@@ -131,7 +133,7 @@ def _summary(returned: dict[str, dict[str, Any]], silent: list[str], verbose: bo
     print("\n".join(lines), flush=True)
 
 
-def _wait_for(client: CommandClient, req: str, share: str, timeout: float) -> dict[str, Any]:
+def _wait_for(client: Any, req: str, share: str, timeout: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
         remaining = deadline - time.monotonic()
@@ -158,12 +160,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     positional, kwargs = wire_safe(parse_cli_args(args.arg))
     tgt: Any = args.target
     try:
-        client = CommandClient("master", opts["sock_dir"])
+        client = open_master(opts)
     except DaemonUnavailable as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EX_CLIENT
     try:
-        return _run(client, args, tgt, tgt_type, positional, kwargs, timeout)
+        auth = credentials(args, client)
+        return _run(client, args, tgt, tgt_type, positional, kwargs, timeout, auth)
+    except AuthProblem as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EX_CLIENT
     except (DaemonUnavailable, TargetError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EX_CLIENT
@@ -174,12 +180,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         client.close()
 
 
-def _run(client: CommandClient, args: argparse.Namespace, tgt: Any, tgt_type: str,
-         positional: list[Any], kwargs: dict[str, Any], timeout: float) -> int:
+def _run(client: Any, args: argparse.Namespace, tgt: Any, tgt_type: str,
+         positional: list[Any], kwargs: dict[str, Any], timeout: float,
+         auth: dict[str, Any]) -> int:
     req = client.request(p.SHARE_PUBLISH, tgt=tgt, tgt_type=tgt_type, fun=args.fun,
                          arg=p.pack_args(positional, kwargs), delimiter=args.delimiter,
-                         preview=bool(args.preview_target), timeout=timeout)
-    ack = _wait_for(client, req, p.SHARE_PUB_ACK, 10.0)
+                         preview=bool(args.preview_target), timeout=timeout, **auth)
+    # A PAM login may take seconds (its failure delay) before the master answers.
+    ack = _wait_for(client, req, p.SHARE_PUB_ACK, 30.0 if "password" in auth else 10.0)
     if "error" in ack:
         print(f"ERROR: {ack['error']}", file=sys.stderr)
         return EX_CLIENT

@@ -14,13 +14,13 @@ import logging
 import os
 import pwd
 import selectors
-import stat
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 import yaml
 
+from raetsalt.daemon.access import REQUEST_SHARES, AccessGate
 from raetsalt.engine.events import Allowed, MessageReceived
 from raetsalt.errors import LocalError
 from raetsalt.execution.grains import core_grains
@@ -50,7 +50,6 @@ from raetsalt.services.minion import (
 )
 from raetsalt.services.minion import ToClient as MinionToClient
 from raetsalt.services.peer import PeerRelay
-from raetsalt.services.protocol import Requester
 
 log = logging.getLogger("raetsalt.daemon")
 
@@ -63,25 +62,6 @@ def flush_lane(node: Node) -> None:
     """Send what the manor queued (lane messages, bus events) now."""
     now = node.clock()
     node.uxd.send_all(node.manor.datagrams_to_send(now), node.manor, now)
-
-
-def lane_requester(node: Node, yard: str) -> Requester | None:
-    """Who a local client is: the owner of its yard's socket file (see the protocol's
-    "Who is asking"); None when the file is gone or is not a socket."""
-    path = node.manor.lane.yard_path(yard)
-    if path is None:
-        return None
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return None
-    if not stat.S_ISSOCK(info.st_mode):
-        return None
-    try:
-        name = pwd.getpwuid(info.st_uid).pw_name
-    except KeyError:
-        name = str(info.st_uid)
-    return Requester("user", name, info.st_uid)
 
 
 def _remote_role(node: Node, remote_name: str) -> str:
@@ -149,8 +129,9 @@ def unrestricted_users(opts: Mapping[str, Any]) -> set[str]:
     return users
 
 
-class MasterService(_NoWake):
-    """The master's job service on its node."""
+class MasterService:
+    """The master's job service on its node, with its access gate (who is asking:
+    ``raetsalt.daemon.access``)."""
 
     def __init__(self, node: Node, opts: Mapping[str, Any],
                  utcnow: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
@@ -166,6 +147,15 @@ class MasterService(_NoWake):
             unrestricted=unrestricted_users(opts),
         )
         self.sent_road = False
+        self.gate = AccessGate(opts, opts["sock_dir"], node.manor.lane.yard_path,
+                               self._send_answer, self._fire, estate=node.road.road.name)
+
+    # Wakeable: the command socket and the eauth workers.
+    def register(self, selector: selectors.BaseSelector, data: Any = None) -> None:
+        self.gate.register(selector, data)
+
+    def unregister(self, selector: selectors.BaseSelector) -> None:
+        self.gate.unregister(selector)
 
     def timeout(self) -> float | None:
         timer = self.jobs.get_timer()
@@ -193,16 +183,13 @@ class MasterService(_NoWake):
                         _remote_role(self.node, event.remote), event.body, now))
                 else:
                     left.append(event)
-            elif type(event) is LocalMessage and event.share in (p.SHARE_PUBLISH,
-                                                                  p.SHARE_RUNNER):
-                requester = lane_requester(self.node, event.source)
-                if requester is None:
-                    continue
-                handler = (self.jobs.on_publish if event.share == p.SHARE_PUBLISH
-                           else self.jobs.on_runner)
-                actions.extend(handler(requester, event.source, event.body, now))
+            elif type(event) is LocalMessage and event.share in REQUEST_SHARES:
+                for ready in self.gate.from_lane(event.source, event.share, event.body):
+                    actions.extend(self._dispatch(ready, now))
             else:
                 left.append(event)
+        for ready in self.gate.poll():
+            actions.extend(self._dispatch(ready, now))
         timer = self.jobs.get_timer()
         if timer is not None and timer <= now:
             actions.extend(self.jobs.handle_timer(now))
@@ -223,12 +210,7 @@ class MasterService(_NoWake):
                 except LocalError as exc:
                     log.warning("job message for %s not sent: %s", action.minion, exc)
             elif type(action) is ToClient:
-                lane = True
-                try:
-                    node.manor.lane.send(action.body, action.yard)
-                except LocalError as exc:
-                    log.debug("client %s gone: %s", action.yard, exc)
-                    self.jobs.forget_client(action.yard)
+                lane |= self._to_client(action.yard, action.body)
             elif type(action) is Fire:
                 lane = True
                 node.manor.fire_event(action.tag, action.data)
@@ -236,7 +218,34 @@ class MasterService(_NoWake):
             flush_lane(node)
 
     def close(self) -> None:
-        return None
+        self.gate.close()
+
+    def _dispatch(self, ready: Any, now: float) -> list[Any]:
+        handler = self.jobs.on_publish if ready.share == p.SHARE_PUBLISH else self.jobs.on_runner
+        return handler(ready.requester, ready.yard, ready.body, now)
+
+    def _to_client(self, yard: str, body: dict[str, Any]) -> bool:
+        """Send to a lane yard or a command-socket connection; True if the lane needs a
+        flush."""
+        if self.gate.owns(yard):
+            assert self.gate.server is not None
+            if not self.gate.server.send(yard, body):
+                self.jobs.forget_client(yard)
+            return False
+        try:
+            self.node.manor.lane.send(body, yard)
+        except LocalError as exc:
+            log.debug("client %s gone: %s", yard, exc)
+            self.jobs.forget_client(yard)
+        return True
+
+    def _send_answer(self, yard: str, body: dict[str, Any]) -> None:
+        if self._to_client(yard, body):
+            flush_lane(self.node)
+
+    def _fire(self, tag: str, data: dict[str, Any]) -> None:
+        self.node.manor.fire_event(tag, data)
+        flush_lane(self.node)
 
 
 # ---------------------------------------------------------------------------- minion

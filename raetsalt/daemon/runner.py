@@ -7,7 +7,7 @@
 2. load ``<CONFDIR>/<node>`` (+ ``<node>.d/*.conf``).  A bad file, a missing directory
    or a transport other than ``raet`` prints one line naming the file and the problem
    and exits 78 (``EX_CONFIG``); so does, on a master, an access option that
-   ``raetsalt.acl.validate_master_access`` refuses (a regex that does not compile, a
+   ``raetsalt.auth.check_access_config`` refuses (a regex that does not compile, a
    rule of the wrong shape), whose warnings are logged once logging is set up;
 3. log to ``log_file`` (level ``log_level_logfile``, else the console level) and to
    stderr (``-l``, else ``log_level``);
@@ -178,10 +178,10 @@ def main(node: str, argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     warnings: list[str] = []
     if node == "master":
-        from raetsalt.acl import validate_master_access
+        from raetsalt.auth import check_access_config
 
         try:
-            warnings = validate_master_access(opts)
+            warnings = check_access_config(opts)
         except ConfigError as exc:
             print(f"{prog}: {opts['conf_file']}: {exc}", file=sys.stderr)
             return EXIT_CONFIG

@@ -464,7 +464,9 @@ class MasterJobs:
             return acl.check_peer(self.opts.get("peer"), requester.name, fun, arg, tgt,
                                   tgt_type, table, nodegroups)
         if requester.kind == "eauth":
-            return acl.check_eauth(
+            listed = acl.check_blacklist(self.opts.get("publisher_acl_blacklist"),
+                                         requester.name, fun)
+            return listed or acl.check_eauth(
                 self._eauth_config(requester), requester.backend or "", requester.name,
                 requester.groups, fun, arg, tgt, tgt_type, table, "publish",
                 nodegroups=nodegroups, permissive=bool(self.opts.get("permissive_acl")))
@@ -479,7 +481,9 @@ class MasterJobs:
         if requester.kind == "minion":
             return acl.check_peer_run(self.opts.get("peer_run"), requester.name, fun, arg=arg)
         if requester.kind == "eauth":
-            return acl.check_eauth(
+            listed = acl.check_blacklist(self.opts.get("publisher_acl_blacklist"),
+                                         requester.name)
+            return listed or acl.check_eauth(
                 self._eauth_config(requester), requester.backend or "", requester.name,
                 requester.groups, fun, arg, kind="runner",
                 permissive=bool(self.opts.get("permissive_acl")))

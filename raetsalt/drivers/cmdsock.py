@@ -1,0 +1,376 @@
+"""The master's command socket: a Unix *stream* socket for local users other than root
+and the master's own user (``publisher_acl``, ``external_auth``).
+
+Why not the lane.  A lane client is known by the owner of its yard's socket file,
+which the daemon ``lstat``s when a request arrives.  That is sound only where nobody
+but trusted users can create files: ``sock_dir`` (0700, or 0750 with a group that may
+not write), so only root and the master's user, who are unrestricted anyway.  A user
+who binds a yard in a directory of their own controls what is at that path when the
+daemon looks: they can send, unlink their socket and hard-link any socket they may
+read and write in its place (``fs.protected_hardlinks`` allows that for sockets such
+as ``/dev/log`` or the D-Bus system socket, mode 0666, owned by root), and be taken
+for its owner.  ``SO_PEERCRED`` does not exist for datagram sockets.  So other users
+come through this stream socket, where the kernel records the peer's uid/gid/pid at
+``connect`` and hands them to the daemon (``SO_PEERCRED``): nothing the client says or
+does afterwards changes who it is.
+
+Where: ``<sock_dir>_cmd/master.sock``, a sibling of ``sock_dir`` (which stays 0700/0750:
+the bus is not opened to anyone new).  The directory is mode 0755 and the socket 0666
+because every request on it is authorised by its peer credentials (publisher_acl) or
+by eauth credentials; a user with no rule is refused with a message.  The master opens
+it only when ``publisher_acl`` or ``external_auth`` is configured.
+
+Frames: a 4-byte big-endian length, then one msgpack map (at most ``MAX_FRAME`` bytes).
+The maps are the command protocol's bodies (``raetsalt.services.protocol``): a request
+carries ``route.dst[2]`` (its share) and ``req``; answers are the lane answers.  A peer
+that sends a malformed frame is disconnected.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import selectors
+import socket
+import stat
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from raetsalt.drivers.uxd import check_socket_path
+from raetsalt.errors import BadPacket, LocalError
+
+MAX_FRAME = 1 << 20
+MAX_CONNECTIONS = 64
+MAX_OUTPUT = 8 << 20
+"""Bytes queued for one slow client before it is disconnected."""
+SOCKET_NAME = "master.sock"
+CONN_PREFIX = "cmd:"
+"""Connection ids start with this (``:`` never appears in a lane yard name)."""
+
+_LEN = struct.Struct(">I")
+_UCRED = struct.Struct("3i")
+
+
+def command_dir(sock_dir: str) -> str:
+    """``<sock_dir>_cmd``: the directory of the command socket."""
+    return os.path.normpath(sock_dir) + "_cmd"
+
+
+def command_socket_path(opts: dict[str, Any] | Any) -> str:
+    """Where the master's command socket is (see the module docstring)."""
+    return os.path.join(command_dir(opts["sock_dir"]), SOCKET_NAME)
+
+
+@dataclass(frozen=True, slots=True)
+class PeerCred:
+    """The kernel's record of who connected (``SO_PEERCRED``)."""
+
+    pid: int
+    uid: int
+    gid: int
+
+
+def encode_frame(body: dict[str, Any]) -> bytes:
+    data = msgpack.packb(body, use_bin_type=True)
+    if len(data) > MAX_FRAME:
+        raise LocalError(f"a command frame of {len(data)} bytes is over {MAX_FRAME}")
+    return _LEN.pack(len(data)) + data
+
+
+def decode_frames_untrusted(buffer: bytearray) -> list[dict[str, Any]]:
+    """Take every complete frame off the front of ``buffer``; raises only BadPacket."""
+    out: list[dict[str, Any]] = []
+    while len(buffer) >= _LEN.size:
+        (size,) = _LEN.unpack_from(buffer)
+        if size > MAX_FRAME:
+            raise BadPacket(f"command frame of {size} bytes", "size")
+        if len(buffer) < _LEN.size + size:
+            break
+        data = bytes(buffer[_LEN.size:_LEN.size + size])
+        del buffer[:_LEN.size + size]
+        try:
+            body = msgpack.unpackb(data, raw=False, strict_map_key=False)
+        except Exception as exc:  # noqa: BLE001 - msgpack raises many kinds
+            raise BadPacket(f"command frame is not msgpack: {exc}", "body") from None
+        if not isinstance(body, dict):
+            raise BadPacket("command frame is not a map", "body")
+        out.append(body)
+    return out
+
+
+@dataclass(slots=True)
+class _Conn:
+    id: str
+    sock: socket.socket
+    cred: PeerCred
+    inbuf: bytearray = field(default_factory=bytearray)
+    outbuf: bytearray = field(default_factory=bytearray)
+
+
+class CommandServer:
+    """The listening side, non-blocking, driven by the daemon's loop (``Wakeable``).
+
+    ``poll()`` accepts, reads and writes what is ready and returns the requests that
+    arrived as ``(connection id, PeerCred, body)``; ``send(conn_id, body)`` queues an
+    answer.  Everything waits in one inner selector whose descriptor sits in the
+    daemon's selector.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = check_socket_path(path)
+        directory = os.path.dirname(path)
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+        info = os.lstat(directory)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+            raise LocalError(f"{directory!r} is not a directory of this user")
+        os.chmod(directory, 0o755)
+        _unlink_stale(path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(path)
+            os.chmod(path, 0o666)
+            sock.listen(16)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(sock, selectors.EVENT_READ, None)
+        self._conns: dict[str, _Conn] = {}
+        self._counter = 0
+
+    # -- Wakeable -------------------------------------------------------------------------
+
+    def register(self, selector: selectors.BaseSelector, data: Any = None) -> None:
+        selector.register(self._selector.fileno(), selectors.EVENT_READ, data)
+
+    def unregister(self, selector: selectors.BaseSelector) -> None:
+        try:
+            selector.unregister(self._selector.fileno())
+        except (KeyError, ValueError):
+            pass
+
+    def timeout(self) -> float | None:
+        return None
+
+    # -- serving --------------------------------------------------------------------------
+
+    def has(self, conn_id: str) -> bool:
+        return conn_id in self._conns
+
+    def cred(self, conn_id: str) -> PeerCred | None:
+        conn = self._conns.get(conn_id)
+        return None if conn is None else conn.cred
+
+    def poll(self) -> list[tuple[str, PeerCred, dict[str, Any]]]:
+        requests: list[tuple[str, PeerCred, dict[str, Any]]] = []
+        for key, events in self._selector.select(0):
+            if key.data is None:
+                self._accept()
+                continue
+            conn: _Conn = key.data
+            if conn.id not in self._conns:
+                continue
+            if events & selectors.EVENT_WRITE:
+                self._flush(conn)
+            if events & selectors.EVENT_READ and conn.id in self._conns:
+                requests.extend((conn.id, conn.cred, body) for body in self._read(conn))
+        return requests
+
+    def send(self, conn_id: str, body: dict[str, Any]) -> bool:
+        """Queue ``body`` for connection ``conn_id``; False when it is gone."""
+        conn = self._conns.get(conn_id)
+        if conn is None:
+            return False
+        conn.outbuf += encode_frame(body)
+        if len(conn.outbuf) > MAX_OUTPUT:
+            self._drop(conn)
+            return False
+        self._flush(conn)
+        return conn.id in self._conns
+
+    def close(self) -> None:
+        for conn in list(self._conns.values()):
+            self._drop(conn)
+        self._selector.close()
+        self.sock.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _addr = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
+            if len(self._conns) >= MAX_CONNECTIONS:
+                sock.close()
+                continue
+            try:
+                pid, uid, gid = _UCRED.unpack(
+                    sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+            except OSError:
+                sock.close()
+                continue
+            sock.setblocking(False)
+            self._counter += 1
+            conn = _Conn(f"{CONN_PREFIX}{self._counter}", sock, PeerCred(pid, uid, gid))
+            self._conns[conn.id] = conn
+            self._selector.register(sock, selectors.EVENT_READ, conn)
+
+    def _read(self, conn: _Conn) -> list[dict[str, Any]]:
+        # One read per pass (the selector is level-triggered): a client that keeps
+        # writing cannot hold the loop.
+        try:
+            chunk = conn.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return []
+        except OSError:
+            chunk = b""
+        if not chunk:
+            bodies = self._decode(conn)
+            self._drop(conn)
+            return bodies
+        conn.inbuf += chunk
+        return self._decode(conn)
+
+    def _decode(self, conn: _Conn) -> list[dict[str, Any]]:
+        try:
+            return decode_frames_untrusted(conn.inbuf)
+        except BadPacket:
+            self._drop(conn)
+            return []
+
+    def _flush(self, conn: _Conn) -> None:
+        while conn.outbuf:
+            try:
+                sent = conn.sock.send(conn.outbuf)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                self._drop(conn)
+                return
+            del conn.outbuf[:sent]
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.outbuf else 0)
+        self._selector.modify(conn.sock, events, conn)
+
+    def _drop(self, conn: _Conn) -> None:
+        if self._conns.pop(conn.id, None) is None:
+            return
+        try:
+            self._selector.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        conn.sock.close()
+
+
+def _unlink_stale(path: str) -> None:
+    if not os.path.lexists(path):
+        return
+    if not stat.S_ISSOCK(os.lstat(path).st_mode):
+        raise LocalError(f"{path!r} exists and is not a socket")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except ConnectionRefusedError:
+        os.unlink(path)
+        return
+    except FileNotFoundError:
+        return
+    finally:
+        probe.close()
+    raise LocalError(f"another process serves {path!r}")
+
+
+class StreamClient:
+    """A command-line client on the command socket, with ``CommandClient``'s surface
+    (``request``, ``receive``, ``daemon_alive``, ``close``)."""
+
+    def __init__(self, path: str) -> None:
+        from raetsalt.services.client import DaemonUnavailable
+
+        self.node = "master"
+        self.path = path
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(path)
+        except OSError as exc:
+            sock.close()
+            if exc.errno in (errno.ENOENT, errno.ECONNREFUSED):
+                raise DaemonUnavailable(
+                    f"the raetsalt-master daemon is not running (nothing serves {path})"
+                ) from None
+            raise DaemonUnavailable(
+                f"cannot reach the raetsalt-master daemon at {path}: {exc.strerror or exc}"
+            ) from None
+        self._sock = sock
+        self._buffer = bytearray()
+        self._counter = 0
+        self._alive = True
+        self._token = os.urandom(4).hex()
+
+    def request(self, share: str, timeout: float = 5.0, **fields: Any) -> str:
+        from raetsalt.services.client import DaemonUnavailable
+
+        self._counter += 1
+        req = f"{self._token}-{self._counter}"
+        body = {"route": {"src": [None, None, None], "dst": [None, "manor", share]},
+                "req": req, **fields}
+        self._sock.settimeout(timeout)
+        try:
+            self._sock.sendall(encode_frame(body))
+        except OSError as exc:
+            self._alive = False
+            raise DaemonUnavailable(
+                f"the raetsalt-master daemon went away: {exc.strerror or exc}") from None
+        return req
+
+    def receive(self, timeout: float | None) -> list[dict[str, Any]]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                frames = decode_frames_untrusted(self._buffer)
+            except BadPacket:
+                self._alive = False
+                return []
+            if frames:
+                return frames
+            if not self._alive:
+                return []
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return []
+            self._sock.settimeout(remaining)
+            try:
+                chunk = self._sock.recv(65536)
+            except TimeoutError:
+                return []
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self._alive = False
+                return []
+            self._buffer += chunk
+
+    def daemon_alive(self) -> bool:
+        return self._alive
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self) -> StreamClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,311 @@
+"""publisher_acl and external_auth end to end: a real master and two minions; the
+``raetsalt``/``raetsalt-run`` CLIs run as an unprivileged user (``nobody``, ``daemon``),
+which reach the master over its command socket and are known by ``SO_PEERCRED``.
+
+The CLI processes are forks of this one that drop to the user's uid before running the
+CLI's ``main`` (the interpreter may live where other users cannot read it).  Needs root.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from daemons.helpers import Daemon, World, make_world
+
+from raetsalt.auth.passwords import md5_crypt
+from raetsalt.auth.tokens import TokenStore
+from raetsalt.cli import run as run_cli
+from raetsalt.cli import salt as salt_cli
+from raetsalt.config import load_node_config
+from raetsalt.drivers.cmdsock import command_socket_path
+from raetsalt.event import MasterEvent
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run CLIs as other users"),
+]
+
+PAM_USER = "rsaltpamtest"
+PAM_PASSWORD = "pam-Secret-42"
+GRAINS = {"minion1": "os: Debian", "minion2": "os: Ubuntu"}
+
+
+def master_config(root: Path) -> str:
+    return f"""auto_accept: true
+publisher_acl:
+  nobody:
+    - test.ping
+    - 'minion1':
+        - test.echo
+    - '@manage': ['up$']
+publisher_acl_blacklist:
+  modules: ['test.sleep']
+external_auth:
+  file:
+    ^filename: {root / 'users.htpasswd'}
+    ^filetype: htpasswd
+    fred:
+      - test.*
+      - '@runner': ['manage.status']
+    alice:
+      - 'G@os:Debian':
+          - test.echo
+  pam:
+    {PAM_USER}:
+      - test.ping
+token_expire: 3600
+"""
+
+
+@dataclass
+class Cluster:
+    world: World
+    master_conf: Path
+    master: Daemon
+    bus: MasterEvent
+    home: Path
+
+    def as_user(self, user: str, tool: str, *args: str) -> tuple[int, str, str]:
+        """Run ``raetsalt`` (``salt``) or ``raetsalt-run`` (``run``) as ``user``."""
+        main = {"salt": salt_cli.main, "run": run_cli.main}[tool]
+        return run_as(user, str(self.home), main, ["-c", str(self.master_conf), *args])
+
+    def wait_event(self, tag: str, timeout: float = 10.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while (remaining := deadline - time.monotonic()) > 0:
+            event = self.bus.get_event(wait=remaining, tag=tag, full=True)
+            if event is not None:
+                return event
+        raise AssertionError(f"no event {tag!r} within {timeout} s")
+
+
+def run_as(user: str, home: str, main: Callable[[list[str]], int], argv: list[str]
+           ) -> tuple[int, str, str]:
+    info = pwd.getpwnam(user)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child never returns
+        code = 99
+        try:
+            os.close(out_r)
+            os.close(err_r)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
+            sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
+            os.setgroups([])
+            os.setgid(info.pw_gid)
+            os.setuid(info.pw_uid)
+            os.environ["HOME"] = home
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:  # noqa: BLE001
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    os.close(out_w)
+    os.close(err_w)
+    with os.fdopen(out_r, "rb") as out, os.fdopen(err_r, "rb") as err:
+        stdout = out.read().decode()
+        stderr = err.read().decode()
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), stdout, stderr
+
+
+def pam_user_possible() -> bool:
+    return (shutil.which("useradd") is not None and shutil.which("chpasswd") is not None
+            and os.path.exists("/etc/pam.d/login"))
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    created = False
+    if pam_user_possible():
+        subprocess.run(["userdel", PAM_USER], capture_output=True)
+        created = subprocess.run(["useradd", "-M", "-s", "/usr/sbin/nologin", PAM_USER],
+                                 capture_output=True).returncode == 0
+        if created:
+            subprocess.run(["chpasswd"], input=f"{PAM_USER}:{PAM_PASSWORD}\n", text=True,
+                           check=True)
+    with make_world() as world:
+        os.chmod(world.root, 0o755)  # other users read the config (as on /etc/raetsalt)
+        (world.root / "users.htpasswd").write_text(
+            f"fred:{md5_crypt(b'fred-secret', b'Q8x1Tz0p', b'$apr1$')}\n"
+            "alice:{SHA}" + __import__("base64").b64encode(
+                __import__("hashlib").sha1(b"alice-secret").digest()).decode() + "\n")
+        home = world.root / "home"
+        home.mkdir()
+        os.chown(home, pwd.getpwnam("nobody").pw_uid, -1)
+        master_conf = world.master_dir(master_config(world.root))
+        master = world.start("master", master_conf)
+        master.expect("serving on")
+        bus = MasterEvent(load_node_config(master_conf, "master")["sock_dir"])
+        for name, grains in GRAINS.items():
+            world.start("minion", world.minion_dir(name, name, f"grains:\n  {grains}\n"))
+        cluster = Cluster(world, master_conf, master, bus, home)
+        started = set()
+        while started != set(GRAINS):
+            event = cluster.wait_event("salt/minion/")
+            if event["tag"].endswith("/start"):
+                started.add(event["tag"].split("/")[2])
+        try:
+            yield cluster
+        finally:
+            bus.destroy()
+            if created:
+                subprocess.run(["userdel", PAM_USER], capture_output=True)
+
+
+def docs(text: str) -> dict[str, Any]:
+    decoder = json.JSONDecoder()
+    merged: dict[str, Any] = {}
+    index = 0
+    while index < len(text):
+        if text[index].isspace():
+            index += 1
+            continue
+        doc, index = decoder.raw_decode(text, index)
+        merged.update(doc)
+    return merged
+
+
+def test_the_command_socket_is_open_but_the_bus_is_not(cluster: Cluster) -> None:
+    opts = load_node_config(cluster.master_conf, "master")
+    path = command_socket_path(opts)
+    assert os.stat(path).st_mode & 0o777 == 0o666
+    assert os.stat(os.path.dirname(path)).st_mode & 0o777 == 0o755
+    assert os.stat(opts["sock_dir"]).st_mode & 0o777 == 0o700
+
+
+# ---------------------------------------------------------------------- publisher_acl
+
+
+def test_publisher_acl_user_runs_what_is_allowed(cluster: Cluster) -> None:
+    code, out, err = cluster.as_user("nobody", "salt", "*", "test.ping", "--out", "json")
+    assert code == 0, err
+    assert docs(out) == dict.fromkeys(GRAINS, True)
+    code, out, err = cluster.as_user("nobody", "salt", "minion1", "test.echo", "hi",
+                                     "--out", "json")
+    assert (code, docs(out)) == (0, {"minion1": "hi"}), err
+    code, out, err = cluster.as_user("nobody", "run", "manage.up", "--out", "json")
+    assert (code, json.loads(out)) == (0, sorted(GRAINS)), err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["*", "cmd.run", "id"], "publish of 'cmd.run' to '*' (glob) denied: user 'nobody' "
+         "may not run 'cmd.run': no function rule allows it"),
+        (["minion2", "test.echo", "x"], "publish of 'test.echo' to 'minion2' (glob) denied: "
+         "user 'nobody' may not run 'test.echo' on target 'minion2' (glob): the target is "
+         "outside the allowed expression"),
+        (["*", "test.ping,cmd.run", "", "id"], "may not run 'cmd.run'"),
+        (["*", "test.sleep", "1"], "the function is blacklisted"),
+    ],
+)
+def test_publisher_acl_refusals(cluster: Cluster, args: list[str], message: str) -> None:
+    code, out, err = cluster.as_user("nobody", "salt", *args)
+    assert code == 2 and not out
+    assert err.startswith("ERROR: ") and message in err
+    event = cluster.wait_event("raetsalt/publisher_acl/nobody/denied")["data"]
+    assert event["check"] == "publisher_acl" and event["id"] == "nobody"
+    cluster.master.expect("publisher_acl nobody: ")
+
+
+def test_runner_refusal_and_a_user_without_rules(cluster: Cluster) -> None:
+    code, out, err = cluster.as_user("nobody", "run", "jobs.list_jobs")
+    assert code == 1
+    assert err.strip() == ("runner 'jobs.list_jobs' denied: user 'nobody' may not run "
+                           "'jobs.list_jobs': no runner rule allows it")
+    code, out, err = cluster.as_user("daemon", "salt", "*", "test.ping")
+    assert code == 2 and "user 'daemon' has no publisher_acl entry" in err
+
+
+def test_root_is_unrestricted(cluster: Cluster) -> None:
+    done = cluster.world.cli("salt", cluster.master_conf, "minion2", "cmd.run", "echo hi",
+                             "--out", "json")
+    assert done.returncode == 0, done.stderr
+    assert docs(done.stdout) == {"minion2": "hi"}
+
+
+# ---------------------------------------------------------------------- external_auth
+
+
+def test_eauth_file_right_password(cluster: Cluster) -> None:
+    code, out, err = cluster.as_user("nobody", "salt", "-a", "file", "--username", "fred",
+                                     "--password", "fred-secret", "minion2", "test.echo",
+                                     "as-fred", "--out", "json")
+    assert (code, docs(out)) == (0, {"minion2": "as-fred"}), err
+    code, out, err = cluster.as_user("nobody", "salt", "-a", "file", "--username", "alice",
+                                     "--password", "alice-secret", "G@os:Debian", "-C",
+                                     "test.echo", "as-alice", "--out", "json")
+    assert (code, docs(out)) == (0, {"minion1": "as-alice"}), err
+
+
+def test_eauth_file_wrong_password_and_rules(cluster: Cluster) -> None:
+    code, out, err = cluster.as_user("nobody", "salt", "-a", "file", "--username", "fred",
+                                     "--password", "nope", "*", "test.ping")
+    assert code == 2
+    assert 'Authentication failure of type "eauth" occurred for user fred.' in err
+    assert cluster.wait_event("raetsalt/eauth/fred/failed")["data"]["eauth"] == "file"
+    code, out, err = cluster.as_user("nobody", "salt", "-a", "file", "--username", "fred",
+                                     "--password", "fred-secret", "*", "cmd.run", "id")
+    assert code == 2 and "user 'fred' may not run 'cmd.run'" in err
+    code, out, err = cluster.as_user("nobody", "salt", "-a", "file", "--username", "alice",
+                                     "--password", "alice-secret", "*", "test.echo", "x")
+    assert code == 2 and "the target is outside the allowed expression" in err
+
+
+def test_eauth_token_works_until_it_expires(cluster: Cluster) -> None:
+    token_file = cluster.home / ".raetsalt_token"
+    code, out, err = cluster.as_user("nobody", "salt", "-a", "file", "--username", "fred",
+                                     "--password", "fred-secret", "-T", "minion1",
+                                     "test.ping", "--out", "json")
+    assert (code, docs(out)) == (0, {"minion1": True}), err
+    info = os.stat(token_file)
+    assert info.st_mode & 0o777 == 0o600 and info.st_uid == pwd.getpwnam("nobody").pw_uid
+    token = token_file.read_text().strip()
+    # Without -a the token says who we are: fred may run test.echo on minion2, nobody not.
+    code, out, err = cluster.as_user("nobody", "salt", "minion2", "test.echo", "tok",
+                                     "--out", "json")
+    assert (code, docs(out)) == (0, {"minion2": "tok"}), err
+    code, out, err = cluster.as_user("nobody", "run", "manage.status", "--out", "json")
+    assert (code, json.loads(out)) == (0, {"up": sorted(GRAINS), "down": []}), err
+    # The master keeps it 0600 in cachedir/tokens; make it expire there.
+    store = TokenStore(Path(load_node_config(cluster.master_conf, "master")["cachedir"])
+                       / "tokens")
+    stored = store._path(token)
+    assert stored.stat().st_mode & 0o777 == 0o600
+    record = json.loads(stored.read_text())
+    assert record["name"] == "fred" and record["expire"] - record["start"] == 3600
+    stored.write_text(json.dumps({**record, "expire": time.time() - 1}))
+    code, out, err = cluster.as_user("nobody", "salt", "minion1", "test.ping")
+    assert code == 2
+    assert 'Authentication failure of type "token" occurred.' in err
+    assert not stored.exists()
+
+
+@pytest.mark.skipif(not pam_user_possible(), reason="no useradd/chpasswd or PAM login stack")
+def test_eauth_pam(cluster: Cluster) -> None:
+    done = cluster.world.cli("salt", cluster.master_conf, "-a", "pam", "--username",
+                             PAM_USER, "--password", PAM_PASSWORD, "minion1", "test.ping",
+                             "--out", "json")
+    assert done.returncode == 0, done.stderr
+    assert docs(done.stdout) == {"minion1": True}
