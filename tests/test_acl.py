@@ -1,4 +1,5 @@
 """Table-driven tests for raetsalt.acl (Salt 3008 peer / peer_run / ACL semantics)."""
+# ruff: noqa: E501 - the rule tables read better one case per line
 
 from __future__ import annotations
 
@@ -8,15 +9,19 @@ import pytest
 
 from raetsalt.acl import (
     Decision,
+    check_blacklist,
     check_eauth,
     check_peer,
     check_peer_run,
     check_publisher_acl,
+    check_publisher_acl_runner,
     fill_auth_list,
+    normalized_arg,
     parse_args,
     split_functions,
     validate_acl_config,
     validate_eauth_config,
+    validate_master_access,
     validate_peer_config,
     validate_peer_run_config,
 )
@@ -739,6 +744,122 @@ def test_unanchored_regex_warnings() -> None:
     assert validate_peer_config({".*example.com": ["test.*"]}) == []
 
 
+# -- publisher_acl runner rules (raetsalt-run for local users: a divergence, Salt 3008 does
+# not check runners for local users at all)
+
+RUNNER_ACL: dict[str, Any] = {
+    "fred": ["test.*", "@manage"],
+    "ops": [{"@runner": ["jobs.list_jobs$", {"jobs.lookup_jid": {"args": [r"\d+$"]}}]}],
+    "viewer": [{"@manage": ["up$", "status$"]}],
+    "nobody": ["test.ping"],
+    "ops_group%": ["@runner"],
+}
+RUNNER_CASES = [
+    ("fred", [], "manage.up", None, True),
+    ("fred", [], "manage.down", None, True),
+    ("fred", [], "jobs.list_jobs", None, False),
+    ("ops", [], "jobs.list_jobs", None, True),
+    ("ops", [], "jobs.list_jobs2", None, False),
+    ("ops", [], "jobs.lookup_jid", ["20261121000000000000"], True),
+    ("ops", [], "jobs.lookup_jid", ["x"], False),
+    ("ops", [], "jobs.lookup_jid", None, False),
+    ("ops", [], "manage.up", None, False),
+    ("viewer", [], "manage.up", None, True),
+    ("viewer", [], "manage.status", None, True),
+    ("viewer", [], "manage.upx", None, False),
+    ("viewer", [], "manage.up,manage.down", None, False),
+    ("viewer", [], "manage.up,manage.status", None, True),
+    ("nobody", [], "manage.up", None, False),
+    ("nobody", [], "test.ping", None, False),
+    ("stranger", [], "manage.up", None, False),
+    ("stranger", ["ops_group"], "jobs.active", None, True),
+    ("root", [], "jobs.active", None, True),
+    ("viewer", [], "manageup", None, False),
+]
+
+
+@pytest.mark.parametrize(("user", "groups", "fun", "arg", "allowed"), RUNNER_CASES)
+def test_publisher_acl_runner(user: str, groups: list[str], fun: str, arg: Any,
+                              allowed: bool) -> None:
+    decision = check_publisher_acl_runner(RUNNER_ACL, user, groups, fun, arg)
+    assert decision.allowed is allowed, decision
+
+
+def test_publisher_acl_runner_reasons_and_blacklist() -> None:
+    d = check_publisher_acl_runner(RUNNER_ACL, "viewer", [], "manage.down")
+    assert d.reason == "user 'viewer' may not run 'manage.down': no runner rule allows it"
+    d = check_publisher_acl_runner(RUNNER_ACL, "stranger", [], "manage.up")
+    assert d.reason == "user 'stranger' has no publisher_acl entry"
+    d = check_publisher_acl_runner(RUNNER_ACL, "fred", [], "manage.up", None,
+                                   {"users": ["fr.*"]})
+    assert not d.allowed and "blacklisted" in d.reason
+    d = check_publisher_acl_runner(RUNNER_ACL, "fred", [], "manage.up")
+    assert d.rule == "publisher_acl['fred'] -> '@manage'"
+
+
+BLACKLIST_CASES = [
+    ({"users": ["root"]}, "root", "test.ping", "is blacklisted"),
+    ({"users": ["^(?!sudo_).*$"]}, "fred", None, "is blacklisted"),
+    ({"users": ["^(?!sudo_).*$"]}, "sudo_fred", "test.ping", None),
+    ({"users": ["ad*"]}, "admin", "test.ping", "is blacklisted"),
+    ({"modules": ["cmd.*"]}, "fred", "test.ping,cmd.run", "'cmd.run': the function is"),
+    ({"modules": ["cmd.*"]}, "fred", ["test.ping", "cmd.run"], "'cmd.run'"),
+    ({"modules": ["cmd.*"]}, "fred", "test.ping", None),
+    ({"modules": ["test.echo$"]}, "fred", "test.echoes", None),
+    ({}, "fred", "cmd.run", None),
+    (None, "fred", "cmd.run", None),
+]
+
+
+@pytest.mark.parametrize(("blacklist", "user", "fun", "fragment"), BLACKLIST_CASES)
+def test_check_blacklist(blacklist: Any, user: str, fun: Any, fragment: str | None) -> None:
+    decision = check_blacklist(blacklist, user, fun)
+    if fragment is None:
+        assert decision is None
+    else:
+        assert decision is not None and not decision.allowed and fragment in decision.reason
+
+
+NORMALIZED_CASES = [
+    ("test.arg", ["a", "k=v"], ["a", {"__kwarg__": True, "k": "v"}]),
+    ("test.arg", "one", ["one"]),
+    ("test.arg", None, []),
+    ("test.arg", ["a", {"__kwarg__": True, "x": 1}, "y=2"],
+     ["a", {"__kwarg__": True, "x": 1, "y": "2"}]),
+    ("test.arg", ["a b=c", "=x"], ["a b=c", "=x"]),
+    ("test.ping,test.arg", ["", "x k=v"], [[], ["x", {"__kwarg__": True, "k": "v"}]]),
+    ("test.ping,test.arg", [[], ["x"]], [[], ["x"]]),
+    ("a.b,c.d", [], [[], []]),
+]
+
+
+@pytest.mark.parametrize(("fun", "arg", "expected"), NORMALIZED_CASES)
+def test_normalized_arg_publishes_what_was_checked(fun: str, arg: Any, expected: Any) -> None:
+    assert normalized_arg(fun, arg) == expected
+
+
+def test_eauth_backend_settings_are_not_users() -> None:
+    config = {"file": {"^filename": "/etc/u", "^filetype": "htpasswd", "fred": ["test.*"]}}
+    assert validate_eauth_config(config) == []
+    assert check_eauth(config, "file", "fred", [], "test.ping", [], "*", "glob",
+                       MINIONS).allowed
+    assert not check_eauth(config, "file", "^filename", [], "test.ping", [], "*", "glob",
+                           MINIONS).allowed
+
+
+def test_validate_master_access_checks_every_option() -> None:
+    opts = {"peer": {".*": ["test.*"]}, "peer_run": {"web1": ["manage.up"]},
+            "publisher_acl": {"fred": ["@manage"]}, "publisher_acl_blacklist": {},
+            "external_auth": {"pam": {"fred": ["test.*"]}}, "nodegroups": NODEGROUPS}
+    warnings = validate_master_access(opts)
+    assert any("peer_run['web1']" in w for w in warnings)
+    with pytest.raises(ConfigError, match=r"peer_run\['\*'\]"):
+        validate_master_access({**opts, "peer_run": {"*": ["x"]}})
+    with pytest.raises(ConfigError, match="N@nope"):
+        validate_master_access({**opts, "peer": {".*": [{"N@nope": ["x"]}]}})
+
+
 def test_case_count() -> None:
     # The brief asks for at least 200 table cases over peer, peer_run and publisher_acl.
     assert len(PEER_CASES) + len(PEER_RUN_CASES) + len(ACL_CASES) >= 200
+    assert len(RUNNER_CASES) + len(BLACKLIST_CASES) + len(NORMALIZED_CASES) >= 35
