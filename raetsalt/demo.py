@@ -1,16 +1,19 @@
-"""``make demo``: what raetsalt can do so far, on loopback, step by step.
+"""``make demo``: a master and three minions on loopback, step by step.
 
-A main estate runs in its own process (``raetsalt-road listen --echo``); this process is a
-second estate that joins it, allows a session and exchanges messages of 100 B, 64 KiB
-and 1 MiB, then shows that a garbage datagram is dropped and counted while the session
-keeps working, and a presence (alive) round trip.  Later stages of the project grow this
-into the full master/minion story.
+Every step prints the command as you would type it (``$ ...``) and what it printed.
+The story: start the master and three minions, accept their keys with raetsalt-key,
+run ``test.ping`` everywhere and a compound-targeted command, let minion1 publish to
+the other minions and run ``manage.up`` through the master (``peer``/``peer_run``), see
+a peer call the master refuses (with its reason, the exit code and the audit event),
+ask ``acl.explain`` why, list the events the master's bus carried, and stop everything.
+It all lives in a temporary directory and takes well under a minute.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -18,14 +21,35 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from raetsalt.drivers.udp import RoadStack
-from raetsalt.engine.events import Allowed, Joined
-from raetsalt.keep.records import AutoMode
+from raetsalt.config import load_node_config
+from raetsalt.event import MasterEvent
+
+MINIONS = {
+    "minion1": "os: Debian\n  roles: [web]",
+    "minion2": "os: Ubuntu\n  roles: [db]",
+    "minion3": "os: CentOS\n  roles: [web, db]",
+}
+PEER_CONFIG = """\
+peer:                     # which minions may publish what to whom
+  'minion1$':
+    - test.*
+    - grains.item
+  'minion2$':
+    - 'G@roles:db':       # minion2 may only ping the db minions
+        - test.ping
+peer_run:                 # which minions may run which runners
+  'minion1$':
+    - manage.up$
+"""
+CLI = {"raetsalt": "salt", "raetsalt-run": "run", "raetsalt-call": "call",
+       "raetsalt-key": "key"}
+STARTED = time.monotonic()
 
 
 def step(text: str) -> None:
-    print(f"\n== {text}", flush=True)
+    print(f"\n== [{time.monotonic() - STARTED:4.1f} s] {text}", flush=True)
 
 
 def free_port() -> int:
@@ -34,113 +58,172 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def show(tool: str, confdir: Path, *args: str, expect: int | None = 0) -> str:
+    """Run a raetsalt command, print it as typed and indent its output."""
+    typed = " ".join([tool, "-c", str(confdir), *map(shlex.quote, args)])
+    print(f"$ {typed}", flush=True)
+    done = subprocess.run([sys.executable, "-m", f"raetsalt.cli.{CLI[tool]}", "-c",
+                           str(confdir), *args], capture_output=True, text=True, timeout=60)
+    for line in (done.stdout + done.stderr).rstrip().splitlines():
+        print(f"    {line}")
+    if done.returncode:
+        print(f"    (exit code {done.returncode})")
+    if expect is not None and done.returncode != expect:
+        raise SystemExit(f"demo: {tool} exited {done.returncode}, expected {expect}")
+    return done.stdout
+
+
+def wait_events(bus: MasterEvent, want: set[str], seen: list[str], timeout: float = 15.0
+                ) -> None:
+    """Collect master bus events until every tag in ``want`` was seen."""
+    deadline = time.monotonic() + timeout
+    while want - set(seen):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise SystemExit(f"demo: no {sorted(want - set(seen))} on the bus in {timeout} s")
+        event = bus.get_event(wait=remaining, full=True)
+        if event is not None:
+            seen.append(event["tag"])
+
+
+def drain(bus: MasterEvent, seen: list[str]) -> None:
+    while (event := bus.get_event(wait=0.2, full=True)) is not None:
+        seen.append(event["tag"])
+
+
 def main() -> int:
-    root = Path(tempfile.mkdtemp(prefix="raetsalt-demo-"))
+    root = Path(tempfile.mkdtemp(prefix="rsdemo", dir="/tmp"))  # short socket paths
     port = free_port()
-    step(
-        f"start a main estate in its own process on 127.0.0.1:{port} (keys accepted on first sight)"
-    )
-    listener = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "raetsalt.cli.road",
-            "listen",
-            "--ha",
-            f"127.0.0.1:{port}",
-            "--keep",
-            str(root / "main"),
-            "--name",
-            "main",
-            "--auto-accept",
-            "--echo",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
-        assert listener.stderr is not None
-        print("   " + listener.stderr.readline().strip())  # "listening on ..."
-        with RoadStack(
-            root / "minion", ("127.0.0.1", 0), name="minion", auto=AutoMode.ONCE
-        ) as stack:
-            step(
-                f"estate 'minion' on {stack.address[0]}:{stack.address[1]} joins the main "
-                "(long-term key exchange)"
-            )
-            started = time.perf_counter()
-            stack.connect(("127.0.0.1", port))
-            stack.run_until(lambda evs: any(isinstance(e, Joined) for e in evs), timeout=10)
-            print(
-                f"   joined in {1000 * (time.perf_counter() - started):.1f} ms; "
-                f"the main's key is now in {root / 'minion'}"
-            )
-            stack.run_until(
-                lambda evs: (
-                    any(isinstance(e, Allowed) for e in evs) or stack.road.remote("main").allowed
-                ),
-                timeout=10,
-            )
-            print(
-                "   allowed: short-term session keys agreed (hello/cookie/initiate/ack) "
-                f"after {1000 * (time.perf_counter() - started):.1f} ms"
-            )
-            profile = stack.road.remote("main").profile
-            wire = {
-                "native": "native profile: both ends are raetsalt, so coalesced 64 KB datagrams, "
-                "authenticated by the session box",
-                "raet": "raet 0.6.8 format: 1 KiB packets, each encrypted and signed",
-            }[profile]
-            print(f"   wire format agreed inside the handshake: {wire}")
-
-            for size in (100, 64 * 1024, 1024 * 1024):
-                step(f"send a {size:,} byte message; the main echoes it back")
-                payload = hashlib.sha256(str(size).encode()).hexdigest() * (size // 64 + 1)
-                body = {"size": size, "data": payload[:size]}
-                started = time.perf_counter()
-                stack.send("main", body)
-                reply = next(stack.messages(timeout=30))
-                elapsed = time.perf_counter() - started
-                assert reply.body == body, "echo differs from what was sent"
-                print(
-                    f"   echo verified in {1000 * elapsed:.1f} ms "
-                    f"({2 * size / elapsed / 1e6:.1f} MB/s both ways, {profile} profile)"
-                )
-
-            step("an attacker sends two malformed datagrams to the minion")
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as attacker:
-                for junk in (b"ri RAET\npl zz\n\n", os.urandom(300)):
-                    attacker.sendto(junk, stack.address)
-            stack.service(0.2)
-            drops = {k: v for k, v in stack.road.stats.items() if k.startswith("drop_")}
-            print(f"   dropped and counted, nothing answered: {drops}")
-            stack.send("main", {"still": "working"})
-            reply = next(stack.messages(timeout=10))
-            print(f"   the session still works: {reply.body}")
-
-            step("presence: an alive round trip")
-            started = time.perf_counter()
-            stack.alive(stack.road.remote("main").uid)
-            stack.run_until(
-                lambda evs: (
-                    stack.road.remote("main").alive is True
-                    and not stack.road.remote("main").transactions
-                ),
-                timeout=5,
-            )
-            print(f"   main is alive ({1000 * (time.perf_counter() - started):.2f} ms)")
-        step("stop the main (SIGTERM)")
+        return _story(root, port, procs)
     finally:
-        listener.send_signal(signal.SIGTERM)
-        try:
-            code = listener.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            listener.kill()
-            code = listener.wait()
-    print(f"   main exited with code {code}\n\ndone.")
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _story(root: Path, port: int, procs: dict[str, subprocess.Popen[bytes]]) -> int:
+    master_dir = root / "master"
+    master_dir.mkdir()
+    (master_dir / "master").write_text(
+        f"id: themaster\nroot_dir: {master_dir}\ninterface: 127.0.0.1\nraet_port: {port}\n"
+        f"raet_alive_period: 2.0\n{PEER_CONFIG}")
+    step(f"configuration in {root}; the master's access rules:")
+    for line in PEER_CONFIG.splitlines():
+        print(f"    {line}")
+
+    step("start the master and three minions (each a daemon of its own)")
+    procs["master"] = _daemon("master", master_dir)
+    opts = load_node_config(master_dir, "master")
+    bus = _connect_bus(opts["sock_dir"], procs["master"])
+    seen: list[str] = []
+    for name, grains in MINIONS.items():
+        confdir = root / name
+        confdir.mkdir()
+        (confdir / "minion").write_text(
+            f"id: {name}\nroot_dir: {confdir}\ninterface: 127.0.0.1\nraet_port: 0\n"
+            f"master: 127.0.0.1:{port}\nacceptance_wait_time: 1.0\nrandom_reauth_delay: 1.0\n"
+            f"raet_alive_period: 2.0\ngrains:\n  {grains}\n")
+        procs[name] = _daemon("minion", confdir)
+    wait_events(bus, {"salt/auth"}, seen)
+    _wait_pending(master_dir, len(MINIONS))
+
+    step("the minions' keys wait for the operator")
+    show("raetsalt-key", master_dir, "-L")
+    show("raetsalt-key", master_dir, "-A", "-y")
+    wait_events(bus, {f"salt/minion/{m}/start" for m in MINIONS}, seen)
+    print("    (every minion connected and reported its grains)")
+
+    step("run a function on every minion")
+    show("raetsalt", master_dir, "*", "test.ping")
+
+    step("compound targeting: the web minions (by grain) except minion3 (by id)")
+    show("raetsalt", master_dir, "-C", "G@roles:web and not minion3", "grains.item", "os")
+
+    m1, m2 = root / "minion1", root / "minion2"
+    step("peer publishing: minion1 runs test.ping on the other minions via the master")
+    show("raetsalt-call", m1, "publish.publish", "minion[23]", "test.ping")
+    show("raetsalt-call", m1, "publish.full_data", "G@os:CentOS", "test.version",
+         "tgt_type=compound")
+
+    step("peer_run: minion1 asks the master which minions are up")
+    show("raetsalt-call", m1, "publish.runner", "manage.up")
+
+    step("a refused peer call: minion2 may only ping the db minions")
+    show("raetsalt-call", m2, "publish.publish", "minion1", "cmd.run", "id", expect=1)
+    wait_events(bus, {"raetsalt/peer/minion2/denied"}, seen)
+    print("    the master's log says (with the rule, which the minion is not told):")
+    with open(opts["log_file"], encoding="utf-8") as handle:
+        for line in handle:
+            if "denied" in line:
+                print(f"    {line.rstrip()}")
+
+    step("why? acl.explain answers with the decision and the rule that made it")
+    show("raetsalt-run", master_dir, "acl.explain", "minion2", "test.ping", "minion1")
+    show("raetsalt-run", master_dir, "acl.explain", "minion2", "test.ping", "G@roles:db",
+         "tgt_type=compound", "--out", "yaml")
+
+    step("what the master's event bus carried")
+    drain(bus, seen)
+    counts: dict[str, int] = {}
+    for tag in seen:
+        parts = tag.split("/")
+        key = "/".join(p if not p.isdigit() else "<jid>" for p in parts)
+        counts[key] = counts.get(key, 0) + 1
+    for key, count in counts.items():
+        print(f"    {count:2d} x {key}")
+    bus.destroy()
+
+    step("stop the minions and the master (SIGTERM): each exits cleanly")
+    for name in [*MINIONS, "master"]:
+        proc = procs[name]
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=10)
+        print(f"    raetsalt-{'master' if name == 'master' else 'minion'} {name}: exit {code}")
+        if code != 0:
+            raise SystemExit(f"demo: {name} exited {code}")
+    print(f"\ndone in {time.monotonic() - STARTED:.1f} s.")
     return 0
 
 
+def _daemon(node: str, confdir: Path) -> subprocess.Popen[bytes]:
+    print(f"$ raetsalt-{node} -c {confdir} &", flush=True)
+    # Warnings go to the log file (the master logs refusals there).
+    return subprocess.Popen([sys.executable, "-m", f"raetsalt.cli.{node}", "-c", str(confdir),
+                             "-l", "warning"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+def _connect_bus(sock_dir: str, master: subprocess.Popen[bytes]) -> MasterEvent:
+    """The master's bus, once the master serves it."""
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            return MasterEvent(sock_dir)
+        except Exception as exc:  # noqa: BLE001 - not up yet
+            if master.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"demo: the master did not start: {exc}") from None
+            time.sleep(0.05)
+
+
+def _wait_pending(master_dir: Path, count: int) -> None:
+    """Until raetsalt-key lists ``count`` pending keys (each minion asked to join)."""
+    import json
+
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        done = subprocess.run([sys.executable, "-m", "raetsalt.cli.key", "-c", str(master_dir),
+                               "-L", "--out", "json"], capture_output=True, text=True)
+        listing: dict[str, Any] = json.loads(done.stdout or "{}")
+        if len(listing.get("minions_pre", [])) >= count:
+            return
+        time.sleep(0.1)
+    raise SystemExit("demo: the minions' keys did not arrive")
+
+
 if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
     raise SystemExit(main())

@@ -1,0 +1,36 @@
+"""``make demo`` tells the whole story and ends cleanly within a minute."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_demo_runs_end_to_end() -> None:
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "raetsalt.demo"], capture_output=True,
+                          text=True, timeout=90)
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert took < 60
+    out = done.stdout
+    for fragment in [
+        "raetsalt-key -c", "Key for minion minion3 accepted.",
+        "'*' test.ping\n", "    minion3:\n        True",
+        "-C 'G@roles:web and not minion3' grains.item os\n    minion1:",
+        "publish.publish 'minion[23]' test.ping\n    local:\n        ----------\n"
+        "        minion2:\n            True\n        minion3:\n            True",
+        "publish.runner manage.up\n    local:\n        - minion1\n        - minion2\n"
+        "        - minion3",
+        "ERROR: peer publish of 'cmd.run' to 'minion1' (glob) denied",
+        "(exit code 1)",
+        "[WARNING ]", "rule: peer['minion2$'] -> 'G@roles:db' -> 'test.ping'",
+        "1 x raetsalt/peer/minion2/denied",
+        "raetsalt-master master: exit 0",
+    ]:
+        assert fragment in out, fragment
