@@ -84,15 +84,22 @@ The identity of a request never comes from its payload:
 
 * a **minion** is the *role* of the road remote the message came from (the id its key was
   accepted under; the road authenticated it);
-* a **local client** is the owner (uid) of the socket file at the source path the kernel
-  reported for the datagram.  ``SO_PEERCRED`` does not exist for datagram sockets, but
-  only the process that binds a socket path creates that file, with its own euid, and
-  the lane accepts a page only from the bound path its yard name says (``sock_dir`` is
-  0700, or 0750 with a group whose members get private client directories).  The daemon
-  ``lstat``s the path when the request arrives (``Requester.user``).
+* a **local client on the lane** is the owner (uid) of the socket file at the source path
+  the kernel reported for the datagram, and only when that file is directly in
+  ``sock_dir``: there only root and the daemon's user can create files (0700, or 0750
+  with a group that may not write), so the owner proves who bound it.  A yard bound
+  anywhere else is refused for ``publish``/``runner``: its owner could have swapped in a
+  hard link to someone else's socket after sending (``raetsalt.drivers.cmdsock``);
+* a **local client on the command socket** (other users; the master opens
+  ``<sock_dir>_cmd/master.sock`` when ``publisher_acl`` or ``external_auth`` is set) is
+  the uid the kernel recorded at ``connect`` (``SO_PEERCRED``).  Frames and answers are
+  the same bodies as on the lane (``raetsalt.drivers.cmdsock``);
+* an **eauth** user is whoever ``eauth``/``username``/``password`` (or a ``token`` from
+  ``mk_token``) authenticated; see ``raetsalt.daemon.access``.
 
-``Requester`` carries it to the services, so the access checks of the next issue (peer
-publish, publisher_acl) plug in at ``MasterJobs.on_publish``/``on_runner``.
+``Requester`` carries it to the services; ``MasterJobs`` applies ``peer``/``peer_run``
+(minions), ``publisher_acl`` (local users; root and the master's user are unrestricted,
+the blacklist applies to all) or ``external_auth`` (eauth users).
 """
 
 from __future__ import annotations

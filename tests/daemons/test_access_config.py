@@ -43,3 +43,36 @@ def test_prefix_match_warnings_are_logged_and_the_master_serves() -> None:
         assert "WARNING" in line
         master.expect("serving on")
         assert master.terminate_within(2.0) == 0
+
+
+def test_lane_requests_from_outside_sock_dir_are_refused(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """A yard bound outside sock_dir proves nothing about its sender (it could be a hard
+    link swapped in after sending): publish/runner from there are refused."""
+    import os
+    import time
+
+    from raetsalt.config import load_node_config
+    from raetsalt.services import protocol as p
+    from raetsalt.services.client import CommandClient
+
+    with make_world() as world:
+        confdir = world.master_dir("")
+        master = world.start("master", confdir)
+        master.expect("serving on")
+        sock_dir = load_node_config(confdir, "master")["sock_dir"]
+        real_access = os.access
+        # Pretend we may not write sock_dir: the client binds in a private /tmp dir.
+        monkeypatch.setattr(os, "access", lambda path, mode: False if path == sock_dir
+                            else real_access(path, mode))
+        with CommandClient("master", sock_dir) as client:
+            assert client._private_dir is not None
+            req = client.request(p.SHARE_RUNNER, fun="manage.up", arg=[])
+            deadline = time.monotonic() + 5
+            answer = None
+            while answer is None and time.monotonic() < deadline:
+                for body in client.receive(1.0):
+                    if body.get("req") == req:
+                        answer = body
+        assert answer is not None and p.share_of(answer) == p.SHARE_RUN_RET
+        assert "requests from outside the master's sock_dir are refused" in answer["error"]
