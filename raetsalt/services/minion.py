@@ -24,7 +24,7 @@ import inspect
 import logging
 import traceback
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from raetsalt.errors import BadPacket, TargetError
@@ -278,7 +278,13 @@ def pub_kwargs(spec: JobSpec, pid: int) -> dict[str, Any]:
 
 
 def execute(loader: Loader, spec: JobSpec, ctx: Context, pid: int) -> JobOutcome:
-    """Run ``spec`` now, here, and build Salt's return (see the module docstring)."""
+    """Run ``spec`` now, here, and build Salt's return (see the module docstring).
+
+    A comma command (``test.ping,test.echo``) runs each function in order with its own
+    argument list (``arg`` is then one list per function, as Salt publishes it) and
+    returns ``{fun: return}`` with ``retcode``/``success`` mappings by function."""
+    if "," in spec.fun:
+        return _execute_multi(loader, spec, ctx, pid)
     grains_set: dict[str, Any] = {}
     ctx.save_grains = lambda values: grains_set.update(values)
     ctx.retcode = 0
@@ -312,6 +318,25 @@ def execute(loader: Loader, spec: JobSpec, ctx: Context, pid: int) -> JobOutcome
         ret = {"return": value, "retcode": retcode, "success": retcode == 0}
     return JobOutcome(ret=ret, missing_fun=missing, grains_set=grains_set,
                       refresh_grains=bool(ctx.extras.get("refresh_grains")))
+
+
+def _execute_multi(loader: Loader, spec: JobSpec, ctx: Context, pid: int) -> JobOutcome:
+    funs = [f.strip() for f in spec.fun.split(",")]
+    groups = spec.arg if len(spec.arg) == len(funs) and all(
+        isinstance(a, list) for a in spec.arg) else [[] for _ in funs]
+    returns: dict[str, Any] = {}
+    retcodes: dict[str, Any] = {}
+    successes: dict[str, bool] = {}
+    outcome = JobOutcome(ret={})
+    for fun, arg in zip(funs, groups, strict=True):
+        one = execute(loader, replace(spec, fun=fun, arg=arg), ctx, pid)
+        returns[fun] = one.ret.get("return")
+        retcodes[fun] = one.ret.get("retcode", 0)
+        successes[fun] = bool(one.ret.get("success", True))
+        outcome.grains_set.update(one.grains_set)
+        outcome.refresh_grains |= one.refresh_grains
+    outcome.ret = {"return": returns, "retcode": retcodes, "success": all(successes.values())}
+    return outcome
 
 
 def _missing_fun(loader: Loader, fun: str, message: str) -> Any:

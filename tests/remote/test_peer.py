@@ -167,6 +167,14 @@ def test_compound_and_the_old_expr_form(cluster: Cluster) -> None:
     assert local(done) == {"minion2": True, "minion3": True}
 
 
+def test_a_comma_command_runs_every_function(cluster: Cluster) -> None:
+    done = cluster.call("minion1", "publish.full_data", "minion2", "test.ping,test.echo",
+                        "arg=[[], [hi]]")
+    assert done.returncode == 0, done.stderr
+    assert local(done) == {"minion2": {"ret": {"test.ping": True, "test.echo": "hi"},
+                                       "retcode": {"test.ping": 0, "test.echo": 0}}}
+
+
 def test_runner_manage_up(cluster: Cluster) -> None:
     done = cluster.call("minion3", "publish.runner", "manage.up")
     assert done.returncode == 0, done.stderr

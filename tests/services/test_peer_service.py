@@ -256,3 +256,15 @@ def test_a_denied_publish_is_a_failed_job_without_traceback(ctx: Context) -> Non
                       ctx, 1)
     assert outcome.ret == {"return": "ERROR: why", "retcode": 1, "success": False,
                            "out": "nested"}
+
+
+def test_a_comma_command_returns_by_function(ctx: Context) -> None:
+    spec = JobSpec("1", "test.ping,test.echo,nope.x", [[], ["hi"], []])
+    outcome = execute(Loader(), spec, ctx, 1)
+    assert outcome.ret["return"]["test.echo"] == "hi"
+    assert outcome.ret["return"]["test.ping"] is True
+    assert outcome.ret["retcode"] == {"test.ping": 0, "test.echo": 0, "nope.x": 1}
+    assert outcome.ret["success"] is False
+    flat = execute(Loader(), JobSpec("2", "test.ping,test.version", []), ctx, 1)
+    assert flat.ret["success"] is True and set(flat.ret["return"]) == {"test.ping",
+                                                                       "test.version"}
