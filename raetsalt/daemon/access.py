@@ -48,6 +48,8 @@ _ANSWER = {p.SHARE_PUBLISH: p.SHARE_PUB_ACK, p.SHARE_RUNNER: p.SHARE_RUN_RET,
            SHARE_MK_TOKEN: SHARE_TOKEN_RET}
 _CREDENTIALS = ("eauth", "username", "password", "token")
 MAX_PENDING_LOGINS = 32
+TOKEN_CLEAN_EVERY = 3600.0
+"""Seconds between sweeps of expired tokens (each is also removed when presented)."""
 
 
 def eauth_failure(kind: str, user: str | None = None) -> str:
@@ -103,6 +105,7 @@ class AccessGate:
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
+        self._next_clean = time.monotonic() + TOKEN_CLEAN_EVERY
 
     # -- Wakeable -------------------------------------------------------------------------
 
@@ -146,6 +149,12 @@ class AccessGate:
                 pass
         except (BlockingIOError, InterruptedError):
             pass
+        if time.monotonic() >= self._next_clean:
+            self._next_clean = time.monotonic() + TOKEN_CLEAN_EVERY
+            try:
+                self.tokens.clean(time.time())
+            except OSError as exc:
+                log.warning("eauth: expired tokens not removed: %s", exc)
         if self.server is not None:
             for conn, cred, body in self.server.poll():
                 share = p.share_of(body)
@@ -267,6 +276,8 @@ class AccessGate:
         if not isinstance(req, str):
             return
         answer = _ANSWER.get(share, p.SHARE_PUB_ACK)
+        if "error" in fields:
+            fields["denied"] = True
         self.send(yard, p.lane_reply(self.estate, yard, answer, req=req, **fields))
 
     def _wake(self) -> None:

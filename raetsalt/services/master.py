@@ -376,6 +376,11 @@ class MasterJobs:
             return fail("no function given")
         nodegroups = self.opts.get("nodegroups") or {}
         table = self.minion_table()
+        try:
+            bounds = match_bounds(tgt, tgt_type, table, nodegroups, delimiter=delimiter)
+            sent_tgt, sent_type = minion_target(tgt, tgt_type, nodegroups)
+        except TargetError as exc:
+            return fail(f"Invalid target: {exc}")
         decision = self._authorize_publish(requester, fun, arg, tgt, tgt_type, table)
         if not decision.allowed:
             return self._denied(requester, sink, p.SHARE_PUB_ACK, decision, fun=fun, tgt=tgt,
@@ -383,11 +388,6 @@ class MasterJobs:
         if requester.kind != "user" or requester.name not in self.unrestricted:
             # Publish exactly what was checked: ``k=v`` strings become keyword arguments.
             arg = acl.normalized_arg(fun, arg)
-        try:
-            bounds = match_bounds(tgt, tgt_type, table, nodegroups, delimiter=delimiter)
-            sent_tgt, sent_type = minion_target(tgt, tgt_type, nodegroups)
-        except TargetError as exc:
-            return fail(f"Invalid target: {exc}")
         minions = sorted(bounds.definite)
         if body.get("preview") and sink.minion is None:
             return [sink.answer(self.estate, p.SHARE_PUB_ACK, minions=minions)]

@@ -268,3 +268,13 @@ def test_a_comma_command_returns_by_function(ctx: Context) -> None:
     flat = execute(Loader(), JobSpec("2", "test.ping,test.version", []), ctx, 1)
     assert flat.ret["success"] is True and set(flat.ret["return"]) == {"test.ping",
                                                                        "test.version"}
+
+
+def test_an_invalid_target_is_an_error_not_a_denial(master: MasterJobs) -> None:
+    actions = peer_pub(master, "minion1", "role:web", "test.ping", tgt_type="pillar")
+    [ack] = answers(actions, "minion1", p.SHARE_PEER_ACK)
+    assert ack["error"].startswith("Invalid target: ") and "denied" not in ack
+    assert not [a for a in actions if isinstance(a, Fire)]
+    actions = peer_pub(master, "minion1", "webs", "test.ping", tgt_type="nodegroup")
+    assert answers(actions, "minion1", p.SHARE_PEER_ACK)[0]["minions"] == ["minion1",
+                                                                          "minion3"]
