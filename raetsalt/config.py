@@ -716,9 +716,10 @@ SCHEMA: tuple[Option, ...] = (
         "peer",
         _rule_mapping(),
         {"master": {}},
-        "Which minions may publish which functions to other minions: minion-id "
-        "regex -> list of function regexes (Salt's peer).  Empty: no peer "
-        "publishing.",
+        "Which minions may publish which functions to other minions (publish.*): "
+        "minion-id regex -> list of function regexes or {target: [functions]} "
+        "(Salt's peer; regexes match at the start only, add $ for exact).  Empty: "
+        "no peer publishing.  Checked when the master starts.",
         "Access control",
         example=("peer:", "  '.*\\.example\\.com':", "    - test.*"),
     ),
@@ -726,8 +727,8 @@ SCHEMA: tuple[Option, ...] = (
         "peer_run",
         _rule_mapping(),
         {"master": {}},
-        "Which minions may run which runners on the master: minion-id regex -> "
-        "list of runner regexes.",
+        "Which minions may run which runners on the master (publish.runner): "
+        "minion-id regex -> list of runner regexes.",
         "Access control",
         example=("peer_run:", "  'web.*':", "    - manage.up"),
     ),
@@ -736,7 +737,9 @@ SCHEMA: tuple[Option, ...] = (
         _rule_mapping(),
         {"master": {}},
         "What local non-root users may run through the raetsalt CLI: user (or "
-        "regex) -> list of functions or {target: [functions]}.",
+        "regex) -> list of functions or {target: [functions]}; '@runner' or "
+        "'@<module>' entries for raetsalt-run.  When set, the master opens a "
+        "command socket <sock_dir>_cmd/master.sock for those users.",
         "Access control",
         example=("publisher_acl:", "  fred:", "    - test.*", "    - 'web*':", "      - pkg.*"),
     ),
@@ -752,7 +755,9 @@ SCHEMA: tuple[Option, ...] = (
         "external_auth",
         _external_auth(),
         {"master": {}},
-        "External authentication: backend -> user -> rules, as in Salt.",
+        "External authentication (raetsalt -a file|pam): backend -> user -> rules, "
+        "as in Salt; the file backend takes ^filename, ^filetype (text, htpasswd, "
+        "htdigest), ^hashtype...",
         "Access control",
         example=("external_auth:", "  pam:", "    fred:", "      - test.*"),
     ),
