@@ -40,7 +40,7 @@ from typing import Any
 
 import msgpack
 
-from raetsalt.drivers.uxd import check_socket_path
+from raetsalt.drivers.uxd import check_socket_path, unlink_if_stale
 from raetsalt.errors import BadPacket, LocalError
 
 MAX_FRAME = 1 << 20
@@ -128,7 +128,7 @@ class CommandServer:
         if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
             raise LocalError(f"{directory!r} is not a directory of this user")
         os.chmod(directory, 0o755)
-        _unlink_stale(path)
+        unlink_if_stale(path, socket.SOCK_STREAM)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.bind(path)
@@ -273,24 +273,6 @@ class CommandServer:
         except (KeyError, ValueError):
             pass
         conn.sock.close()
-
-
-def _unlink_stale(path: str) -> None:
-    if not os.path.lexists(path):
-        return
-    if not stat.S_ISSOCK(os.lstat(path).st_mode):
-        raise LocalError(f"{path!r} exists and is not a socket")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.connect(path)
-    except ConnectionRefusedError:
-        os.unlink(path)
-        return
-    except FileNotFoundError:
-        return
-    finally:
-        probe.close()
-    raise LocalError(f"another process serves {path!r}")
 
 
 class StreamClient:

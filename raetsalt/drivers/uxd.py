@@ -67,13 +67,14 @@ def prepare_sock_dir(sock_dir: str, group: int | None = None) -> None:
             os.chmod(sock_dir, 0o700)
 
 
-def _unlink_if_stale(path: str) -> None:
-    """Remove a socket file nobody is bound to any more; refuse to steal a live one."""
-    if not os.path.exists(path):
+def unlink_if_stale(path: str, kind: int = socket.SOCK_DGRAM) -> None:
+    """Remove a socket file (of socket type ``kind``) nobody is bound to any more;
+    refuse to steal a live one or to remove anything that is not a socket."""
+    if not os.path.lexists(path):
         return
     if not stat.S_ISSOCK(os.lstat(path).st_mode):
         raise LocalError(f"{path!r} exists and is not a socket")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    probe = socket.socket(socket.AF_UNIX, kind)
     try:
         probe.connect(path)
     except ConnectionRefusedError:
@@ -107,7 +108,7 @@ class UxdSocket:
         self.path = check_socket_path(path, sock_dir)
         self.stats: Counter[str] = Counter()
         if replace_stale:
-            _unlink_if_stale(path)
+            unlink_if_stale(path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
             for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):

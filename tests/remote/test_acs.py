@@ -32,6 +32,7 @@ from raetsalt.cli import salt as salt_cli
 from raetsalt.config import load_node_config
 from raetsalt.drivers.cmdsock import command_socket_path
 from raetsalt.event import MasterEvent
+from remote.cluster import json_docs, started_cluster, wait_event
 
 pytestmark = [
     pytest.mark.integration,
@@ -84,12 +85,7 @@ class Cluster:
         return run_as(user, str(self.home), main, ["-c", str(self.master_conf), *args])
 
     def wait_event(self, tag: str, timeout: float = 10.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while (remaining := deadline - time.monotonic()) > 0:
-            event = self.bus.get_event(wait=remaining, tag=tag, full=True)
-            if event is not None:
-                return event
-        raise AssertionError(f"no event {tag!r} within {timeout} s")
+        return wait_event(self.bus, tag, timeout)
 
 
 def run_as(user: str, home: str, main: Callable[[list[str]], int], argv: list[str]
@@ -153,37 +149,12 @@ def cluster() -> Iterator[Cluster]:
         home = world.root / "home"
         home.mkdir()
         os.chown(home, pwd.getpwnam("nobody").pw_uid, -1)
-        master_conf = world.master_dir(master_config(world.root))
-        master = world.start("master", master_conf)
-        master.expect("serving on")
-        bus = MasterEvent(load_node_config(master_conf, "master")["sock_dir"])
-        for name, grains in GRAINS.items():
-            world.start("minion", world.minion_dir(name, name, f"grains:\n  {grains}\n"))
-        cluster = Cluster(world, master_conf, master, bus, home)
-        started = set()
-        while started != set(GRAINS):
-            event = cluster.wait_event("salt/minion/")
-            if event["tag"].endswith("/start"):
-                started.add(event["tag"].split("/")[2])
         try:
-            yield cluster
+            with started_cluster(world, master_config(world.root), GRAINS) as up:
+                yield Cluster(world, up.master_conf, up.master, up.bus, home)
         finally:
-            bus.destroy()
             if created:
                 subprocess.run(["userdel", PAM_USER], capture_output=True)
-
-
-def docs(text: str) -> dict[str, Any]:
-    decoder = json.JSONDecoder()
-    merged: dict[str, Any] = {}
-    index = 0
-    while index < len(text):
-        if text[index].isspace():
-            index += 1
-            continue
-        doc, index = decoder.raw_decode(text, index)
-        merged.update(doc)
-    return merged
 
 
 def test_the_command_socket_is_open_but_the_bus_is_not(cluster: Cluster) -> None:
@@ -200,10 +171,10 @@ def test_the_command_socket_is_open_but_the_bus_is_not(cluster: Cluster) -> None
 def test_publisher_acl_user_runs_what_is_allowed(cluster: Cluster) -> None:
     code, out, err = cluster.as_user("nobody", "salt", "*", "test.ping", "--out", "json")
     assert code == 0, err
-    assert docs(out) == dict.fromkeys(GRAINS, True)
+    assert json_docs(out) == dict.fromkeys(GRAINS, True)
     code, out, err = cluster.as_user("nobody", "salt", "minion1", "test.echo", "hi",
                                      "--out", "json")
-    assert (code, docs(out)) == (0, {"minion1": "hi"}), err
+    assert (code, json_docs(out)) == (0, {"minion1": "hi"}), err
     code, out, err = cluster.as_user("nobody", "run", "manage.up", "--out", "json")
     assert (code, json.loads(out)) == (0, sorted(GRAINS)), err
 
@@ -242,7 +213,7 @@ def test_root_is_unrestricted(cluster: Cluster) -> None:
     done = cluster.world.cli("salt", cluster.master_conf, "minion2", "cmd.run", "echo hi",
                              "--out", "json")
     assert done.returncode == 0, done.stderr
-    assert docs(done.stdout) == {"minion2": "hi"}
+    assert json_docs(done.stdout) == {"minion2": "hi"}
 
 
 # ---------------------------------------------------------------------- external_auth
@@ -252,11 +223,11 @@ def test_eauth_file_right_password(cluster: Cluster) -> None:
     code, out, err = cluster.as_user("nobody", "salt", "-a", "file", "--username", "fred",
                                      "--password", "fred-secret", "minion2", "test.echo",
                                      "as-fred", "--out", "json")
-    assert (code, docs(out)) == (0, {"minion2": "as-fred"}), err
+    assert (code, json_docs(out)) == (0, {"minion2": "as-fred"}), err
     code, out, err = cluster.as_user("nobody", "salt", "-a", "file", "--username", "alice",
                                      "--password", "alice-secret", "G@os:Debian", "-C",
                                      "test.echo", "as-alice", "--out", "json")
-    assert (code, docs(out)) == (0, {"minion1": "as-alice"}), err
+    assert (code, json_docs(out)) == (0, {"minion1": "as-alice"}), err
 
 
 def test_eauth_file_wrong_password_and_rules(cluster: Cluster) -> None:
@@ -278,14 +249,14 @@ def test_eauth_token_works_until_it_expires(cluster: Cluster) -> None:
     code, out, err = cluster.as_user("nobody", "salt", "-a", "file", "--username", "fred",
                                      "--password", "fred-secret", "-T", "minion1",
                                      "test.ping", "--out", "json")
-    assert (code, docs(out)) == (0, {"minion1": True}), err
+    assert (code, json_docs(out)) == (0, {"minion1": True}), err
     info = os.stat(token_file)
     assert info.st_mode & 0o777 == 0o600 and info.st_uid == pwd.getpwnam("nobody").pw_uid
     token = token_file.read_text().strip()
     # Without -a the token says who we are: fred may run test.echo on minion2, nobody not.
     code, out, err = cluster.as_user("nobody", "salt", "minion2", "test.echo", "tok",
                                      "--out", "json")
-    assert (code, docs(out)) == (0, {"minion2": "tok"}), err
+    assert (code, json_docs(out)) == (0, {"minion2": "tok"}), err
     code, out, err = cluster.as_user("nobody", "run", "manage.status", "--out", "json")
     assert (code, json.loads(out)) == (0, {"up": sorted(GRAINS), "down": []}), err
     # The master keeps it 0600 in cachedir/tokens; make it expire there.
@@ -308,4 +279,4 @@ def test_eauth_pam(cluster: Cluster) -> None:
                              PAM_USER, "--password", PAM_PASSWORD, "minion1", "test.ping",
                              "--out", "json")
     assert done.returncode == 0, done.stderr
-    assert docs(done.stdout) == {"minion1": True}
+    assert json_docs(done.stdout) == {"minion1": True}

@@ -23,10 +23,10 @@ from raetsalt.config import load_node_config
 from raetsalt.event import MasterEvent
 from raetsalt.services import protocol as p
 from raetsalt.services.client import CommandClient
+from remote.cluster import ALIVE, started_cluster, wait_event
 
 pytestmark = pytest.mark.integration
 
-ALIVE = 1.5
 GRAINS = {
     "minion1": "os: Debian\n  roles: [web]",
     "minion2": "os: Ubuntu\n  roles: [db]",
@@ -58,12 +58,7 @@ class Cluster:
         return self.world.cli("call", self.confs[minion], *args, "--out", "json")
 
     def wait_event(self, tag: str, timeout: float = 10.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while (remaining := deadline - time.monotonic()) > 0:
-            event = self.bus.get_event(wait=remaining, tag=tag, full=True)
-            if event is not None:
-                return event
-        raise AssertionError(f"no event {tag!r} within {timeout} s")
+        return wait_event(self.bus, tag, timeout)
 
     def reconfigure(self, extra: str) -> None:
         """Restart the master with ``extra`` config; wait until every minion is back."""
@@ -78,24 +73,12 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    with make_world() as world:
-        master_conf = world.master_dir("auto_accept: true\n", alive=ALIVE)
-        master = world.start("master", master_conf)
-        master.expect("serving on")
-        bus = MasterEvent(load_node_config(master_conf, "master")["sock_dir"])
-        confs = {name: world.minion_dir(name, name, f"grains:\n  {grains}\n", alive=ALIVE)
-                 for name, grains in GRAINS.items()}
-        minions = {name: world.start("minion", conf) for name, conf in confs.items()}
-        cluster = Cluster(world, master_conf, master, minions, confs, bus)
-        started = set()
-        while started != set(GRAINS):
-            event = cluster.wait_event("salt/minion/")
-            if event["tag"].endswith("/start"):
-                started.add(event["tag"].split("/")[2])
+    with make_world() as world, started_cluster(world, "auto_accept: true\n", GRAINS) as up:
+        cluster = Cluster(world, up.master_conf, up.master, up.minions, up.confs, up.bus)
         try:
             yield cluster
         finally:
-            cluster.bus.destroy()
+            cluster.bus.destroy()  # reconfigure() may have replaced the first one
 
 
 def local(done: Any) -> Any:

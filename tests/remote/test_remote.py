@@ -20,10 +20,10 @@ from daemons.helpers import Daemon, World, make_world
 
 from raetsalt.config import load_node_config
 from raetsalt.event import MasterEvent
+from remote.cluster import ALIVE, json_docs, started_cluster, wait_event
 
 pytestmark = pytest.mark.integration
 
-ALIVE = 1.5  # raet_alive_period of the test cluster
 GRAINS = {
     "minion1": "os: Debian\n  roles: [web]\n  ipv4: [10.0.0.1]",
     "minion2": "os: Ubuntu\n  roles: [db]\n  ipv4: [10.0.1.2]",
@@ -53,51 +53,15 @@ class Cluster:
         return json.loads(done.stdout)
 
     def wait_event(self, tag: str, timeout: float = 10.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while (remaining := deadline - time.monotonic()) > 0:
-            event = self.bus.get_event(wait=remaining, tag=tag, full=True)
-            if event is not None:
-                return event
-        raise AssertionError(f"no event {tag!r} within {timeout} s")
-
-
-def json_docs(text: str) -> dict[str, Any]:
-    """Merge the JSON documents raetsalt prints (one per minion without --static)."""
-    decoder = json.JSONDecoder()
-    merged: dict[str, Any] = {}
-    index = 0
-    while index < len(text):
-        if text[index].isspace():
-            index += 1
-            continue
-        doc, index = decoder.raw_decode(text, index)
-        merged.update(doc)
-    return merged
+        return wait_event(self.bus, tag, timeout)
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    with make_world() as world:
-        master_conf = world.master_dir(f"auto_accept: true\npresence_events: true\n{NODEGROUPS}",
-                                       alive=ALIVE)
-        master = world.start("master", master_conf)
-        master.expect("serving on")
-        bus = MasterEvent(load_node_config(master_conf, "master")["sock_dir"])
-        confs = {
-            name: world.minion_dir(name, name, f"grains:\n  {grains}\n", alive=ALIVE)
-            for name, grains in GRAINS.items()
-        }
-        minions = {name: world.start("minion", conf) for name, conf in confs.items()}
-        cluster = Cluster(world, master_conf, master, minions, confs, bus)
-        started = set()
-        while started != set(GRAINS):
-            event = cluster.wait_event("salt/minion/")
-            if event["tag"].endswith("/start"):
-                started.add(event["tag"].split("/")[2])
-        try:
-            yield cluster
-        finally:
-            bus.destroy()
+    with make_world() as world, started_cluster(
+        world, f"auto_accept: true\npresence_events: true\n{NODEGROUPS}", GRAINS
+    ) as up:
+        yield Cluster(world, up.master_conf, up.master, up.minions, up.confs, up.bus)
 
 
 def test_ping_every_minion_as_json(cluster: Cluster) -> None:
