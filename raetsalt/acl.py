@@ -583,6 +583,42 @@ def check_blacklist(
     return None
 
 
+def _publisher_entries(
+    acl: Mapping[str, Any] | None,
+    user: str,
+    groups: Iterable[str],
+    blacklist: Mapping[str, Any] | None,
+    unrestricted: Collection[str],
+    permissive: bool,
+    funs: Sequence[str],
+    strict: bool,
+) -> Decision | list[_Entry]:
+    """The local user's ``publisher_acl`` entries, or the decision that ends the check
+    before them: a blacklisted user, a blacklisted function among ``funs``, an
+    unrestricted user, or no entry at all."""
+    who = f"user {user!r}"
+    bl = blacklist or {}
+    for i, pattern in enumerate(bl.get("users") or []):
+        if isinstance(pattern, str) and _user_match(pattern, user):
+            return Decision(
+                False, f"{who} is blacklisted by publisher_acl_blacklist",
+                f"publisher_acl_blacklist['users'][{i}] -> {pattern!r}",
+            )
+    for f in funs:
+        for i, pattern in enumerate(bl.get("modules") or []):
+            if _rx(pattern, f, strict):
+                return Decision(
+                    False, f"{who} may not run {f!r}: the function is blacklisted",
+                    f"publisher_acl_blacklist['modules'][{i}] -> {pattern!r}",
+                )
+    if user in unrestricted:
+        return Decision(True, f"{who} is unrestricted", None)
+    entries = _user_entries(acl or {}, "publisher_acl", user, groups, permissive)
+    if not entries:
+        return Decision(False, f"{who} has no publisher_acl entry")
+    return entries
+
+
 def check_publisher_acl(
     acl: Mapping[str, Any] | None,
     user: str,
@@ -608,26 +644,11 @@ def check_publisher_acl(
     (``publisher_acl_blacklist``) applies to everyone, unrestricted users included.
     """
     who = f"user {user!r}"
-    funs = split_functions(fun)
-    bl = blacklist or {}
-    for i, pattern in enumerate(bl.get("users") or []):
-        if isinstance(pattern, str) and _user_match(pattern, user):
-            return Decision(
-                False, f"{who} is blacklisted by publisher_acl_blacklist",
-                f"publisher_acl_blacklist['users'][{i}] -> {pattern!r}",
-            )
-    for f in funs:
-        for i, pattern in enumerate(bl.get("modules") or []):
-            if _rx(pattern, f, strict):
-                return Decision(
-                    False, f"{who} may not run {f!r}: the function is blacklisted",
-                    f"publisher_acl_blacklist['modules'][{i}] -> {pattern!r}",
-                )
-    if user in unrestricted:
-        return Decision(True, f"{who} is unrestricted", None)
-    entries = _user_entries(acl or {}, "publisher_acl", user, groups, permissive)
-    if not entries:
-        return Decision(False, f"{who} has no publisher_acl entry")
+    entries = _publisher_entries(
+        acl, user, groups, blacklist, unrestricted, permissive, split_functions(fun), strict
+    )
+    if isinstance(entries, Decision):
+        return entries
     return _auth_check(
         entries, who, fun, arg, kwarg, tgt, tgt_type, minions, nodegroups, whitelist, strict
     )
@@ -654,17 +675,9 @@ def check_publisher_acl_runner(
     or ``{'@<module>': [regex on the function name]}``.  The blacklist's ``users`` apply.
     """
     who = f"user {user!r}"
-    for i, pattern in enumerate((blacklist or {}).get("users") or []):
-        if isinstance(pattern, str) and _user_match(pattern, user):
-            return Decision(
-                False, f"{who} is blacklisted by publisher_acl_blacklist",
-                f"publisher_acl_blacklist['users'][{i}] -> {pattern!r}",
-            )
-    if user in unrestricted:
-        return Decision(True, f"{who} is unrestricted", None)
-    entries = _user_entries(acl or {}, "publisher_acl", user, groups, permissive)
-    if not entries:
-        return Decision(False, f"{who} has no publisher_acl entry")
+    entries = _publisher_entries(acl, user, groups, blacklist, unrestricted, permissive, [], strict)
+    if isinstance(entries, Decision):
+        return entries
     return _spec_check(entries, who, fun, arg, kwarg, "runner", strict)
 
 

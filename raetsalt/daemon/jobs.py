@@ -48,7 +48,6 @@ from raetsalt.services.minion import (
     ToMaster,
     execute,
 )
-from raetsalt.services.minion import ToClient as MinionToClient
 from raetsalt.services.peer import PeerRelay
 
 log = logging.getLogger("raetsalt.daemon")
@@ -372,7 +371,7 @@ class MinionService:
                 actions.extend(self._spawn(action.spec))
             elif type(action) is ToMaster:
                 self._to_master(action.body)
-            elif type(action) is MinionToClient:
+            elif type(action) is ToClient:
                 lane = True
                 try:
                     self.node.manor.lane.send(action.body, action.yard)
@@ -417,7 +416,7 @@ class MinionService:
         if not isinstance(req, str):
             return []
         if not self.connected():
-            return [MinionToClient(event.source, p.lane_reply(
+            return [ToClient(event.source, p.lane_reply(
                 self.jobs.estate, event.source, p.SHARE_CALL_RET, req=req,
                 error=NOT_AUTHENTICATED, code=2))]
         jid = new_jid(self.utcnow(), self._last_jid)

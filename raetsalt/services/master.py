@@ -33,7 +33,7 @@ from raetsalt.jobs import JobCache, new_jid
 from raetsalt.targeting import expand_nodegroup, match_bounds
 
 from . import protocol as p
-from .protocol import Requester
+from .protocol import Requester, ToClient
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +49,6 @@ class ToMinion:
     """Send ``body`` over the road to the minion whose role is ``minion``."""
 
     minion: str
-    body: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class ToClient:
-    """Send ``body`` over the lane to the client yard ``yard``."""
-
-    yard: str
     body: dict[str, Any]
 
 

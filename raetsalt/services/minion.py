@@ -38,6 +38,7 @@ from raetsalt.execution.loader import (
 from raetsalt.targeting import match_self
 
 from . import protocol as p
+from .protocol import ToClient
 
 log = logging.getLogger(__name__)
 
@@ -71,14 +72,6 @@ class JobSpec:
 class ToMaster:
     """Send ``body`` over the road to the master."""
 
-    body: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class ToClient:
-    """Send ``body`` over the lane to client yard ``yard``."""
-
-    yard: str
     body: dict[str, Any]
 
 

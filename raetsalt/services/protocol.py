@@ -145,6 +145,14 @@ CALL_JID = "req"
 
 
 @dataclass(frozen=True, slots=True)
+class ToClient:
+    """An action of a job service: send ``body`` over the lane to the client yard ``yard``."""
+
+    yard: str
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class Requester:
     """Who sent a request, as the daemon established it (never from the payload).
 
