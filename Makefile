@@ -12,7 +12,7 @@ venv: $(STAMP)
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench,salt]'
 	touch $(STAMP)
 
 test: $(STAMP)

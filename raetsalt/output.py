@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from raetsalt import highstate
 from raetsalt.errors import LocalError
 
 __all__ = ["OUTPUTTERS", "render"]
@@ -174,6 +175,7 @@ _RENDERERS: dict[str, _Renderer] = {
     "txt": _txt,
     "raw": _raw,
     "pprint": _pprint,
+    "highstate": highstate.render,
 }
 
 OUTPUTTERS: tuple[str, ...] = tuple(_RENDERERS)

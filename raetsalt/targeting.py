@@ -12,9 +12,11 @@ Both sides run the *same* parser and evaluator here, so they cannot disagree the
 Salt's master (set algebra built as a string and ``eval``-ed) and minion (a boolean
 expression ``eval``-ed) sometimes do.
 
-The minion table maps minion id -> grains dict.  A value of ``None`` means "the master
-has no cached grains for this minion" (see *Unknown grains* below).  ``ipcidr`` reads
-the ``ipv4`` / ``ipv6`` grains (lists of address strings).
+The minion table maps minion id -> what the targets can see of it: a grains mapping,
+or a :class:`MinionFacts` with its grains and its pillar.  ``None`` (or a ``None``
+field of ``MinionFacts``) means "the master has no data for this minion" (see *Unknown
+grains* below); a plain grains mapping leaves the pillar unknown.  ``ipcidr`` reads the
+``ipv4`` / ``ipv6`` grains (lists of address strings).
 
 Target types (``TARGET_TYPES``)
 -------------------------------
@@ -35,6 +37,10 @@ Target types (``TARGET_TYPES``)
     grain matching is case-insensitive, and a ``grain_pcre`` pattern is *also*
     lower-cased: ``\\D``, ``\\S``, ``\\W`` silently become ``\\d``, ``\\s``, ``\\w``,
     exactly as in Salt.  Regexes are start-anchored.
+``pillar`` / ``pillar_pcre``
+    ``key:value`` matched against the minion's pillar with exactly the ``grain`` /
+    ``grain_pcre`` rules (Salt's ``-I`` / ``-J``, compound ``I@`` / ``J@``).  The master
+    matches the pillar it compiled for each minion; a minion matches its own.
 ``ipcidr``
     an address (equality with any ``ipv4``/``ipv6`` grain address) or a network
     (``in`` test).  Networks must not have host bits set (``10.0.0.1/24`` is
@@ -42,15 +48,15 @@ Target types (``TARGET_TYPES``)
 ``nodegroup``
     the name of a master ``nodegroups`` entry, expanded and evaluated as compound.
 ``compound``
-    ``G@ P@ L@ E@ S@ N@`` matchers and bare globs joined by ``and``/``or``/``not`` and
+    ``G@ P@ I@ J@ L@ E@ S@ N@`` matchers and bare globs joined by ``and``/``or``/``not`` and
     parentheses, all separated by whitespace (or given as a list of tokens).
-    ``G`` and ``P`` accept a one-character custom delimiter: ``G|@kernel|release|6.*``.
+    ``G``, ``P``, ``I`` and ``J`` accept a one-character custom delimiter:
+    ``G|@kernel|release|6.*``.
     ``not`` binds tighter than ``and``, which binds tighter than ``or``; ``A not B``
     means ``A and not B``; ``not`` at the start means "every minion except".
 
-Pillar (``pillar``, ``pillar_pcre``, ``pillar_exact``, ``I@``, ``J@``), ``range``
-(``R@``) and 3008's resource matchers (``T@``, ``M@``) are not supported and raise
-:class:`~raetsalt.errors.TargetError` saying so.
+``pillar_exact``, ``range`` (``R@``) and 3008's resource matchers (``T@``, ``M@``) are
+not supported and raise :class:`~raetsalt.errors.TargetError` saying so.
 
 Nodegroups
 ----------
@@ -92,11 +98,12 @@ Other divergences, each chosen as the safe or the consistent option:
 * an ``ipcidr`` grain given as one string is treated as a one-element list (Salt tests
   a *substring* of the string, so ``10.0.0.1`` would match ``10.0.0.12``); addresses
   are compared as parsed addresses, and unparsable grain addresses never match;
-* **Unknown grains.**  Salt 3008.3's master drops minions without cached data from
+* **Unknown grains** (and pillar).  Salt 3008.3's master drops minions without cached data from
   ``grain`` targets but *keeps* them for ``ipcidr`` and for ``not`` (``not G@os:X``
   = every accepted minion minus the matches, including uncached ones).  Here a minion
   whose grains are ``None`` is *unknown* for ``G@``/``P@``/``S@`` and evaluation is
-  three-valued: :func:`match_bounds` returns the minions that *definitely* match and
+  three-valued (the same holds for ``I@``/``J@`` and an unknown pillar):
+  :func:`match_bounds` returns the minions that *definitely* match and
   those that *possibly* match (``not unknown`` stays unknown).  :func:`match_minions`
   returns the definite set.  For ACL subset checks, :func:`target_within` decides
   an unknown minion by treating every grain/ipcidr term as an independent unknown
@@ -116,7 +123,7 @@ import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from raetsalt.errors import TargetError
 
@@ -125,6 +132,7 @@ __all__ = [
     "TARGET_TYPES",
     "UNSUPPORTED_TARGET_TYPES",
     "MatchBounds",
+    "MinionFacts",
     "MinionTable",
     "Nodegroups",
     "expand_nodegroup",
@@ -137,9 +145,20 @@ __all__ = [
 ]
 
 Grains = Mapping[str, Any]
-MinionTable = Mapping[str, Union[Grains, None]]
-Nodegroups = Mapping[str, Union[str, Sequence[str]]]
-Target = Union[str, Sequence[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class MinionFacts:
+    """What targets match for one minion: its ``grains`` and its ``pillar`` (None: not
+    known).  A minion table may hold a plain grains mapping instead (pillar unknown)."""
+
+    grains: Grains | None
+    pillar: Mapping[str, Any] | None = None
+
+
+MinionTable = Mapping[str, Grains | MinionFacts | None]
+Nodegroups = Mapping[str, str | Sequence[str]]
+Target = str | Sequence[str]
 
 TARGET_TYPES: tuple[str, ...] = (
     "glob",
@@ -147,6 +166,8 @@ TARGET_TYPES: tuple[str, ...] = (
     "list",
     "grain",
     "grain_pcre",
+    "pillar",
+    "pillar_pcre",
     "ipcidr",
     "nodegroup",
     "compound",
@@ -154,8 +175,6 @@ TARGET_TYPES: tuple[str, ...] = (
 """Target types this module evaluates."""
 
 UNSUPPORTED_TARGET_TYPES: tuple[str, ...] = (
-    "pillar",
-    "pillar_pcre",
     "pillar_exact",
     "compound_pillar_exact",
     "range",
@@ -171,6 +190,10 @@ CLI_FLAGS: Mapping[str, str] = {
     "--grain": "grain",
     "-P": "grain_pcre",
     "--grain-pcre": "grain_pcre",
+    "-I": "pillar",
+    "--pillar": "pillar",
+    "-J": "pillar_pcre",
+    "--pillar-pcre": "pillar_pcre",
     "-S": "ipcidr",
     "--ipcidr": "ipcidr",
     "-N": "nodegroup",
@@ -181,24 +204,22 @@ CLI_FLAGS: Mapping[str, str] = {
 """Salt CLI targeting flags -> tgt_type.  No flag means ``glob``."""
 
 _UNSUPPORTED_FLAGS: Mapping[str, str] = {
-    "-I": "pillar",
-    "--pillar": "pillar",
-    "-J": "pillar_pcre",
-    "--pillar-pcre": "pillar_pcre",
     "-R": "range",
     "--range": "range",
 }
 
 _OPERATORS = frozenset({"and", "or", "not", "(", ")"})
-_SUPPORTED_ENGINES = frozenset("GPLNSE")
+_SUPPORTED_ENGINES = frozenset("GPIJLNSE")
 _UNSUPPORTED_ENGINES: Mapping[str, str] = {
-    "I": "pillar targeting (I@) is not supported",
-    "J": "pillar targeting (J@) is not supported",
     "R": "range targeting (R@) is not supported",
     "T": "resource targeting (T@) is not supported",
     "M": "resource targeting (M@) is not supported",
 }
 _DELIMITED_ENGINES = frozenset("GPIJ")
+# Engines that read minion data (grains or pillar) rather than the id.
+_DATA_ENGINES = frozenset("GPSIJ")
+_PILLAR_ENGINES = frozenset("IJ")
+_REGEX_ENGINES = frozenset("PJ")
 # One upper-case letter, an optional one-character delimiter, then '@'.  Anything of
 # this shape is matcher syntax; everything else is a glob.
 _MATCHER_RE = re.compile(r"(?P<engine>[A-Z])(?P<delim>[^@])?@(?P<pattern>.*)\Z", re.DOTALL)
@@ -209,8 +230,8 @@ _NODEGROUP_REGEX_CHARS = frozenset("([{\\?}])")
 def tgt_type_from_flag(flag: str | None) -> str:
     """Map a Salt CLI targeting flag (``-E``, ``--grain-pcre``, ...) to a tgt_type.
 
-    ``None`` or ``""`` gives ``glob``.  Pillar and range flags raise TargetError
-    (unsupported); anything else raises TargetError (unknown flag).
+    ``None`` or ``""`` gives ``glob``.  Range flags raise TargetError (unsupported);
+    anything else raises TargetError (unknown flag).
     """
     if not flag:
         return "glob"
@@ -265,7 +286,7 @@ class _Or:
     right: _Node
 
 
-_Node = Union[_Atom, _Not, _And, _Or]
+_Node = _Atom | _Not | _And | _Or
 
 
 # ---------------------------------------------------------------------------
@@ -280,9 +301,9 @@ def _compile_regex(pattern: str, what: str) -> re.Pattern[str]:
         raise TargetError(f"invalid regular expression in {what} {pattern!r}: {exc}") from None
 
 
-_IpTarget = Union[
-    ipaddress.IPv4Address, ipaddress.IPv6Address, ipaddress.IPv4Network, ipaddress.IPv6Network
-]
+_IpTarget = (
+    ipaddress.IPv4Address | ipaddress.IPv6Address | ipaddress.IPv4Network | ipaddress.IPv6Network
+)
 
 
 def _parse_ip_target(pattern: str) -> _IpTarget:
@@ -308,16 +329,16 @@ def _make_atom(engine: str, pattern: str, delimiter: str = ":") -> _Atom:
         return _Atom("L", pattern, compiled=frozenset(p for p in pattern.split(",") if p))
     if engine == "S":
         return _Atom("S", pattern, compiled=_parse_ip_target(pattern))
-    if engine in ("G", "P"):
-        kind = "grain" if engine == "G" else "grain_pcre"
+    if engine in ("G", "P", "I", "J"):
+        kind = {"G": "grain", "P": "grain_pcre", "I": "pillar", "J": "pillar_pcre"}[engine]
         if delimiter not in pattern:
             raise TargetError(
                 f"{kind} target {pattern!r} needs key{delimiter}value (no {delimiter!r} found)"
             )
-        if engine == "P":
+        if engine in _REGEX_ENGINES:
             # Salt lower-cases the pattern before compiling it; check what will be used.
             value = pattern.split(delimiter, 1)[1].lower()
-            _compile_regex(value, "grain_pcre target")
+            _compile_regex(value, f"{kind} target")
         return _Atom(engine, pattern, delimiter)
     raise TargetError(f"internal: no atom for engine {engine!r}")  # pragma: no cover
 
@@ -332,7 +353,7 @@ def _parse_token(token: str) -> _Atom:
         raise TargetError(f"{_UNSUPPORTED_ENGINES[engine]} (in {token!r})")
     if engine not in _SUPPORTED_ENGINES:
         raise TargetError(
-            f"unknown matcher {engine}@ in {token!r} (known: G@ P@ L@ E@ S@ N@; "
+            f"unknown matcher {engine}@ in {token!r} (known: G@ P@ I@ J@ L@ E@ S@ N@; "
             f"a bare word is a glob)"
         )
     if delim is not None and engine not in _DELIMITED_ENGINES:
@@ -472,9 +493,15 @@ def _ip_match(grains: Grains, target: _IpTarget) -> bool:
 # ---------------------------------------------------------------------------
 
 
+def _facts(value: Grains | MinionFacts | None) -> MinionFacts:
+    if isinstance(value, MinionFacts):
+        return value
+    return MinionFacts(value, None)
+
+
 class _Evaluator:
     def __init__(self, minions: MinionTable) -> None:
-        self.minions = minions
+        self.facts = {mid: _facts(value) for mid, value in minions.items()}
         self.universe = frozenset(minions)
 
     def atom(self, atom: _Atom) -> tuple[frozenset[str], frozenset[str]]:
@@ -491,14 +518,17 @@ class _Evaluator:
             return hit, hit
         definite: set[str] = set()
         unknown: set[str] = set()
-        for mid, grains in self.minions.items():
-            if grains is None:
+        pillar = engine in _PILLAR_ENGINES
+        for mid, facts in self.facts.items():
+            data = facts.pillar if pillar else facts.grains
+            if data is None:
                 unknown.add(mid)
                 continue
             if engine == "S":
-                ok = _ip_match(grains, atom.compiled)
+                ok = _ip_match(data, atom.compiled)
             else:
-                ok = _subdict_match(grains, atom.pattern, atom.delimiter, engine == "P")
+                ok = _subdict_match(data, atom.pattern, atom.delimiter,
+                                    engine in _REGEX_ENGINES)
             if ok:
                 definite.add(mid)
         return frozenset(definite), frozenset(definite | unknown)
@@ -677,7 +707,7 @@ class _Parser:
 def _build(tgt: Target, tgt_type: str, nodegroups: Nodegroups | None, delimiter: str) -> _Node:
     """Parse and validate any supported target into an expression tree."""
     if tgt_type in UNSUPPORTED_TARGET_TYPES:
-        raise TargetError(f"target type {tgt_type!r} (pillar/range targeting) is not supported")
+        raise TargetError(f"target type {tgt_type!r} is not supported")
     if tgt_type not in TARGET_TYPES:
         raise TargetError(
             f"unknown target type {tgt_type!r}; expected one of {', '.join(TARGET_TYPES)}"
@@ -700,7 +730,8 @@ def _build(tgt: Target, tgt_type: str, nodegroups: Nodegroups | None, delimiter:
         return _Parser(_expand_group(tgt, nodegroups, ()), f"N@{tgt}").parse()
     if len(delimiter) != 1:
         raise TargetError(f"delimiter must be one character, not {delimiter!r}")
-    engine = {"glob": "", "pcre": "E", "grain": "G", "grain_pcre": "P", "ipcidr": "S"}[tgt_type]
+    engine = {"glob": "", "pcre": "E", "grain": "G", "grain_pcre": "P", "pillar": "I",
+              "pillar_pcre": "J", "ipcidr": "S"}[tgt_type]
     return _make_atom(engine, tgt, delimiter)
 
 
@@ -757,7 +788,7 @@ def _term_key(atom: _Atom) -> tuple[str, str, str]:
 
 def _grain_atoms(node: _Node, out: dict[tuple[str, str, str], _Atom]) -> None:
     if isinstance(node, _Atom):
-        if node.engine in ("G", "P", "S"):
+        if node.engine in _DATA_ENGINES:
             out[_term_key(node)] = node
     elif isinstance(node, _Not):
         _grain_atoms(node.operand, out)
@@ -769,7 +800,7 @@ def _grain_atoms(node: _Node, out: dict[tuple[str, str, str], _Atom]) -> None:
 def _eval_point(node: _Node, mid: str, assumed: Mapping[tuple[str, str, str], bool]) -> bool:
     """Evaluate for one minion whose grain terms take the ``assumed`` values."""
     if isinstance(node, _Atom):
-        if node.engine in ("G", "P", "S"):
+        if node.engine in _DATA_ENGINES:
             return assumed[_term_key(node)]
         return mid in _Evaluator({mid: {}}).atom(node)[0]
     if isinstance(node, _Not):
@@ -791,30 +822,36 @@ def target_within(
 ) -> bool:
     """Is every minion that ``tgt`` may reach inside the compound ``allowed`` expression?
 
-    Minions with known grains: plain set inclusion (an empty target is inside
-    anything, as in Salt).  A minion with unknown grains (``None``) passes only if
-    "requested implies allowed" holds for every true/false combination of the grain
-    and ipcidr terms of both expressions; with more than ``max_unknown_terms``
-    distinct terms it does not pass.  Raises TargetError if either is malformed.
+    Minions whose grains (and pillar, when either expression has ``I@``/``J@`` terms)
+    are known: plain set inclusion (an empty target is inside anything, as in Salt).
+    Any other minion passes only if "requested implies allowed" holds for every
+    true/false combination of the grain, pillar and ipcidr terms of both expressions;
+    with more than ``max_unknown_terms`` distinct terms it does not pass.  Raises
+    TargetError if either is malformed.
     """
     requested = _build(tgt, tgt_type or "glob", nodegroups, delimiter)
     permitted = _build(allowed, "compound", nodegroups, ":")
-    known = {m: g for m, g in minions.items() if g is not None}
-    evaluator = _Evaluator(known)
-    if not evaluator.eval(requested)[0] <= evaluator.eval(permitted)[0]:
-        return False
-    unknown = [m for m, g in minions.items() if g is None]
-    if not unknown:
-        return True
     terms: dict[tuple[str, str, str], _Atom] = {}
     _grain_atoms(requested, terms)
     _grain_atoms(permitted, terms)
+    needs_pillar = any(atom.engine in _PILLAR_ENGINES for atom in terms.values())
+
+    def is_known(facts: MinionFacts) -> bool:
+        return facts.grains is not None and (not needs_pillar or facts.pillar is not None)
+
+    facts = {m: _facts(value) for m, value in minions.items()}
+    evaluator = _Evaluator({m: f for m, f in facts.items() if is_known(f)})
+    if not evaluator.eval(requested)[0] <= evaluator.eval(permitted)[0]:
+        return False
+    unknown = [m for m, f in facts.items() if not is_known(f)]
+    if not unknown:
+        return True
     if len(terms) > max_unknown_terms:
         return False
     keys = list(terms)
     for mid in unknown:
         for values in itertools.product((False, True), repeat=len(keys)):
-            assumed = dict(zip(keys, values))
+            assumed = dict(zip(keys, values, strict=True))
             if _eval_point(requested, mid, assumed) and not _eval_point(permitted, mid, assumed):
                 return False
     return True
@@ -830,10 +867,10 @@ def match_minions(
 ) -> set[str]:
     """The master-side expansion: ids in ``minions`` that ``tgt`` matches.
 
-    ``minions`` maps id -> grains (``None`` = no cached grains; such minions never
-    match grain or ipcidr terms).  ``delimiter`` applies to ``grain``/``grain_pcre``
-    targets (Salt's ``--delimiter``).  Raises TargetError for a malformed or
-    unsupported target.
+    ``minions`` maps id -> grains or ``MinionFacts`` (``None`` = no cached data; such
+    minions never match grain, pillar or ipcidr terms).  ``delimiter`` applies to
+    ``grain``/``grain_pcre``/``pillar``/``pillar_pcre`` targets (Salt's ``--delimiter``).
+    Raises TargetError for a malformed or unsupported target.
     """
     return set(match_bounds(tgt, tgt_type, minions, nodegroups, delimiter=delimiter).definite)
 
@@ -846,11 +883,14 @@ def match_self(
     nodegroups: Nodegroups | None = None,
     *,
     delimiter: str = ":",
+    pillar: Mapping[str, Any] | None = None,
 ) -> bool:
     """The minion-side re-check: does this publication target ``minion_id``?
 
-    Uses the same evaluator as the master, so both sides agree.  Raises TargetError
-    for a malformed or unsupported target (the caller should then ignore the job).
+    Uses the same evaluator as the master, so both sides agree; ``pillar`` is the
+    minion's own (``I@``/``J@``; None matches nothing).  Raises TargetError for a
+    malformed or unsupported target (the caller should then ignore the job).
     """
-    table = {minion_id: grains if grains is not None else {}}
+    table = {minion_id: MinionFacts(grains if grains is not None else {},
+                                    pillar if pillar is not None else {})}
     return minion_id in match_minions(tgt, tgt_type, table, nodegroups, delimiter=delimiter)

@@ -283,8 +283,8 @@ def test_reason_recursion_and_invalid_target() -> None:
     assert "publish.*" in d.reason
     d = check_peer(PEERS["open"], "mongo1", "test.ping", [], "X@y", "compound", MINIONS)
     assert d.reason.startswith("minion 'mongo1': invalid target") and "X@" in d.reason
-    d = check_peer(PEERS["open"], "mongo1", "test.ping", [], "I@role:web", "compound", MINIONS)
-    assert "pillar" in d.reason
+    d = check_peer(PEERS["open"], "mongo1", "test.ping", [], "R@%cluster", "compound", MINIONS)
+    assert d.reason.startswith("minion 'mongo1': invalid target") and "range" in d.reason
 
 
 def test_rule_lists_every_deciding_rule() -> None:
@@ -422,7 +422,7 @@ ACL_CASES: list[tuple[str, str, list[str], Any, Any, Any, str, str, bool]] = [
     ("doc", "dave", [], "kmod.load", ["x"], "nocache", "glob", "none", False),
     ("doc", "dave", [], "kmod.load", ["x"], "db1.example.com,web1.example.com", "list", "none", True),
     ("doc", "steve", [], "cmd.run", ["rm -rf /"], "*", "glob", "none", True),
-    ("doc", "steve", [], "anything.at_all", [], "I@x:y", "compound", "none", False),
+    ("doc", "steve", [], "anything.at_all", [], "R@x", "compound", "none", False),
     ("doc", "nobody", [], "test.ping", [], "*", "glob", "none", False),
     ("doc", "fredrick", [], "test.ping", [], "web*", "glob", "none", False),
     ("doc", "root", [], "cmd.run", ["ls"], "*", "glob", "none", True),
@@ -669,7 +669,7 @@ INVALID_CONFIGS: list[tuple[Any, Any, str]] = [
     (validate_peer_config, {".*": [{"a*": ["x"], "b*": ["y"]}]}, "exactly one key"),
     (validate_peer_config, {".*": [{"web* and": ["x"]}]}, "invalid target expression 'web* and'"),
     (validate_peer_config, {".*": [{"( web*": ["x"]}]}, "unbalanced"),
-    (validate_peer_config, {".*": [{"I@role:web": ["x"]}]}, "pillar"),
+    (validate_peer_config, {".*": [{"R@role": ["x"]}]}, "range targeting"),
     (validate_peer_config, {".*": [{"X@y": ["x"]}]}, "unknown matcher"),
     (validate_peer_config, {".*": [{"E@(": ["x"]}]}, "invalid regular expression"),
     (validate_peer_config, {".*": [{"*": []}]}, "function list is empty"),

@@ -36,7 +36,7 @@ def test_default_is_nested() -> None:
 def test_unknown_outputter() -> None:
     with pytest.raises(LocalError, match="unknown outputter 'quiet'; choose one of nested, json"):
         render(PING, "quiet")
-    assert set(OUTPUTTERS) == {"nested", "json", "yaml", "txt", "raw", "pprint"}
+    assert set(OUTPUTTERS) == {"nested", "json", "yaml", "txt", "raw", "pprint", "highstate"}
 
 
 NESTED_DATA = {

@@ -312,9 +312,9 @@ ERRORS: list[tuple[Any, str, str]] = [
     ("L@", "compound", "empty pattern"),
     ("N@", "compound", "empty pattern"),
     ("G@os", "compound", "needs key:value"),
-    ("I@role:web", "compound", "pillar targeting (I@) is not supported"),
-    ("J@role:w.*", "compound", "pillar targeting (J@) is not supported"),
-    ("I|@role|web", "compound", "pillar"),
+    ("I@role", "compound", "pillar target 'role' needs key:value"),
+    ("J@role:(x", "compound", "invalid regular expression in pillar_pcre target"),
+    ("I|@role:web", "compound", "needs key|value"),
     ("R@%cluster", "compound", "range targeting"),
     ("T@x", "compound", "resource"),
     ("M@x", "compound", "resource"),
@@ -335,8 +335,8 @@ ERRORS: list[tuple[Any, str, str]] = [
     ("os", "grain_pcre", "needs key:value"),
     ("10.0.0.1/24", "ipcidr", "invalid IP address or CIDR"),
     ("300.1.1.1", "ipcidr", "invalid IP address or CIDR"),
-    ("role:web", "pillar", "not supported"),
-    ("role:w.*", "pillar_pcre", "not supported"),
+    ("role", "pillar", "needs key:value"),
+    ("role:(x", "pillar_pcre", "invalid regular expression"),
     ("role:web", "pillar_exact", "not supported"),
     ("%cluster", "range", "not supported"),
     ("x", "bogus", "unknown target type"),
@@ -427,6 +427,8 @@ def test_validate_target_without_nodegroups() -> None:
         (None, "glob"), ("", "glob"), ("-E", "pcre"), ("--pcre", "pcre"), ("-L", "list"),
         ("-G", "grain"), ("--grain-pcre", "grain_pcre"), ("-P", "grain_pcre"),
         ("-C", "compound"), ("-S", "ipcidr"), ("-N", "nodegroup"), ("--nodegroup", "nodegroup"),
+        ("-I", "pillar"), ("--pillar", "pillar"), ("-J", "pillar_pcre"),
+        ("--pillar-pcre", "pillar_pcre"),
     ],
 )
 def test_cli_flags(flag: str | None, tgt_type: str) -> None:
@@ -434,7 +436,7 @@ def test_cli_flags(flag: str | None, tgt_type: str) -> None:
     assert tgt_type in TARGET_TYPES
 
 
-@pytest.mark.parametrize("flag", ["-I", "--pillar", "-J", "-R", "--range", "-X", "--bogus"])
+@pytest.mark.parametrize("flag", ["-R", "--range", "-X", "--bogus"])
 def test_cli_flags_refused(flag: str) -> None:
     with pytest.raises(TargetError):
         tgt_type_from_flag(flag)

@@ -3,8 +3,8 @@
     raetsalt [options] TARGET FUN [ARG ...]
 
 Talks to the local ``raetsalt-master`` over its lane (``raetsalt.services.protocol``),
-never over the network.  Targeting flags as Salt's: ``-E -L -G -P/--grain-pcre -S -N -C``
-(``--delimiter`` for grain targets).  ``-t`` is the whole wait for returns (default:
+never over the network.  Targeting flags as Salt's: ``-E -L -G -P/--grain-pcre -I -J -S
+-N -C`` (``--delimiter`` for grain and pillar targets).  ``-t`` is the whole wait for returns (default:
 the master's ``timeout``); the command returns as soon as every expected minion has
 returned, and names each one that did not::
 
@@ -51,11 +51,13 @@ _TARGET_FLAGS = (
     ("-L", "--list", "list"),
     ("-G", "--grain", "grain"),
     ("-P", "--grain-pcre", "grain_pcre"),
+    ("-I", "--pillar", "pillar"),
+    ("-J", "--pillar-pcre", "pillar_pcre"),
     ("-S", "--ipcidr", "ipcidr"),
     ("-N", "--nodegroup", "nodegroup"),
     ("-C", "--compound", "compound"),
 )
-_UNSUPPORTED = (("-I", "--pillar"), ("-J", "--pillar-pcre"), ("-R", "--range"))
+_UNSUPPORTED = (("-R", "--range"),)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -150,8 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_intermixed_args(list(argv) if argv is not None else None)
     if args.unsupported:
         flag = args.unsupported
-        kind = {"-I": "pillar", "-J": "pillar_pcre", "-R": "range"}[flag]
-        print(f"{PROG}: targeting flag {flag} ({kind}) is not supported", file=sys.stderr)
+        print(f"{PROG}: targeting flag {flag} (range) is not supported", file=sys.stderr)
         return EX_CLIENT
     tgt_type = args.tgt_type or "glob"
     assert tgt_type in CLI_FLAGS.values() or tgt_type == "glob"
