@@ -778,6 +778,114 @@ SCHEMA: tuple[Option, ...] = (
     ),
 )
 
+# --------------------------------------------------------------------------- Salt bridge
+# Keys of the Salt bridge (issue 14: Salt's loader, file server and pillar over RAET;
+# raetsalt.saltbridge).  Kept in one block so the schema/loader split can move it whole.
+
+SALTENV_RE = re.compile(r"(?!\.+\Z)[A-Za-z0-9_.@+-]{1,64}\Z")
+"""A saltenv (file_roots/pillar_roots key) as raetsalt accepts it, from a config file or
+a minion's request: no '/', not only dots, at most 64 characters."""
+ROOTS_KEYS: tuple[str, ...] = ("file_roots", "pillar_roots")
+"""Mappings of saltenv -> directories; relative directories are joined to root_dir."""
+
+
+def _roots() -> Spec:
+    def check(value: Any) -> Any:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise _Mismatch()
+        for env, dirs in value.items():
+            if not isinstance(env, str) or not SALTENV_RE.match(env):
+                raise _Mismatch(f"saltenv {env!r} must match {SALTENV_RE.pattern}")
+            if not isinstance(dirs, list) or not all(isinstance(d, str) and d for d in dirs):
+                raise _Mismatch(f"saltenv {env!r} must map to a list of directories")
+        return value
+
+    return Spec("a mapping of saltenvs to lists of directories", check)
+
+
+def _resolve_roots(root: str, roots: Mapping[str, list[str]]) -> dict[str, list[str]]:
+    return {env: [os.path.normpath(os.path.join(root, d)) for d in dirs]
+            for env, dirs in roots.items()}
+
+
+_SALT_SECTION = "Salt modules, states, files and pillar"
+SALTBRIDGE_OPTIONS: tuple[Option, ...] = (
+    Option(
+        "execution_mode",
+        _choice(("auto", "native", "salt")),
+        {"minion": "auto"},
+        "Which functions the minion runs: 'auto' runs raetsalt's built-in functions "
+        "natively and everything else through Salt's loader when the salt package is "
+        "importable (Salt's grains too); 'native' never uses Salt (module_dirs hold "
+        "raetsalt-style modules); 'salt' runs every function Salt has through Salt's "
+        "loader (only publish.*, event.* and the job-control saltutil functions stay "
+        "raetsalt's) and refuses to start without salt.",
+        _SALT_SECTION,
+    ),
+    Option(
+        "file_client",
+        _choice(("remote", "local")),
+        {"minion": "remote"},
+        "Where Salt's file client and pillar come from: 'remote' asks the master over "
+        "the road (salt:// from its file_roots, pillar compiled there); 'local' uses "
+        "this minion's own file_roots and pillar_roots (masterless states).",
+        _SALT_SECTION,
+    ),
+    Option(
+        "file_roots",
+        _roots(),
+        _both({"base": ["srv/salt"]}),
+        "Salt's file_roots: saltenv -> directories served as salt:// (on the master; on "
+        "a minion only with file_client: local).  Only files inside these directories "
+        "are served: '..' and symlinks that lead out are refused.",
+        _SALT_SECTION,
+        example=("file_roots:", "  base: [/srv/salt]", "  dev: [/srv/salt-dev]"),
+    ),
+    Option(
+        "pillar_roots",
+        _roots(),
+        _both({"base": ["srv/pillar"]}),
+        "Salt's pillar_roots: saltenv -> directories with top.sls and pillar sls "
+        "files, compiled on the master for each minion (with Salt's renderers when "
+        "salt is importable there, else YAML only).",
+        _SALT_SECTION,
+        example=("pillar_roots:", "  base: [/srv/pillar]"),
+    ),
+    Option(
+        "state_top",
+        _string(nonempty=True),
+        {"master": "top.sls"},
+        "The top file of the states, relative to each saltenv's file_roots.",
+        _SALT_SECTION,
+    ),
+    Option(
+        "renderer",
+        _string(nonempty=True),
+        {"master": "jinja|yaml"},
+        "Salt's default render pipe for sls files (sent to minions with the states).",
+        _SALT_SECTION,
+    ),
+    Option(
+        "hash_type",
+        _choice(("md5", "sha1", "sha224", "sha256", "sha384", "sha512")),
+        {"master": "sha256"},
+        "Hash of the files the master serves; minions compare it with their cache.",
+        _SALT_SECTION,
+    ),
+    Option(
+        "file_buffer_size",
+        _integer(4096, 1048576),
+        {"master": 65536},
+        "Largest piece of a file sent in one road message (Salt's key; Salt's master "
+        "default is 1 MiB).  A minion fetches a file piece by piece, so other messages "
+        "to it are never queued behind more than one piece.",
+        _SALT_SECTION,
+    ),
+)
+SCHEMA = SCHEMA + SALTBRIDGE_OPTIONS
+
 _BY_NAME: dict[str, Option] = {opt.name: opt for opt in SCHEMA}
 PATH_KEYS: tuple[str, ...] = tuple(opt.name for opt in SCHEMA if opt.path)
 
@@ -1073,6 +1181,8 @@ def _finish(opts: Opts, node: str, path: str, source: Mapping[str, str]) -> None
             opts[key] = os.path.normpath(os.path.join(root, opts[key]))
     if "module_dirs" in opts:
         opts["module_dirs"] = [os.path.normpath(os.path.join(root, d)) for d in opts["module_dirs"]]
+    for key in ROOTS_KEYS:
+        opts[key] = _resolve_roots(root, opts[key])
 
     if opts["ipv6"] and opts["interface"] == "0.0.0.0":
         opts["interface"] = "::"

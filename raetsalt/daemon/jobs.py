@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from raetsalt.daemon.access import REQUEST_SHARES, AccessGate
+from raetsalt.daemon.saltmaster import MasterBridge
 from raetsalt.engine.events import Allowed, MessageReceived
 from raetsalt.errors import LocalError
 from raetsalt.execution.grains import core_grains
@@ -42,6 +43,7 @@ from raetsalt.services.minion import (
     JobOutcome,
     JobSpec,
     MinionJobs,
+    Refresh,
     RefreshGrains,
     SaveGrains,
     Spawn,
@@ -148,17 +150,25 @@ class MasterService:
         self.sent_road = False
         self.gate = AccessGate(opts, opts["sock_dir"], node.manor.lane.yard_path,
                                self._send_answer, self._fire, estate=node.road.road.name)
+        self.salt = MasterBridge(opts, node.road.road.name, clock=node.clock)
+        """Salt's file server and pillar for minions (``raetsalt.saltbridge``)."""
+        self.jobs.pillars = self.salt.requests.pillars
 
-    # Wakeable: the command socket and the eauth workers.
+    # Wakeable: the command socket, the eauth workers and the Salt workers.
     def register(self, selector: selectors.BaseSelector, data: Any = None) -> None:
         self.gate.register(selector, data)
+        self.salt.register(selector, data)
 
     def unregister(self, selector: selectors.BaseSelector) -> None:
         self.gate.unregister(selector)
+        self.salt.unregister(selector)
 
     def timeout(self) -> float | None:
         timer = self.jobs.get_timer()
-        return None if timer is None else max(0.0, timer - self.node.clock())
+        waits = [w for w in (self.salt.timeout(),) if w is not None]
+        if timer is not None:
+            waits.append(max(0.0, timer - self.node.clock()))
+        return min(waits, default=None)
 
     def handle(self, events: Iterable[NodeEvent]) -> list[NodeEvent]:
         """Serve the command protocol's messages; return the other events."""
@@ -172,8 +182,17 @@ class MasterService:
                     actions.extend(self.jobs.on_return(_remote_role(self.node, event.remote),
                                                        event.body))
                 elif share == p.SHARE_HELLO:
-                    actions.extend(self.jobs.on_hello(_remote_role(self.node, event.remote),
-                                                      event.body))
+                    minion = _remote_role(self.node, event.remote)
+                    actions.extend(self.jobs.on_hello(minion, event.body))
+                    actions.extend(self.salt.on_hello(minion, self.jobs.grains.get(minion)))
+                elif share == p.SHARE_SALT_REQ:
+                    minion = _remote_role(self.node, event.remote)
+                    actions.extend(self.salt.on_request(minion, event.body,
+                                                        self.jobs.grains.get(minion)))
+                elif share == p.SHARE_PILLAR_REFRESH:
+                    minion = _remote_role(self.node, event.remote)
+                    actions.extend(self.salt.on_pillar_refresh(minion,
+                                                               self.jobs.grains.get(minion)))
                 elif share == p.SHARE_PEER_PUBLISH:
                     actions.extend(self.jobs.on_peer_publish(
                         _remote_role(self.node, event.remote), event.body, now))
@@ -189,6 +208,7 @@ class MasterService:
                 left.append(event)
         for ready in self.gate.poll():
             actions.extend(self._dispatch(ready, now))
+        actions.extend(self.salt.poll(self.jobs.grains))
         timer = self.jobs.get_timer()
         if timer is not None and timer <= now:
             actions.extend(self.jobs.handle_timer(now))
@@ -218,6 +238,7 @@ class MasterService:
 
     def close(self) -> None:
         self.gate.close()
+        self.salt.close()
 
     def _dispatch(self, ready: Any, now: float) -> list[Any]:
         handler = self.jobs.on_publish if ready.share == p.SHARE_PUBLISH else self.jobs.on_runner
@@ -305,29 +326,40 @@ class MinionService:
         grains: dict[str, Any] | None = None,
         utcnow: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
+        from raetsalt.daemon.saltminion import minion_bridge
+
         self.node = node
         self.opts = opts
         self.connected = connected
         self.utcnow = utcnow
-        self.loader = loader if loader is not None else Loader(opts.get("module_dirs") or ())
+        self.executor = ForkExecutor(self._run_in_child)
+        self.bridge = minion_bridge(opts, self.executor)
+        """Salt's loader (``raetsalt.saltbridge``), or None: native functions only."""
+        native_dirs = (opts.get("module_dirs") or ()) if self.bridge is None else ()
+        self.loader = loader if loader is not None else Loader(native_dirs)
         self.jobs = MinionJobs(str(opts["id"]), grains if grains is not None
                                else load_grains(opts), estate=node.road.road.name)
-        self.executor = ForkExecutor(self._run_in_child)
         self.relay = PeerRelay(node.road.road.name)
         self.sent_road = False
         self._last_jid: str | None = None
         self._child_jobs: list[dict[str, Any]] = []
         """The other jobs at the last spawn (what the new job's saltutil.running sees)."""
 
-    # Wakeable: the job pipes.
+    # Wakeable: the job pipes (and the Salt zygote's socket).
     def register(self, selector: selectors.BaseSelector, data: Any = None) -> None:
         self.executor.register(selector, data)
+        if self.bridge is not None:
+            self.bridge.register(selector, data)
 
     def unregister(self, selector: selectors.BaseSelector) -> None:
         self.executor.unregister(selector)
+        if self.bridge is not None:
+            self.bridge.unregister(selector)
 
     def timeout(self) -> float | None:
-        return self.executor.timeout()
+        waits = [w for w in (self.executor.timeout(),
+                             self.bridge.timeout() if self.bridge else None) if w is not None]
+        return min(waits, default=None)
 
     def handle(self, events: Iterable[NodeEvent]) -> list[NodeEvent]:
         left: list[NodeEvent] = []
@@ -340,6 +372,9 @@ class MinionService:
                     actions.extend(self.jobs.on_publish(event.body))
                 elif share in p.LANE_ANSWERS and event.remote == master:
                     actions.extend(self.relay.on_answer(share, event.body))
+                elif share == p.SHARE_PILLAR and event.remote == master:
+                    pillar = event.body.get("pillar")
+                    self.jobs.pillar = pillar if isinstance(pillar, dict) else {}
                 else:
                     left.append(event)
             elif type(event) is LocalMessage and event.share == p.SHARE_CALL:
@@ -350,8 +385,10 @@ class MinionService:
                                                      self.node.clock(), self.connected()))
             else:
                 if type(event) is Allowed and event.remote == master:
-                    actions.extend(self.jobs.on_connected())
+                    actions.extend(self._connected())
                 left.append(event)
+        if self.bridge is not None:
+            actions.extend(self.bridge.poll(self.jobs))
         for jid, data in self.executor.poll():
             outcome = None
             if data is not None:
@@ -383,15 +420,29 @@ class MinionService:
                     save_static_grains(self.opts, action.grains)
                 except OSError as exc:
                     log.error("grains not saved to %s: %s", static_grains_path(self.opts), exc)
+            elif type(action) is RefreshGrains and self.bridge is not None and self.bridge.active:
+                self.bridge.reload()  # the zygote reports Salt's grains again
             elif type(action) is RefreshGrains:
                 actions.extend(self.jobs.set_grains(load_grains(self.opts)))
+            elif type(action) is Refresh and action.what == "pillar":
+                self._to_master(p.road_message(self.jobs.estate, None, p.SHARE_PILLAR_REFRESH))
+            elif type(action) is Refresh and self.bridge is not None:
+                self.bridge.reload()
         if lane:
             flush_lane(self.node)
 
     def close(self) -> None:
         self.executor.close()
+        if self.bridge is not None:
+            self.bridge.close()
 
     # -- internals ------------------------------------------------------------------------
+
+    def _connected(self) -> list[Any]:
+        if self.bridge is not None and self.bridge.holds_hello():
+            self.bridge.hello_due = True  # the hello carries Salt's grains once loaded
+            return []
+        return list(self.jobs.on_connected())
 
     def _master_name(self) -> str | None:
         uid = self.node.master
@@ -424,6 +475,9 @@ class MinionService:
         return list(self.jobs.on_call(event.source, event.body, jid))
 
     def _spawn(self, spec: JobSpec) -> list[Any]:
+        if self.bridge is not None and self.bridge.wants(spec.fun, self.loader.functions):
+            problem = self.bridge.submit(spec, self.jobs.grains, self.jobs.pillar)
+            return [] if problem is None else list(self.jobs.on_spawn_failed(spec.jid, problem))
         self._child_jobs = [j for j in self.jobs.proc_list() if j["jid"] != spec.jid]
         try:
             pid = self.executor.spawn(spec.jid, spec)

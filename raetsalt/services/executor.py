@@ -59,9 +59,11 @@ def plain(value: Any, depth: int = 0) -> Any:
 @dataclass(slots=True)
 class _Child:
     jid: str
-    pid: int
+    pid: int | None
     fd: int
     data: bytearray = field(default_factory=bytearray)
+    own: bool = True
+    """Forked here (reaped here); False for a job another process forked (``adopt``)."""
 
 
 class ForkExecutor:
@@ -127,6 +129,20 @@ class ForkExecutor:
         self._selector.register(read_fd, selectors.EVENT_READ, child)
         return pid
 
+    def adopt(self, jid: str, fd: int) -> None:
+        """Watch a job that another process runs (the Salt zygote,
+        ``raetsalt.saltbridge``): ``fd`` is the read end of its outcome pipe, taken over
+        here; ``set_pid`` names its process once known (for ``kill``)."""
+        os.set_blocking(fd, False)
+        child = _Child(jid, None, fd, own=False)
+        self._children[jid] = child
+        self._selector.register(fd, selectors.EVENT_READ, child)
+
+    def set_pid(self, jid: str, pid: int) -> None:
+        child = self._children.get(jid)
+        if child is not None:
+            child.pid = pid
+
     def poll(self) -> list[tuple[str, dict[str, Any] | None]]:
         """Jobs that finished since the last call: ``(jid, outcome or None)``."""
         done: list[tuple[str, dict[str, Any] | None]] = []
@@ -143,7 +159,7 @@ class ForkExecutor:
     def kill(self, jid: str, sig: int = signal.SIGTERM) -> bool:
         """Signal the process of job ``jid``; False when it is not running here."""
         child = self._children.get(jid)
-        if child is None:
+        if child is None or child.pid is None:
             return False
         try:
             os.kill(child.pid, sig)
@@ -152,19 +168,22 @@ class ForkExecutor:
         return True
 
     def running(self) -> dict[str, int]:
-        """jid -> pid of the jobs still running."""
-        return {jid: child.pid for jid, child in self._children.items()}
+        """jid -> pid of the jobs still running (whose pid is known)."""
+        return {jid: child.pid for jid, child in self._children.items()
+                if child.pid is not None}
 
     def close(self) -> None:
         """Terminate the jobs still running and forget them."""
         for child in list(self._children.values()):
-            try:
-                os.kill(child.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+            if child.pid is not None:
+                try:
+                    os.kill(child.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
             self._selector.unregister(child.fd)
             os.close(child.fd)
-            self._zombies.append((child.pid, child.jid))
+            if child.own and child.pid is not None:
+                self._zombies.append((child.pid, child.jid))
         self._children.clear()
         for _ in range(100):
             if not self._zombies:
@@ -196,8 +215,9 @@ class ForkExecutor:
         self._selector.unregister(child.fd)
         os.close(child.fd)
         del self._children[child.jid]
-        self._zombies.append((child.pid, child.jid))
-        self._reap()
+        if child.own and child.pid is not None:
+            self._zombies.append((child.pid, child.jid))
+            self._reap()
         if not child.data:
             return None
         try:

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from raetsalt import acl
 from raetsalt.errors import BadPacket, KeepError, TargetError
 from raetsalt.jobs import JobCache, new_jid
-from raetsalt.targeting import expand_nodegroup, match_bounds
+from raetsalt.targeting import MinionFacts, expand_nodegroup, match_bounds
 
 from . import protocol as p
 from .protocol import Requester, ToClient
@@ -232,6 +232,9 @@ class MasterJobs:
         self.utcnow = utcnow
         self.grains: dict[str, dict[str, Any]] = data_cache.load_all() if data_cache else {}
         """Minion id -> the grains it last reported."""
+        self.pillars: Mapping[str, Mapping[str, Any]] = {}
+        """Minion id -> the pillar the master compiled for it (pillar targeting; kept by
+        ``raetsalt.saltbridge.service.SaltRequests``)."""
         self.last_jid: str | None = None
         self._watches: dict[str, _Watch] = {}
         self._gatherings: dict[str, _Gathering] = {}
@@ -347,9 +350,10 @@ class MasterJobs:
             return []
         return self._runner(Requester("minion", minion), Sink(rid, minion=minion), body, now)
 
-    def minion_table(self) -> dict[str, dict[str, Any] | None]:
-        """Every accepted minion -> its reported grains (None when unknown)."""
-        return {m: self.grains.get(m) for m in self.roster.accepted()}
+    def minion_table(self) -> dict[str, MinionFacts]:
+        """Every accepted minion -> its reported grains and its pillar (None: unknown)."""
+        return {m: MinionFacts(self.grains.get(m), self.pillars.get(m))
+                for m in self.roster.accepted()}
 
     def _publish(
         self, requester: Requester, sink: Sink, body: Mapping[str, Any], now: float
@@ -554,9 +558,8 @@ class MasterJobs:
 
     def targeted(self, tgt: Any, tgt_type: str) -> list[str]:
         """Accepted minions that ``tgt`` matches (master side)."""
-        table = {m: self.grains.get(m) for m in self.roster.accepted()}
-        return sorted(match_bounds(tgt, tgt_type, table, self.opts.get("nodegroups") or {})
-                      .definite)
+        return sorted(match_bounds(tgt, tgt_type, self.minion_table(),
+                                   self.opts.get("nodegroups") or {}).definite)
 
     # -- internals ----------------------------------------------------------------------
 

@@ -95,7 +95,15 @@ class RefreshGrains:
     ``MinionJobs.set_grains``."""
 
 
-Action = ToMaster | ToClient | Spawn | SaveGrains | RefreshGrains
+@dataclass(frozen=True, slots=True)
+class Refresh:
+    """A job asked Salt's minion to reload ``what`` (``'pillar'`` or ``'modules'``;
+    ``raetsalt.saltbridge``)."""
+
+    what: str
+
+
+Action = ToMaster | ToClient | Spawn | SaveGrains | RefreshGrains | Refresh
 
 
 @dataclass(slots=True)
@@ -112,21 +120,27 @@ class JobOutcome:
     missing_fun: bool = False
     grains_set: dict[str, Any] = field(default_factory=dict)
     refresh_grains: bool = False
+    refresh: list[str] = field(default_factory=list)
+    """What else the job asked to reload (``Refresh``)."""
 
     def to_wire(self) -> dict[str, Any]:
         return {"ret": self.ret, "missing_fun": self.missing_fun,
-                "grains_set": self.grains_set, "refresh_grains": self.refresh_grains}
+                "grains_set": self.grains_set, "refresh_grains": self.refresh_grains,
+                "refresh": self.refresh}
 
     @classmethod
     def from_wire_untrusted(cls, data: Any) -> JobOutcome:
         if not isinstance(data, dict) or not isinstance(data.get("ret"), dict):
             raise BadPacket("not a job outcome", "body")
         grains = data.get("grains_set")
+        refresh = data.get("refresh")
         return cls(
             ret=data["ret"],
             missing_fun=data.get("missing_fun") is True,
             grains_set=grains if isinstance(grains, dict) else {},
             refresh_grains=data.get("refresh_grains") is True,
+            refresh=[r for r in refresh if r in ("pillar", "modules")][:2]
+            if isinstance(refresh, list) else [],
         )
 
 
@@ -142,6 +156,8 @@ class MinionJobs:
                  ) -> None:
         self.minion_id = minion_id
         self.grains = grains
+        self.pillar: dict[str, Any] = {}
+        """This minion's pillar, as the master last sent it (``I@`` targets)."""
         self.estate = estate
         self.running: dict[str, _Running] = {}
         self._started = False
@@ -176,7 +192,8 @@ class MinionJobs:
         if jid in self.running:
             return []
         try:
-            if not match_self(tgt, tgt_type, self.minion_id, self.grains, delimiter=delimiter):
+            if not match_self(tgt, tgt_type, self.minion_id, self.grains, delimiter=delimiter,
+                              pillar=self.pillar):
                 return []
         except TargetError as exc:
             log.debug("publication %s ignored: %s", jid, exc)
@@ -236,6 +253,7 @@ class MinionJobs:
             actions.extend(self.set_grains({**self.grains, **outcome.grains_set}))
         if outcome.refresh_grains:
             actions.append(RefreshGrains())
+        actions.extend(Refresh(what) for what in outcome.refresh)
         body = {"jid": spec.jid if spec.kind == "publish" else p.CALL_JID, "fun": spec.fun,
                 "fun_args": spec.arg, **ret}
         if spec.kind == "call":

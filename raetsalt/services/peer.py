@@ -1,6 +1,7 @@
 """The minion's side of peer publishing, sans-IO: relaying ``publish``/``runner`` requests
 of local clients (the ``publish`` execution module, running in a job process) to the
-master, and the master's answers back.
+master, and the master's answers back.  Salt's request channel in a job process
+(``salt_req``, ``raetsalt.saltbridge.channel``) is relayed the same way.
 
 A client yard on the minion's lane sends ``publish`` or ``runner`` with the same fields
 as on the master's lane; ``PeerRelay`` gives the request a relay id (``rid``), forwards it
@@ -30,8 +31,12 @@ MAX_RELAYS = 1024
 
 NOT_CONNECTED = "the minion is not connected to its master; the request was not sent"
 
-_REQUESTS = {p.SHARE_PUBLISH: p.SHARE_PEER_PUBLISH, p.SHARE_RUNNER: p.SHARE_PEER_RUNNER}
-_ERROR_ANSWER = {p.SHARE_PUBLISH: p.SHARE_PUB_ACK, p.SHARE_RUNNER: p.SHARE_RUN_RET}
+_REQUESTS = {p.SHARE_PUBLISH: p.SHARE_PEER_PUBLISH, p.SHARE_RUNNER: p.SHARE_PEER_RUNNER,
+             p.SHARE_SALT_REQ: p.SHARE_SALT_REQ}
+_ERROR_ANSWER = {p.SHARE_PUBLISH: p.SHARE_PUB_ACK, p.SHARE_RUNNER: p.SHARE_RUN_RET,
+                 p.SHARE_SALT_REQ: p.SHARE_SALT_RET}
+_FINAL_ANSWERS = frozenset({p.SHARE_RUN_RET, p.SHARE_SALT_RET})
+"""Lane answers after which nothing more comes for the request."""
 
 
 @dataclass(slots=True)
@@ -84,7 +89,7 @@ class PeerRelay:
         if lane_share is None or relay is None or not isinstance(rid, str):
             log.debug("peer answer %s for unknown relay %r dropped", share, rid)
             return []
-        if lane_share == p.SHARE_RUN_RET or (lane_share == p.SHARE_PUB_ACK and (
+        if lane_share in _FINAL_ANSWERS or (lane_share == p.SHARE_PUB_ACK and (
                 "error" in body or not body.get("minions"))):
             del self._relays[rid]  # nothing more will come for this request
         fields = {k: v for k, v in body.items() if k not in ("route", "rid", "req")}

@@ -40,6 +40,10 @@ minion ``publish``  Peer publishing (``publish.publish``/``full_data``, run in a
                    a refusal is ``{req, error, denied: true}``.
 minion ``runner``  ``{req, fun, arg, timeout}``: ``publish.runner``; answered by
                    ``run_ret`` as master ``runner`` (``denied: true`` on a refusal).
+minion ``salt_req`` ``{req, load, timeout}``: a load of Salt's request channel from a
+                   job process (``raetsalt.saltbridge.channel``), relayed to the master
+                   like ``publish`` (below).
+    -> ``salt_ret`` ``{req, ret}`` or ``{req, error[, refused: true]}``.
 =================  ==========================================================================
 
 Peer publishing: how a job process reaches the master
@@ -76,6 +80,11 @@ minion ``peer_runner``  ``{rid, fun, arg, timeout}``: a relayed ``runner``.
 master ``peer_ack``     ``{rid, ...}``: the ``pub_ack`` for relay ``rid``.
 master ``peer_ret``     ``{rid, ...}``: a ``job_ret`` for relay ``rid``.
 master ``peer_run_ret`` ``{rid, ...}``: the ``run_ret`` for relay ``rid``.
+minion ``salt_req``     ``{rid, load, timeout}``: a relayed Salt request
+                       (``raetsalt.saltbridge.service``: file server and pillar).
+master ``salt_ret``     ``{rid, ret}`` or ``{rid, error[, refused]}``.
+minion ``pillar_refresh`` ``{}``: compile this minion's pillar again and push it.
+master ``pillar``       ``{pillar}``: the minion's pillar, after every hello and refresh.
 =====================  ======================================================================
 
 Who is asking
@@ -126,10 +135,18 @@ SHARE_PEER_ACK = "peer_ack"
 SHARE_PEER_RET = "peer_ret"
 SHARE_PEER_RUN_RET = "peer_run_ret"
 
+# The Salt bridge (raetsalt.saltbridge): Salt's request channel (the same share names on
+# the minion's lane and over the road) and pillar.
+SHARE_SALT_REQ = "salt_req"
+SHARE_SALT_RET = "salt_ret"
+SHARE_PILLAR = "pillar"
+SHARE_PILLAR_REFRESH = "pillar_refresh"
+
 PEER_ANSWERS: dict[str, str] = {
     SHARE_PUB_ACK: SHARE_PEER_ACK,
     SHARE_JOB_RET: SHARE_PEER_RET,
     SHARE_RUN_RET: SHARE_PEER_RUN_RET,
+    SHARE_SALT_RET: SHARE_SALT_RET,
 }
 """Lane answer share -> the road share that carries it to a peer minion."""
 LANE_ANSWERS: dict[str, str] = {road: lane for lane, road in PEER_ANSWERS.items()}

@@ -271,7 +271,7 @@ def test_a_comma_command_returns_by_function(ctx: Context) -> None:
 
 
 def test_an_invalid_target_is_an_error_not_a_denial(master: MasterJobs) -> None:
-    actions = peer_pub(master, "minion1", "role:web", "test.ping", tgt_type="pillar")
+    actions = peer_pub(master, "minion1", "%cluster", "test.ping", tgt_type="range")
     [ack] = answers(actions, "minion1", p.SHARE_PEER_ACK)
     assert ack["error"].startswith("Invalid target: ") and "denied" not in ack
     assert not [a for a in actions if isinstance(a, Fire)]

@@ -1,0 +1,261 @@
+"""Salt's loader inside raetsalt: built once in the zygote, used by each forked job.
+
+``SaltRuntime(config)`` imports Salt, builds the minion's Salt opts from raetsalt's
+(paths under ``<cachedir>/salt``, the raetsalt ``sock_dir``, ``conf_file`` so the
+``grains`` file beside it is read, ``module_dirs``, ``file_client``...), puts raetsalt
+under Salt where Salt would talk to a master or to its own minion daemon, and loads
+grains, utils, execution modules and executors (``load``; again on a refresh).  The
+first few modules a job needs are imported then too, so a forked job starts running
+its function within milliseconds.
+
+What is put under Salt (only in the zygote and its jobs, never in raetsalt's daemons):
+
+* ``salt.channel.client.ReqChannel.factory`` / ``AsyncReqChannel.factory`` return
+  raetsalt's channel (``raetsalt.saltbridge.channel``): ``salt://`` files, remote pillar
+  and the master's options come from the raetsalt master over the road;
+* ``salt.utils.event.get_event`` / ``MinionEvent`` are raetsalt's minion bus
+  (``raetsalt.event``), so ``event.fire``, ``event.fire_master``, state events and the
+  ``module_refresh``/``pillar_refresh``/``grains_refresh`` events of ``saltutil`` reach
+  the raetsalt minion (the job's outcome also carries the refreshes it asked for).
+
+``run(payload)`` runs one job in the calling (forked) process as Salt's
+``Minion._thread_return`` does, and returns the outcome the daemon expects
+(``raetsalt.services.minion.JobOutcome`` on the wire): Salt's return shape, its
+retcodes (``__context__['retcode']``, then ``result``/``success``), ``out`` from the
+function's ``__outputter__`` (``highstate`` for states), and Salt's messages for a
+missing function, bad arguments and exceptions.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import traceback
+import types
+from collections.abc import Mapping
+from typing import Any
+
+from raetsalt import event as raet_event
+
+from . import channel
+
+log = logging.getLogger(__name__)
+
+WARM = ("test.ping", "cmd.run", "state.apply", "pillar.items", "grains.items",
+        "cp.get_file", "saltutil.sync_all", "pkg.list_pkgs", "file.stat")
+"""Functions whose modules are imported in the zygote, before any job forks."""
+REFRESH_TAGS = {"module_refresh": "modules", "pillar_refresh": "pillar",
+                "grains_refresh": "modules"}
+_REFRESHES: set[str] = set()
+"""What the running job asked to reload (filled by the bus events it fires)."""
+
+
+class _MinionBus(raet_event.MinionEvent):
+    """raetsalt's minion bus with Salt's ``MinionEvent`` call shape; notes refreshes."""
+
+    def fire_event(self, data: Any, tag: str, timeout: float = 1000) -> bool:
+        what = REFRESH_TAGS.get(str(tag))
+        if what is not None:
+            _REFRESHES.add(what)
+        return super().fire_event(data, tag, timeout)
+
+
+def salt_opts(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Salt's minion opts for a raetsalt minion whose config (the relevant keys) is
+    ``config``; Salt's config files (``/etc/salt``) are never read."""
+    import salt.config
+
+    cachedir = os.path.join(str(config["cachedir"]), "salt")
+    overrides = {
+        "id": config["id"], "root_dir": "/", "conf_file": config.get("conf_file"),
+        "cachedir": cachedir, "pki_dir": os.path.join(cachedir, "pki"),
+        "sock_dir": config["sock_dir"], "extension_modules": os.path.join(cachedir, "extmods"),
+        "log_file": config.get("log_file"), "file_client": config.get("file_client", "remote"),
+        "file_roots": dict(config.get("file_roots") or {}),
+        "pillar_roots": dict(config.get("pillar_roots") or {}),
+        "module_dirs": list(config.get("module_dirs") or []),
+        "grains": dict(config.get("grains") or {}),
+        "multiprocessing": True, "cache_jobs": False, "grains_cache": False,
+        "master_type": "str", "transport": "zeromq",
+    }
+    opts: dict[str, Any] = salt.config.apply_minion_config(
+        overrides, dict(salt.config.DEFAULT_MINION_OPTS))
+    opts["sock_dir"] = config["sock_dir"]  # the raetsalt minion's bus, whatever Salt derived
+    return opts
+
+
+def _patch_salt(opts: Mapping[str, Any]) -> None:
+    import salt.channel.client
+    import salt.utils.event
+
+    bus = {"id": str(opts["id"]), "sock_dir": str(opts["sock_dir"])}
+
+    def sync_factory(opts: dict[str, Any], **kwargs: Any) -> channel.RaetReqChannel:
+        return channel.RaetReqChannel(opts, **kwargs)
+
+    def async_factory(opts: dict[str, Any], **kwargs: Any) -> channel.AsyncRaetReqChannel:
+        return channel.AsyncRaetReqChannel(opts, **kwargs)
+
+    def get_event(node: str, sock_dir: str | None = None, opts: Any = None,
+                  listen: bool = True, **kwargs: Any) -> raet_event.SaltEvent:
+        if node != "minion":
+            raise ValueError(f"a raetsalt minion has no {node} bus")
+        return _MinionBus(bus, listen=listen)
+
+    def minion_event(opts: Any = None, listen: bool = True, **kwargs: Any
+                     ) -> raet_event.SaltEvent:
+        return _MinionBus(bus, listen=listen)
+
+    salt.channel.client.ReqChannel.factory = staticmethod(sync_factory)
+    salt.channel.client.AsyncReqChannel.factory = classmethod(
+        lambda cls, opts, **kwargs: async_factory(opts, **kwargs))
+    salt.utils.event.get_event = get_event
+    salt.utils.event.MinionEvent = minion_event
+
+
+class SaltRuntime:
+    """Salt's loader for one minion (see the module docstring)."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        import salt.version
+
+        self.version = salt.version.__version__
+        self.opts = salt_opts(config)
+        _patch_salt(self.opts)
+        self.functions: Any = None
+        self.executors: Any = None
+        self.load()
+
+    def load(self) -> None:
+        """(Re)load grains, utils, execution modules and executors."""
+        import salt.loader
+
+        opts = self.opts
+        opts["grains"] = salt.loader.grains(opts, force_refresh=True)
+        opts.setdefault("pillar", {})
+        utils = salt.loader.utils(opts)
+        self.functions = salt.loader.minion_mods(opts, utils=utils)
+        self.executors = salt.loader.executors(opts, self.functions)
+        for name in WARM:
+            try:
+                self.functions[name]
+            except KeyError:
+                pass
+
+    def grains(self) -> dict[str, Any]:
+        return dict(self.opts["grains"])
+
+    # -- one job, in its own process -------------------------------------------------------
+
+    def run(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+        """Run the job of ``payload`` (``spec``, ``grains``, ``pillar``) here; returns
+        its outcome (``JobOutcome`` wire shape)."""
+        spec = payload["spec"]
+        grains = dict(payload.get("grains") or {})
+        pillar = dict(payload.get("pillar") or {})
+        self.opts["grains"], self.opts["pillar"] = grains, pillar
+        for loader in (self.functions, getattr(self.functions, "_dunder_salt", None)):
+            if loader is not None and hasattr(loader, "pack"):
+                loader.pack["__grains__"] = grains
+                loader.pack["__pillar__"] = pillar
+        data = {"jid": spec["jid"], "fun": spec["fun"], "arg": list(spec["arg"]),
+                "tgt": spec.get("tgt", ""), "tgt_type": spec.get("tgt_type", "glob"),
+                "user": spec.get("user", ""), "ret": spec.get("ret", "")}
+        _REFRESHES.clear()
+        try:
+            if "," in data["fun"]:
+                ret, missing = self._multi(data), False
+            else:
+                ret, missing = self._one(data["fun"], data["arg"], data)
+        finally:
+            channel.close_all()
+        return {"ret": ret, "missing_fun": missing, "grains_set": {}, "refresh_grains": False,
+                "refresh": sorted(_REFRESHES)}
+
+    def _multi(self, data: dict[str, Any]) -> dict[str, Any]:
+        funs = [f.strip() for f in data["fun"].split(",")]
+        arg = data["arg"]
+        groups = arg if len(arg) == len(funs) and all(isinstance(a, list) for a in arg) \
+            else [[] for _ in funs]
+        returns: dict[str, Any] = {}
+        retcodes: dict[str, Any] = {}
+        for fun, args in zip(funs, groups, strict=True):
+            one, _missing = self._one(fun, args, {**data, "fun": fun, "arg": args})
+            returns[fun] = one.get("return")
+            retcodes[fun] = one.get("retcode", 0)
+        return {"return": returns, "retcode": retcodes,
+                "success": not any(retcodes.values())}
+
+    def _one(self, fun: str, arg: list[Any], data: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        import salt.defaults.exitcodes as codes
+        import salt.exceptions as exc
+        import salt.minion
+
+        functions = self.functions
+        if fun not in functions:
+            return self._missing(fun), True
+        func = functions[fun]
+        failed = {"retcode": codes.EX_GENERIC, "success": False, "out": "nested"}
+        try:
+            args, kwargs = salt.minion.load_args_and_kwargs(func, arg, data)
+            functions.pack["__context__"]["retcode"] = 0
+            executors = self.opts.get("module_executors") or ["direct_call"]
+            value = None
+            for name in executors:
+                value = self.executors[f"{name}.execute"](self.opts, data, func, args, kwargs)
+                if value is not None:
+                    break
+            if isinstance(value, types.GeneratorType):
+                value = _collect(value)
+        except exc.CommandNotFoundError as err:
+            return {"return": f"Command required for '{fun}' not found: {err}", **failed}, False
+        except exc.CommandExecutionError as err:
+            return {"return": f"ERROR: {err}", **failed}, False
+        except (exc.SaltInvocationError, exc.SaltClientError) as err:
+            return {"return": f"ERROR executing '{fun}': {err}", **failed}, False
+        except TypeError as err:
+            text = f"Passed invalid arguments to {fun}: {err}\n{func.__doc__ or ''}"
+            return {"return": text, **failed}, False
+        except Exception:  # noqa: BLE001 - any failure of the function is its return
+            log.warning("The minion function caused an exception", exc_info=True)
+            text = f"The minion function caused an exception: {traceback.format_exc()}"
+            return {"return": text, **failed}, False
+        retcode = functions.pack["__context__"].get("retcode", codes.EX_OK)
+        if retcode == codes.EX_OK and isinstance(value, dict):
+            try:
+                if not all(value.get(key, True) for key in ("result", "success")):
+                    retcode = codes.EX_GENERIC
+            except Exception:  # noqa: BLE001 - Salt's own guard
+                pass
+        ret: dict[str, Any] = {"return": value, "retcode": retcode,
+                               "success": retcode == codes.EX_OK}
+        outputter = getattr(func, "__outputter__", None)
+        if isinstance(outputter, str):
+            ret["out"] = outputter
+        return ret, False
+
+    def _missing(self, fun: str) -> dict[str, Any]:
+        """Salt's answer to an unknown function: the docs of similar ones, or why not."""
+        functions = self.functions
+        docs = functions["sys.doc"](f"{fun}*") if "sys.doc" in functions else {}
+        if docs:
+            docs[fun] = functions.missing_fun_string(fun)
+            value: Any = docs
+        else:
+            value = functions.missing_fun_string(fun)
+            reason = functions.missing_modules.get(fun.split(".")[0])
+            if reason:
+                value += f" Possible reasons: '{reason}'"
+        return {"return": value, "retcode": 1, "success": False, "out": "nested"}
+
+
+def _collect(values: types.GeneratorType[Any, None, None]) -> Any:
+    """A generator's yields as Salt's minion joins them: dicts merged, else a list."""
+    merged: Any = {}
+    for single in values:
+        if isinstance(single, dict) and isinstance(merged, dict):
+            merged.update(single)
+        else:
+            merged = [merged] if isinstance(merged, dict) and merged else merged or []
+            merged.append(single)
+    return merged

@@ -1,0 +1,172 @@
+"""The Salt zygote: one process per minion that holds Salt's loader and forks each job.
+
+Why a zygote: Salt's loader costs about a second and ~100 MB to import and load, and
+Salt's modules are not safe to share between threads.  Loading it in the minion daemon
+would stall the daemon's loop (keep-alives, the road, the bus) and bloat the process
+every job forks from.  Instead the daemon (``raetsalt.daemon.saltminion``) starts
+``python -m raetsalt.saltbridge.zygote FD`` once: the zygote loads Salt
+(``SaltRuntime``), reports the grains, then waits.  For each job the daemon sends the
+job (spec, grains, pillar) with the write end of the job's outcome pipe; the zygote
+forks, the child runs the job with the loader already in memory (copy-on-write) and
+writes its outcome to the pipe, which the daemon watches like any job of its own.  A
+job therefore starts in milliseconds, the daemon never imports Salt, and a job that
+crashes or leaks cannot harm the loader the next job forks from.
+
+Control messages (``raetsalt.saltbridge.control`` on a ``SOCK_SEQPACKET`` pair):
+
+daemon -> zygote: ``init`` (body: the config ``SaltRuntime`` needs, log levels), ``job``
+``{jid}`` (body: payload; descriptor: the outcome pipe), ``reload`` (grains and modules
+again, after ``saltutil.sync_*``/``refresh_*``).  End of stream: exit (running jobs go
+on and still report).
+
+zygote -> daemon: ``ready`` (body: ``{grains, version}``) after every load, ``started``
+``{jid, pid}``, ``failed`` ``{jid, reason}`` (no fork), ``unavailable`` ``{reason}``
+(Salt cannot be loaded; the zygote exits).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import signal
+import socket
+import sys
+from typing import Any
+
+import msgpack
+
+from raetsalt.errors import BadPacket
+from raetsalt.services.executor import plain
+
+from . import control
+
+log = logging.getLogger("raetsalt.saltbridge.zygote")
+
+
+class Zygote:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.runtime: Any = None
+        self.children: set[int] = set()
+        self._wake_r, self._wake_w = socket.socketpair()
+        for end in (self._wake_r, self._wake_w):
+            end.setblocking(False)
+
+    def start(self, config: dict[str, Any]) -> bool:
+        from .saltjob import SaltRuntime
+
+        try:
+            self.runtime = SaltRuntime(config)
+        except Exception as exc:  # noqa: BLE001 - reported to the daemon, which decides
+            log.warning("Salt's loader is not available: %s", exc, exc_info=True)
+            control.send(self.sock, {"op": "unavailable", "reason": f"{type(exc).__name__}: "
+                                                                     f"{exc}"})
+            return False
+        self._ready()
+        return True
+
+    def _ready(self) -> None:
+        control.send(self.sock, {"op": "ready"},
+                     {"grains": plain(self.runtime.grains()), "version": self.runtime.version})
+
+    def serve(self) -> int:
+        signal.set_wakeup_fd(self._wake_w.fileno())
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        selector = selectors.DefaultSelector()
+        selector.register(self.sock, selectors.EVENT_READ)
+        selector.register(self._wake_r, selectors.EVENT_READ)
+        while True:
+            for key, _events in selector.select(None):
+                if key.fileobj is self._wake_r:
+                    try:
+                        self._wake_r.recv(4096)
+                    except BlockingIOError:
+                        pass
+                    continue
+                try:
+                    message = control.receive(self.sock)  # one packet is waiting
+                except BadPacket as exc:
+                    log.error("zygote: bad control message: %s", exc)
+                    continue
+                if message is None:
+                    return 0
+                self._handle(*message)
+            self._reap()
+
+    def _handle(self, header: dict[str, Any], body: Any, fds: list[int]) -> None:
+        op = header.get("op")
+        if op == "job" and len(fds) == 1 and isinstance(body, dict):
+            self._fork(str(header.get("jid")), body, fds[0])
+            return
+        for fd in fds:
+            os.close(fd)
+        if op == "reload":
+            try:
+                self.runtime.load()
+            except Exception:  # noqa: BLE001 - keep the last good loader
+                log.exception("zygote: reloading Salt's modules failed")
+            self._ready()
+        else:
+            log.error("zygote: unexpected control message %r", op)
+
+    def _fork(self, jid: str, payload: dict[str, Any], result_fd: int) -> None:
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            os.close(result_fd)
+            control.send(self.sock, {"op": "failed", "jid": jid, "reason": str(exc)})
+            return
+        if pid == 0:
+            code = 1
+            try:
+                self._child(payload, result_fd)
+                code = 0
+            except BaseException:  # noqa: BLE001 - nothing may escape into the zygote's loop
+                try:
+                    log.exception("job %s failed in its process", jid)
+                except BaseException:  # noqa: BLE001
+                    pass
+            finally:
+                os._exit(code)
+        os.close(result_fd)
+        self.children.add(pid)
+        control.send(self.sock, {"op": "started", "jid": jid, "pid": pid})
+
+    def _child(self, payload: dict[str, Any], result_fd: int) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
+        self.sock.close()
+        self._wake_r.close()
+        self._wake_w.close()
+        outcome = self.runtime.run(payload)
+        control.write_all(result_fd, msgpack.packb(plain(outcome)))
+        os.close(result_fd)
+
+    def _reap(self) -> None:
+        for pid in list(self.children):
+            try:
+                done, _status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if done:
+                self.children.discard(pid)
+
+
+def main(argv: list[str]) -> int:
+    sock = socket.socket(fileno=int(argv[0]))
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+    first = control.receive(sock)
+    if first is None or first[0].get("op") != "init" or not isinstance(first[1], dict):
+        return 2
+    config = first[1]
+    control.child_logging(config.get("log_file"), config.get("log"), "minion")
+    zygote = Zygote(sock)
+    if not zygote.start(config):
+        return 1
+    return zygote.serve()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
