@@ -18,6 +18,10 @@ PURE = [
     "acl.py",
     "routing.py",
     "bus.py",
+    "highstate.py",
+    "saltbridge/paths.py",
+    "saltbridge/modes.py",
+    "saltbridge/service.py",
 ]
 FORBIDDEN = {"socket", "select", "selectors", "time", "asyncio", "ioflo", "threading"}
 

@@ -97,11 +97,11 @@ class RaetReqChannel:
 class AsyncRaetReqChannel(RaetReqChannel):
     """The ``AsyncReqChannel`` shape: the same calls as coroutines (run to completion)."""
 
-    async def send(self, load: dict[str, Any], tries: int | None = None,  # type: ignore[override]
+    async def send(self, load: dict[str, Any], tries: int | None = None,
                    timeout: float | None = None, raw: bool = False) -> Any:
         return RaetReqChannel.send(self, load, tries, timeout, raw)
 
-    async def crypted_transfer_decode_dictentry(  # type: ignore[override]
+    async def crypted_transfer_decode_dictentry(
             self, load: dict[str, Any], dictkey: str | None = None, tries: int | None = None,
             timeout: float | None = None) -> Any:
         return RaetReqChannel.send(self, load, tries, timeout)

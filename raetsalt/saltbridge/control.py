@@ -36,7 +36,8 @@ _LENGTH = struct.Struct(">I")
 
 
 def _pack(value: Any) -> bytes:
-    return msgpack.packb(value, use_bin_type=True)  # type: ignore[no-any-return]
+    data: bytes = msgpack.packb(value, use_bin_type=True)
+    return data
 
 
 def _unpack(data: bytes) -> Any:

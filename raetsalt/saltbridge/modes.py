@@ -32,8 +32,11 @@ bus and job processes."""
 
 
 def salt_importable() -> bool:
-    """Whether the ``salt`` package can be imported (it is not imported here)."""
-    return importlib.util.find_spec("salt") is not None
+    """Whether the ``salt`` package can be found (it is not imported here)."""
+    try:
+        return importlib.util.find_spec("salt") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def uses_salt(mode: str, importable: bool) -> bool:

@@ -84,7 +84,7 @@ class SaltPillar:
         }
         self._pillar = salt.pillar
         self.opts = salt.config.apply_master_config(overrides,
-                                                   dict(salt.config.DEFAULT_MASTER_OPTS))
+                                                   salt.config.DEFAULT_MASTER_OPTS.copy())
         self.functions: Any = None
 
     def compile(self, minion_id: str, grains: Mapping[str, Any], pillarenv: str | None,

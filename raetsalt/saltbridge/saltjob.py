@@ -79,7 +79,7 @@ def salt_opts(config: Mapping[str, Any]) -> dict[str, Any]:
         "master_type": "str", "transport": "zeromq",
     }
     opts: dict[str, Any] = salt.config.apply_minion_config(
-        overrides, dict(salt.config.DEFAULT_MINION_OPTS))
+        overrides, salt.config.DEFAULT_MINION_OPTS.copy())
     opts["sock_dir"] = config["sock_dir"]  # the raetsalt minion's bus, whatever Salt derived
     return opts
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import warnings
 from typing import Any
 
 from raetsalt.errors import BadPacket
@@ -105,6 +106,8 @@ def _start(frame: Any) -> Handler:
 
 
 def main(argv: list[str]) -> int:
+    # Salt imports modules Python deprecates; that is not the operator's business.
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
     return serve(int(argv[0]), int(argv[1]))
 
 

@@ -32,6 +32,7 @@ import selectors
 import signal
 import socket
 import sys
+import warnings
 from typing import Any
 
 import msgpack
@@ -155,6 +156,8 @@ class Zygote:
 
 
 def main(argv: list[str]) -> int:
+    # Salt imports modules Python deprecates; that is not the operator's business.
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
     sock = socket.socket(fileno=int(argv[0]))
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     first = control.receive(sock)

@@ -25,8 +25,11 @@ from raetsalt.config import load_node_config
 from raetsalt.keep.store import FileKeep
 from raetsalt.paths import keep_dir
 
-# Short probing and back-off so restarts are noticed within a second or two.
-MINION_TUNING = "raet_alive_period: 1.0\nacceptance_wait_time: 1.0\nrandom_reauth_delay: 2.0\n"
+# Short probing and back-off so restarts are noticed within a second or two.  Minions run
+# raetsalt's native functions (as without salt installed) unless a test sets
+# execution_mode in minion.d/ (tests/remote/test_salt.py).
+MINION_TUNING = ("raet_alive_period: 1.0\nacceptance_wait_time: 1.0\nrandom_reauth_delay: 2.0\n"
+                 "execution_mode: native\n")
 
 
 def free_port() -> int:

@@ -53,9 +53,12 @@ class Started:
 
 
 @contextmanager
-def started_cluster(world: World, master_extra: str, grains: dict[str, str]) -> Iterator[Started]:
+def started_cluster(world: World, master_extra: str, grains: dict[str, str],
+                    minion_d: dict[str, str] | None = None) -> Iterator[Started]:
     """Start a master (``master_extra`` config) and one minion per ``grains`` entry and
-    wait until every minion has reported in (its ``salt/minion/<id>/start`` event)."""
+    wait until every minion has reported in (its ``salt/minion/<id>/start`` event).
+    ``minion_d`` gives a minion more config in ``minion.d/`` (which overrides the base
+    file, ``execution_mode`` for example)."""
     master_conf = world.master_dir(master_extra, alive=ALIVE)
     master = world.start("master", master_conf)
     master.expect("serving on")
@@ -65,6 +68,9 @@ def started_cluster(world: World, master_extra: str, grains: dict[str, str]) -> 
             name: world.minion_dir(name, name, f"grains:\n  {text}\n", alive=ALIVE)
             for name, text in grains.items()
         }
+        for name, text in (minion_d or {}).items():
+            (confs[name] / "minion.d").mkdir(exist_ok=True)
+            (confs[name] / "minion.d" / "test.conf").write_text(text)
         minions = {name: world.start("minion", conf) for name, conf in confs.items()}
         started: set[str] = set()
         while started != set(grains):
