@@ -2,7 +2,9 @@
 
 Every step prints the command as you would type it (``$ ...``) and what it printed.
 The story: start the master and three minions, accept their keys with raetsalt-key,
-run ``test.ping`` everywhere and a compound-targeted command, let minion1 publish to
+run ``test.ping`` everywhere and a compound-targeted command, apply a Salt state on
+minion1 (a file rendered from a ``salt://`` jinja template with its pillar, and a
+command that requires it) when the ``salt`` extra is installed, let minion1 publish to
 the other minions and run ``manage.up`` through the master (``peer``/``peer_run``), see
 a peer call the master refuses (with its reason, the exit code and the audit event),
 ask ``acl.explain`` why, list the events the master's bus carried, and stop everything.
@@ -25,12 +27,32 @@ from typing import Any
 
 from raetsalt.config import load_node_config
 from raetsalt.event import MasterEvent
+from raetsalt.saltbridge.modes import salt_importable
 
 MINIONS = {
     "minion1": "os: Debian\n  roles: [web]",
     "minion2": "os: Ubuntu\n  roles: [db]",
     "minion3": "os: CentOS\n  roles: [web, db]",
 }
+NATIVE = ("minion2", "minion3")
+"""Minions that run raetsalt's built-in functions only (no Salt loader: a faster demo)."""
+STATE = """\
+{out}:
+  file.managed:
+    - source: salt://motd/motd.j2
+    - template: jinja
+announce-motd:
+  cmd.run:
+    - name: cat {out}
+    - onchanges:
+      - file: {out}
+"""
+"""A file from a jinja template rendered with the minion's pillar and grains, and a
+command that requires it (``onchanges``: it runs after the file, only when it changed)."""
+TEMPLATE = ("{{ pillar['greeting'] }} from {{ grains['id'] }} ({{ grains['osfinger'] }}), "
+            "team {{ pillar['team'] }}\n")
+PILLAR = {"top.sls": "base:\n  'minion1':\n    - motd\n",
+          "motd.sls": "greeting: Hello\nteam: blue\n"}
 PEER_CONFIG = """\
 peer:                     # which minions may publish what to whom
   'minion1$':
@@ -108,9 +130,14 @@ def main() -> int:
 def _story(root: Path, port: int, procs: dict[str, subprocess.Popen[bytes]]) -> int:
     master_dir = root / "master"
     master_dir.mkdir()
+    srv = root / "srv"
+    _write_tree(srv / "salt" / "motd", {"init.sls": STATE.format(out=root / "motd"),
+                                         "motd.j2": TEMPLATE})
+    _write_tree(srv / "pillar", PILLAR)
     (master_dir / "master").write_text(
         f"id: themaster\nroot_dir: {master_dir}\ninterface: 127.0.0.1\nraet_port: {port}\n"
-        f"raet_alive_period: 2.0\n{PEER_CONFIG}")
+        f"raet_alive_period: 2.0\nfile_roots: {{base: [{srv}/salt]}}\n"
+        f"pillar_roots: {{base: [{srv}/pillar]}}\n{PEER_CONFIG}")
     step(f"configuration in {root}; the master's access rules:")
     for line in PEER_CONFIG.splitlines():
         print(f"    {line}")
@@ -126,7 +153,8 @@ def _story(root: Path, port: int, procs: dict[str, subprocess.Popen[bytes]]) -> 
         (confdir / "minion").write_text(
             f"id: {name}\nroot_dir: {confdir}\ninterface: 127.0.0.1\nraet_port: 0\n"
             f"master: 127.0.0.1:{port}\nacceptance_wait_time: 1.0\nrandom_reauth_delay: 1.0\n"
-            f"raet_alive_period: 2.0\ngrains:\n  {grains}\n")
+            f"raet_alive_period: 2.0\ngrains:\n  {grains}\n"
+            + ("execution_mode: native\n" if name in NATIVE else ""))
         procs[name] = _daemon("minion", confdir)
     wait_events(bus, {"salt/auth"}, seen)
     _wait_pending(master_dir, len(MINIONS))
@@ -142,6 +170,8 @@ def _story(root: Path, port: int, procs: dict[str, subprocess.Popen[bytes]]) -> 
 
     step("compound targeting: the web minions (by grain) except minion3 (by id)")
     show("raetsalt", master_dir, "-C", "G@roles:web and not minion3", "grains.item", "os")
+
+    _salt_states(master_dir, srv)
 
     m1, m2 = root / "minion1", root / "minion2"
     step("peer publishing: minion1 runs test.ping on the other minions via the master")
@@ -187,6 +217,41 @@ def _story(root: Path, port: int, procs: dict[str, subprocess.Popen[bytes]]) -> 
             raise SystemExit(f"demo: {name} exited {code}")
     print(f"\ndone in {time.monotonic() - STARTED:.1f} s.")
     return 0
+
+
+def _write_tree(root: Path, files: dict[str, str]) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (root / name).write_text(text)
+
+
+def _salt_states(master_dir: Path, srv: Path) -> None:
+    step("Salt's states over RAET: minion1 applies a state from the master's file_roots")
+    if not salt_importable():
+        print("    (skipped: the salt package is not installed; pip install 'raetsalt[salt]')")
+        return
+    for path in sorted(srv.rglob("*.s*")) + [srv / "salt" / "motd" / "motd.j2"]:
+        print(f"    --- {path.relative_to(srv)}")
+        for line in path.read_text().splitlines():
+            print(f"    {line}")
+    _wait_pillar(master_dir, "team:blue")
+    show("raetsalt", master_dir, "-I", "team:blue", "test.ping")
+    show("raetsalt", master_dir, "minion1", "state.apply", "motd")
+    show("raetsalt", master_dir, "minion1", "state.apply", "motd", "test=True")
+
+
+def _wait_pillar(master_dir: Path, target: str) -> None:
+    """Until the master has compiled the pillar that ``-I target`` needs (a second or
+    two after the minions connected)."""
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        done = subprocess.run([sys.executable, "-m", "raetsalt.cli.salt", "-c", str(master_dir),
+                               "-I", target, "test.ping", "--preview-target"],
+                              capture_output=True, text=True)
+        if done.returncode == 0 and done.stdout.strip():
+            return
+        time.sleep(0.1)
+    raise SystemExit("demo: the master did not compile the pillar")
 
 
 def _daemon(node: str, confdir: Path) -> subprocess.Popen[bytes]:

@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from raetsalt.saltbridge.modes import salt_importable
+
 pytestmark = pytest.mark.integration
 
 
@@ -34,3 +36,12 @@ def test_demo_runs_end_to_end() -> None:
         "raetsalt-master master: exit 0",
     ]:
         assert fragment in out, fragment
+    if salt_importable():
+        for fragment in [
+            "-I team:blue test.ping\n    minion1:\n        True",
+            "Hello from minion1 (", "), team blue\n",
+            "    Summary for minion1\n    ------------\n    Succeeded: 2 (changed=2)\n",
+            "state.apply motd test=True\n",
+            "    Summary for minion1\n    ------------\n    Succeeded: 2\n    Failed:    0\n",
+        ]:
+            assert fragment in out, fragment

@@ -4,8 +4,9 @@
 ``MasterBridge`` feeds the service what arrives (``salt_req`` and ``pillar_refresh`` from
 minions, hellos) and carries out its actions: ``ToMinion`` goes back to the master's job
 service, ``ToWorker`` to a worker process (``raetsalt.saltbridge.worker``: one for the
-file server, one for pillar, each started when first needed, so a master without
-``pillar_roots`` never starts the pillar one), ``RestartWorker`` kills a late worker.
+file server, started when first needed, and one for pillar, started with the master when
+a ``pillar_roots`` directory exists, else when first needed), ``RestartWorker`` kills a
+late worker.
 A worker runs one request at a time; the bridge keeps the others in order and writes the
 next one when the answer comes, so the daemon's loop never waits on a worker.
 """
@@ -60,6 +61,12 @@ class MasterBridge:
         self._selectors: dict[selectors.BaseSelector, Any] = {}
         self._roots_checked = float("-inf")
         self._roots_exist = False
+        if self.pillar_roots_exist(clock()):
+            # Loaded before the minions connect: their pillar is ready soon after hello.
+            try:
+                self._spawn("pillar")
+            except OSError as exc:
+                log.error("the pillar worker did not start: %s", exc)
 
     # -- from the job service -------------------------------------------------------------
 

@@ -5,8 +5,8 @@
 ``grains`` file beside it is read, ``module_dirs``, ``file_client``...), puts raetsalt
 under Salt where Salt would talk to a master or to its own minion daemon, and loads
 grains, utils, execution modules and executors (``load``; again on a refresh).  The
-first few modules a job needs are imported then too, so a forked job starts running
-its function within milliseconds.
+modules most jobs need are imported right after (``warm``), so a forked job starts
+running its function within milliseconds.
 
 What is put under Salt (only in the zygote and its jobs, never in raetsalt's daemons):
 
@@ -136,6 +136,9 @@ class SaltRuntime:
         utils = salt.loader.utils(opts)
         self.functions = salt.loader.minion_mods(opts, utils=utils)
         self.executors = salt.loader.executors(opts, self.functions)
+
+    def warm(self) -> None:
+        """Import the modules of ``WARM`` now rather than in every job."""
         for name in WARM:
             try:
                 self.functions[name]

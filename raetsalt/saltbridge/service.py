@@ -220,6 +220,8 @@ class SaltRequests:
     def _dispatch(self, minion: str, rid: str, load: Mapping[str, Any], now: float,
                   grains: Mapping[str, Any]) -> list[Action]:
         cmd = load.get("cmd")
+        if cmd is None:
+            raise _Refusal(SaltRequestDrop.UNKNOWN_COMMAND, "the request names no command")
         if not isinstance(cmd, str) or cmd not in COMMANDS:
             shown = cmd[:64] if isinstance(cmd, str) else type(cmd).__name__
             raise _Refusal(SaltRequestDrop.UNKNOWN_COMMAND,

@@ -7,8 +7,8 @@ nothing a library prints can corrupt a frame), one request at a time, in order:
 
 * first ``{kind: 'files'|'pillar', opts: {...}, log: {...}}``: what this worker serves;
 * then ``{id, op, args}`` -> ``{id, ret}``, ``{id, refused: text}`` (a path that leaves
-  ``file_roots``: the minion is told) or ``{id, error: text}`` (anything else; logged
-  here with its traceback, the minion gets one line).
+  ``file_roots``: the minion is told) or ``{id, error: text}`` (an unreadable file, or a
+  bug: only a bug is logged here with its traceback; the minion gets one line).
 
 ``files`` ops: ``hash``, ``find``, ``serve``, ``list`` (``raetsalt.saltbridge.roots``);
 ``pillar`` op: ``pillar`` (``raetsalt.saltbridge.pillar``).  The daemon starts a worker
@@ -75,6 +75,8 @@ class Handler:
             return {"id": ident, "ret": self.run(request["op"], request.get("args") or {})}
         except PathRefused as exc:
             return {"id": ident, "refused": str(exc)}
+        except OSError as exc:  # an unreadable file: the master counts it, no traceback
+            return {"id": ident, "error": exc.strerror or type(exc).__name__}
         except Exception as exc:  # noqa: BLE001 - one failed request must not end the worker
             log.exception("%s worker: %s failed", self.kind, request.get("op"))
             return {"id": ident, "error": f"{type(exc).__name__}: {exc}"}

@@ -68,8 +68,10 @@ class Zygote:
         return True
 
     def _ready(self) -> None:
+        """Report the grains, then import what jobs use (they queue meanwhile)."""
         control.send(self.sock, {"op": "ready"},
                      {"grains": plain(self.runtime.grains()), "version": self.runtime.version})
+        self.runtime.warm()
 
     def serve(self) -> int:
         signal.set_wakeup_fd(self._wake_w.fileno())

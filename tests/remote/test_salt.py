@@ -77,10 +77,25 @@ PILLAR = {
     "db.sls": "role: db\nsecret: db-only\n",
 }
 LOCAL_MODULE = """\
+import salt.channel.client
+
+
 def whoami():
     __context__['seen'] = __context__.get('seen', 0) + 1
     return {'id': __opts__['id'], 'seen': __context__['seen'],
             'cpus': __salt__['grains.get']('num_cpus')}
+
+
+def hostile(loads):
+    # Raw loads to the master through Salt's request channel.
+    channel = salt.channel.client.ReqChannel.factory(__opts__)
+    answers = []
+    for load in loads:
+        try:
+            answers.append({'ret': channel.send(load)})
+        except Exception as exc:
+            answers.append({'error': str(exc)})
+    return answers
 """
 
 
@@ -221,6 +236,32 @@ def test_cp_serves_file_roots_only(cluster: Cluster) -> None:
         assert done.returncode == 1
         assert f"ERROR executing 'cp.get_file': {path} {why}" in done.stdout
     assert not (cluster.world.root / "x").exists()
+
+
+def test_hostile_loads_from_a_minion(cluster: Cluster) -> None:
+    loads = [
+        {"cmd": "_pillar", "id": "db1", "grains": {"id": "db1", "roles": ["db"]}},
+        {"cmd": "_serve_file", "path": "../../etc/shadow", "saltenv": "base", "loc": 0},
+        {"cmd": "_serve_file", "path": "web/motd.j2", "saltenv": "base", "loc": -5},
+        {"cmd": "_file_hash", "path": "web/motd.j2", "saltenv": "../../etc"},
+        {"cmd": "_file_list", "saltenv": "base", "prefix": "/etc"},
+        {"cmd": "_return", "jid": "20260101000000000000", "return": "forged"},
+        {"cmd": "_mine", "data": {}},
+        {"cmd": "__init__"},
+        {"no": "cmd"},
+    ]
+    answers = cluster.json("web1", "localmod.hostile", json.dumps(loads))["web1"]
+    assert answers[0] == {"ret": {"role": "web", "message": "hello from pillar",
+                                  "secret": "web-only"}}  # the road's id, not the load's
+    assert "leads out of file_roots" in answers[1]["error"]
+    assert "loc must be a byte offset" in answers[2]["error"]
+    assert "is not a saltenv name" in answers[3]["error"]
+    assert "absolute" in answers[4]["error"]
+    for answer, cmd in zip(answers[5:8], ["'_return'", "'_mine'", "'__init__'"], strict=True):
+        assert answer == {"error": f"{cmd} is not a command the raetsalt master serves"}
+    assert answers[8] == {"error": "the request names no command"}
+    master_log = Path(load_node_config(cluster.master_conf, "master")["log_file"]).read_text()
+    assert "Traceback" not in master_log and "salt request refused_path" in master_log
 
 
 def test_large_file_streams_without_blocking_the_minion(cluster: Cluster) -> None:

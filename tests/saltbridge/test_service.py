@@ -85,6 +85,7 @@ def test_answers_without_the_disk(service: SaltRequests) -> None:
     ({"cmd": "_return", "jid": "1"}, SaltRequestDrop.UNKNOWN_COMMAND, "'_return' is not"),
     ({"cmd": "__init__"}, SaltRequestDrop.UNKNOWN_COMMAND, "is not a command"),
     ({"cmd": ["x"]}, SaltRequestDrop.UNKNOWN_COMMAND, "'list' is not"),
+    ({"path": "x"}, SaltRequestDrop.UNKNOWN_COMMAND, "names no command"),
     ({"cmd": "_pillar", "pillar_override": "x"}, SaltRequestDrop.BAD_LOAD, "mapping"),
 ])
 def test_refusals_are_answered_counted_and_do_no_work(service: SaltRequests,
