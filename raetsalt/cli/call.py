@@ -8,7 +8,9 @@ daemon runs the job like a published one (its own process, the daemon's grains) 
 sends the return to the master too (stored there under a fresh jid), as Salt's
 salt-call does.  It needs the minion to be connected to its master.  With ``--local`` the
 function runs here, in this process, with the minion's config and grains, and no master
-(``event.fire_master`` refuses, as in Salt's masterless mode).
+(``event.fire_master`` refuses, as in Salt's masterless mode); a function of Salt's
+loader runs masterless with the minion's own ``file_roots`` and ``pillar_roots``
+(``raetsalt.saltbridge.local``).
 
 Output: ``{"local": <return>}`` (``--metadata``: the whole return record).  Exit codes
 (salt-semantics.md §8.2): 0 on success, also when the function returned False; 1 for a
@@ -123,10 +125,15 @@ def _run_local(opts: dict[str, Any], fun: str, arg: list[Any]) -> tuple[dict[str
     from raetsalt.event import SaltEvent
     from raetsalt.execution.loader import Context, Loader
     from raetsalt.jobs import new_jid
+    from raetsalt.saltbridge.local import salt_call_local
     from raetsalt.services.minion import JobSpec, execute
 
-    loader = Loader(opts.get("module_dirs") or ())
     jid = new_jid(datetime.now(UTC))
+    salt_outcome = salt_call_local(opts, fun, arg, jid)  # Salt's loader, masterless
+    if salt_outcome is not None:
+        return ({"jid": jid, "id": opts["id"], "fun": fun, "fun_args": arg,
+                 **salt_outcome["ret"]}, bool(salt_outcome["missing_fun"]))
+    loader = Loader(opts.get("module_dirs") or ())
 
     def fire(tag: str, data: Any) -> bool:
         try:

@@ -30,6 +30,7 @@ from typing import Any
 from raetsalt.errors import BadPacket, LocalError
 from raetsalt.saltbridge import control
 from raetsalt.saltbridge.modes import runs_in_salt, salt_importable, uses_salt
+from raetsalt.saltbridge.saltjob import CONFIG_KEYS
 from raetsalt.services.executor import ForkExecutor, plain
 from raetsalt.services.minion import JobSpec, MinionJobs
 
@@ -39,8 +40,6 @@ RESTART_MIN = 1.0
 RESTART_MAX = 60.0
 MAX_QUEUED = 256
 """Jobs waiting for the zygote to be ready, at most."""
-_CONFIG_KEYS = ("id", "cachedir", "sock_dir", "conf_file", "log_file", "file_client",
-                "file_roots", "pillar_roots", "module_dirs", "grains")
 
 
 def minion_bridge(opts: Mapping[str, Any], executor: ForkExecutor) -> MinionBridge | None:
@@ -185,7 +184,7 @@ class MinionBridge:
             return
         finally:
             child.close()
-        config = {key: self.opts.get(key) for key in _CONFIG_KEYS}
+        config = {key: self.opts.get(key) for key in CONFIG_KEYS}
         config["log"] = control.daemon_log_levels()
         control.send(parent, {"op": "init"}, plain(config))
         parent.setblocking(False)

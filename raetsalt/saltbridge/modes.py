@@ -9,7 +9,9 @@
     when the ``salt`` package is importable: raetsalt's built-in functions run natively,
     every other function (``state.*``, ``pkg.*``, ``pillar.*``, ``cp.*``, custom modules
     in ``module_dirs`` and synced ``_modules``...) through Salt's loader, and the grains
-    are Salt's.  Without ``salt``: as ``native``.
+    are Salt's.  ``SALT_FIRST`` go to Salt too: ``sys.*`` (so ``sys.doc`` knows Salt's
+    functions) and ``saltutil.sync_grains`` (which syncs ``_grains``).  Without
+    ``salt``: as ``native``.
 ``salt``
     every function through Salt's loader, except those only raetsalt can do
     (``PINNED``: peer publishing, the minion's bus, its job table); the minion refuses
@@ -29,6 +31,9 @@ PINNED_MODULES = ("publish", "event")
 PINNED = frozenset({"saltutil.running", "saltutil.find_job", "saltutil.kill_job"})
 """Functions (and modules) that always run natively: they act on raetsalt's own road,
 bus and job processes."""
+SALT_FIRST_MODULES = ("sys",)
+SALT_FIRST = frozenset({"saltutil.sync_grains"})
+"""Built-in functions that give way to Salt's when Salt's loader is in use."""
 
 
 def salt_importable() -> bool:
@@ -56,4 +61,5 @@ def runs_in_salt(fun: str, mode: str, native: Collection[str]) -> bool:
         return False
     if mode == "salt":
         return True
-    return any(f not in native for f in funs)
+    return any(f not in native or f in SALT_FIRST or f.split(".", 1)[0] in SALT_FIRST_MODULES
+               for f in funs)

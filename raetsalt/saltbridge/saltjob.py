@@ -41,6 +41,9 @@ from . import channel
 
 log = logging.getLogger(__name__)
 
+CONFIG_KEYS = ("id", "cachedir", "sock_dir", "conf_file", "log_file", "file_client",
+               "file_roots", "pillar_roots", "module_dirs", "grains")
+"""The raetsalt minion opts ``SaltRuntime`` needs."""
 WARM = ("test.ping", "cmd.run", "state.apply", "pillar.items", "grains.items",
         "cp.get_file", "saltutil.sync_all", "pkg.list_pkgs", "file.stat")
 """Functions whose modules are imported in the zygote, before any job forks."""
@@ -147,6 +150,13 @@ class SaltRuntime:
 
     def grains(self) -> dict[str, Any]:
         return dict(self.opts["grains"])
+
+    def local_pillar(self) -> dict[str, Any]:
+        """This minion's pillar from its own ``pillar_roots`` (``file_client: local``)."""
+        import salt.pillar
+
+        pillar = salt.pillar.get_pillar(self.opts, self.opts["grains"], self.opts["id"])
+        return dict(pillar.compile_pillar())
 
     # -- one job, in its own process -------------------------------------------------------
 

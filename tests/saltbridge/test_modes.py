@@ -6,7 +6,8 @@ import pytest
 
 from raetsalt.saltbridge.modes import runs_in_salt, uses_salt
 
-NATIVE = {"test.ping", "cmd.run", "grains.items", "publish.publish", "saltutil.running"}
+NATIVE = {"test.ping", "cmd.run", "grains.items", "publish.publish", "saltutil.running",
+          "sys.doc", "saltutil.sync_grains", "saltutil.refresh_grains"}
 
 
 @pytest.mark.parametrize(("fun", "mode", "salt"), [
@@ -15,7 +16,9 @@ NATIVE = {"test.ping", "cmd.run", "grains.items", "publish.publish", "saltutil.r
     ("test.ping", "salt", True), ("publish.publish", "salt", False),
     ("event.fire_master", "salt", False), ("saltutil.running", "salt", False),
     ("saltutil.sync_all", "salt", True), ("publish.publish,event.fire", "salt", False),
-    ("state.apply", "native", False),
+    ("state.apply", "native", False), ("sys.doc", "auto", True),
+    ("saltutil.sync_grains", "auto", True), ("saltutil.refresh_grains", "auto", False),
+    ("sys.doc", "native", False),
 ])
 def test_routing(fun: str, mode: str, salt: bool) -> None:
     assert runs_in_salt(fun, mode, NATIVE) is salt
