@@ -35,10 +35,8 @@ import sys
 import warnings
 from typing import Any
 
-import msgpack
-
 from raetsalt.errors import BadPacket
-from raetsalt.services.executor import plain
+from raetsalt.services.executor import plain, run_in_child
 
 from . import control
 
@@ -121,31 +119,10 @@ class Zygote:
             control.send(self.sock, {"op": "failed", "jid": jid, "reason": str(exc)})
             return
         if pid == 0:
-            code = 1
-            try:
-                self._child(payload, result_fd)
-                code = 0
-            except BaseException:  # noqa: BLE001 - nothing may escape into the zygote's loop
-                try:
-                    log.exception("job %s failed in its process", jid)
-                except BaseException:  # noqa: BLE001
-                    pass
-            finally:
-                os._exit(code)
+            run_in_child(jid, result_fd, lambda: self.runtime.run(payload))
         os.close(result_fd)
         self.children.add(pid)
         control.send(self.sock, {"op": "started", "jid": jid, "pid": pid})
-
-    def _child(self, payload: dict[str, Any], result_fd: int) -> None:
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.set_wakeup_fd(-1)
-        self.sock.close()
-        self._wake_r.close()
-        self._wake_w.close()
-        outcome = self.runtime.run(payload)
-        control.write_all(result_fd, msgpack.packb(plain(outcome)))
-        os.close(result_fd)
 
     def _reap(self) -> None:
         for pid in list(self.children):

@@ -23,7 +23,7 @@ import selectors
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import msgpack
 
@@ -108,20 +108,8 @@ class ForkExecutor:
             os.close(write_fd)
             raise
         if pid == 0:  # the child never returns from here
-            code = 1
-            try:
-                os.close(read_fd)
-                _child_setup(write_fd)
-                data = msgpack.packb(plain(self.run(job)))
-                _write_all(write_fd, data)
-                code = 0
-            except BaseException:  # noqa: BLE001 - nothing may escape into the daemon's code
-                try:
-                    log.exception("job %s failed in its process", jid)
-                except BaseException:  # noqa: BLE001
-                    pass
-            finally:
-                os._exit(code)
+            os.close(read_fd)
+            run_in_child(jid, write_fd, lambda: self.run(job))
         os.close(write_fd)
         os.set_blocking(read_fd, False)
         child = _Child(jid, pid, read_fd)
@@ -238,7 +226,27 @@ class ForkExecutor:
         self._zombies = left
 
 
-def _child_setup(keep_fd: int) -> None:
+def run_in_child(jid: str, out_fd: int, produce: Callable[[], dict[str, Any]]) -> NoReturn:
+    """In a freshly forked job process: drop what was inherited (``child_setup``), write
+    ``produce()`` (made ``plain``, msgpack) to ``out_fd`` and leave the process, with 0
+    when that worked; nothing ever returns or raises into the parent's code."""
+    code = 1
+    try:
+        child_setup(out_fd)
+        _write_all(out_fd, msgpack.packb(plain(produce())))
+        code = 0
+    except BaseException:  # noqa: BLE001 - nothing may escape into the forking code
+        try:
+            log.exception("job %s failed in its process", jid)
+        except BaseException:  # noqa: BLE001
+            pass
+    finally:
+        os._exit(code)
+
+
+def child_setup(keep_fd: int) -> None:
+    """Default signal handling, and every descriptor closed but stdio, ``keep_fd`` and
+    the log files."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
     try:
