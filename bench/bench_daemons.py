@@ -72,7 +72,7 @@ def main() -> int:
     (root / "mi").mkdir()
     (root / "mi" / "minion").write_text(
         f"id: benchminion\nroot_dir: {root / 'mi'}\ninterface: 127.0.0.1\nraet_port: 0\n"
-        f"master: 127.0.0.1:{port}\n"
+        f"master: 127.0.0.1:{port}\nexecution_mode: native\n"  # the transport, not Salt
     )
     master = start("master", root / "ma")
     minion = start("minion", root / "mi")

@@ -64,7 +64,7 @@ def main() -> int:
         (confdir / "minion").write_text(
             f"id: {minion_id}\nroot_dir: {confdir}\ninterface: 127.0.0.1\nraet_port: 0\n"
             f"master: {args.master}\nrandom_reauth_delay: 2.0\n"
-            f"sock_dir: {root / 'sock'}\n"
+            f"sock_dir: {root / 'sock'}\nexecution_mode: native\n"  # no Salt zygote each
         )
         opts = minion_config(confdir / "minion")
         ensure_dirs(opts)

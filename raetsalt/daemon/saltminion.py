@@ -7,7 +7,8 @@ that go to Salt (``submit``: the payload in a memfd, the write end of the job's 
 pipe; the read end goes to the daemon's ``ForkExecutor``, so a Salt job finishes like
 any other), and turns what the zygote reports into job-service calls (``poll``): its
 grains (the minion says hello to the master only once it has them, so grain targeting
-sees Salt's grains from the start), the pid of each job, forks that failed.
+sees Salt's grains from the start; at most ``HELLO_WAIT`` seconds after start), the pid
+of each job, forks that failed.
 
 The zygote is restarted with back-off (1 s doubling to 60 s) when it dies; jobs that
 were handed over but not started fail with the reason.  In ``auto`` mode a zygote that
@@ -38,6 +39,8 @@ log = logging.getLogger("raetsalt.daemon")
 
 RESTART_MIN = 1.0
 RESTART_MAX = 60.0
+HELLO_WAIT = 30.0
+"""Longest the first hello waits for Salt's grains (then it carries the native ones)."""
 MAX_QUEUED = 256
 """Jobs waiting for the zygote to be ready, at most."""
 
@@ -69,7 +72,9 @@ class MinionBridge:
         self.ready = False
         self.version: str | None = None
         self.hello_due = False
-        """The session came up before the zygote's grains: say hello when they come."""
+        """The session came up before the zygote's grains: say hello when they come (or
+        after ``HELLO_WAIT`` seconds)."""
+        self._hello_by = clock() + HELLO_WAIT
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._queue: list[tuple[str, dict[str, Any], int]] = []
@@ -83,7 +88,8 @@ class MinionBridge:
 
     def holds_hello(self) -> bool:
         """Whether the first hello must wait for the zygote's grains."""
-        return self.active and not self.ready and self.version is None
+        return (self.active and not self.ready and self.version is None
+                and self.clock() < self._hello_by)
 
     def wants(self, fun: str, native: Mapping[str, Any]) -> bool:
         """Whether the job of ``fun`` goes to Salt's loader."""
@@ -114,9 +120,15 @@ class MinionBridge:
     def poll(self, jobs: MinionJobs) -> list[Any]:
         """Apply what the zygote reported to ``jobs``; returns the job service's actions."""
         actions: list[Any] = []
-        if self._restart_at is not None and self.clock() >= self._restart_at:
+        now = self.clock()
+        if self._restart_at is not None and now >= self._restart_at:
             self._restart_at = None
             self._start()
+        if self.hello_due and now >= self._hello_by:
+            log.warning("Salt's loader has not reported grains within %g s: saying hello "
+                        "with raetsalt's own", HELLO_WAIT)
+            self.hello_due = False
+            actions.extend(jobs.on_connected())
         while self._sock is not None:
             try:
                 message = control.receive(self._sock)
@@ -150,9 +162,9 @@ class MinionBridge:
                 pass
 
     def timeout(self) -> float | None:
-        if self._restart_at is None:
-            return None
-        return max(0.0, self._restart_at - self.clock())
+        due = [t for t in (self._restart_at, self._hello_by if self.hello_due else None)
+               if t is not None]
+        return max(0.0, min(due) - self.clock()) if due else None
 
     def close(self) -> None:
         self._drop_socket()

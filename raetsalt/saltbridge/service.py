@@ -164,11 +164,6 @@ class SaltRequests:
         """Road ``pillar_refresh`` (``saltutil.refresh_pillar`` on the minion)."""
         return self._refresh(minion, grains, now, roots_exist)
 
-    def forget(self, minion: str) -> None:
-        """The minion's key was deleted: drop what we keep about it."""
-        self.pillars.pop(minion, None)
-        self._pillar.pop(minion, None)
-
     # -- workers --------------------------------------------------------------------------
 
     def on_result(self, op_id: int, result: Mapping[str, Any], now: float,

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from daemons.helpers import World, make_world
+from daemons.helpers import Daemon, World, make_world
 
 from raetsalt.config import load_node_config
 from raetsalt.services import protocol as p
@@ -106,6 +106,7 @@ class Cluster:
     confs: dict[str, Path]
     out: Path
     srv: Path
+    minions: dict[str, Daemon]
 
     def salt(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
         return self.world.cli("salt", self.master_conf, *args, timeout=timeout)
@@ -141,7 +142,7 @@ def cluster() -> Iterator[Cluster]:
                     "db1": "execution_mode: salt\n"}
         with started_cluster(world, MASTER.format(srv=srv),
                              {"web1": "roles: [web]", "db1": "roles: [db]"}, minion_d) as up:
-            yield Cluster(world, up.master_conf, up.confs, out, srv)
+            yield Cluster(world, up.master_conf, up.confs, out, srv, up.minions)
 
 
 def test_grains_are_salts_and_target(cluster: Cluster) -> None:
@@ -377,3 +378,15 @@ def test_salt_mode_runs_salts_functions(cluster: Cluster) -> None:
     assert "List the packages currently installed" in docs["pkg.list_pkgs"]
     text = textwrap.dedent(cluster.salt("db1", "cmd.run", "echo hi; exit 3").stdout)
     assert "hi" in text
+
+
+def test_a_dead_zygote_is_restarted(cluster: Cluster) -> None:
+    daemon = cluster.minions["web1"]
+    pid = daemon.popen.pid
+    [zygote] = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    os.kill(zygote, 9)
+    daemon.expect("Salt's loader process exited (exit code -9); restarting it in 1 s", 10)
+    started = time.monotonic()
+    assert cluster.json("web1", "test.true") == {"web1": True}  # waits for the new one
+    assert time.monotonic() - started < 10
+    assert cluster.json("web1", "test.ping") == {"web1": True}

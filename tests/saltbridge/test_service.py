@@ -152,8 +152,6 @@ def test_pillar_push_after_hello_refresh_and_no_roots(service: SaltRequests) -> 
     assert service.pillars == {"web1": {"role": "web"}}
     [empty] = service.on_hello("db1", {}, 2.0, roots_exist=False)
     assert empty.body["pillar"] == {} and service.pillars["db1"] == {}
-    service.forget("web1")
-    assert "web1" not in service.pillars
 
 
 def test_oversized_pillars_and_overrides(service: SaltRequests) -> None:
