@@ -5,8 +5,8 @@
 ``grains`` file beside it is read, ``module_dirs``, ``file_client``...), puts raetsalt
 under Salt where Salt would talk to a master or to its own minion daemon, and loads
 grains, utils, execution modules and executors (``load``; again on a refresh).  The
-modules most jobs need are imported right after (``warm``), so a forked job starts
-running its function within milliseconds.
+modules most jobs need are imported right after, one at a time between jobs (``warm``),
+so a forked job starts running its function within milliseconds.
 
 What is put under Salt (only in the zygote and its jobs, never in raetsalt's daemons):
 
@@ -140,13 +140,13 @@ class SaltRuntime:
         self.functions = salt.loader.minion_mods(opts, utils=utils)
         self.executors = salt.loader.executors(opts, self.functions)
 
-    def warm(self) -> None:
-        """Import the modules of ``WARM`` now rather than in every job."""
-        for name in WARM:
-            try:
-                self.functions[name]
-            except KeyError:
-                pass
+    def warm(self, name: str) -> None:
+        """Import the module of function ``name`` now rather than in every job
+        (``WARM``)."""
+        try:
+            self.functions[name]
+        except KeyError:
+            pass
 
     def grains(self) -> dict[str, Any]:
         return dict(self.opts["grains"])

@@ -39,6 +39,7 @@ from raetsalt.errors import BadPacket
 from raetsalt.services.executor import plain, run_in_child
 
 from . import control
+from .saltjob import WARM
 
 log = logging.getLogger("raetsalt.saltbridge.zygote")
 
@@ -48,12 +49,13 @@ class Zygote:
         self.sock = sock
         self.runtime: Any = None
         self.children: set[int] = set()
+        self._warming: list[str] = []
         self._wake_r, self._wake_w = socket.socketpair()
         for end in (self._wake_r, self._wake_w):
             end.setblocking(False)
 
     def start(self, config: dict[str, Any]) -> bool:
-        from .saltjob import SaltRuntime
+        from .saltjob import SaltRuntime  # imports Salt: reported as "unavailable" if it fails
 
         try:
             self.runtime = SaltRuntime(config)
@@ -66,10 +68,10 @@ class Zygote:
         return True
 
     def _ready(self) -> None:
-        """Report the grains, then import what jobs use (they queue meanwhile)."""
+        """Report the grains; what jobs use is imported between jobs (``serve``)."""
         control.send(self.sock, {"op": "ready"},
                      {"grains": plain(self.runtime.grains()), "version": self.runtime.version})
-        self.runtime.warm()
+        self._warming = list(WARM)
 
     def serve(self) -> int:
         signal.set_wakeup_fd(self._wake_w.fileno())
@@ -78,7 +80,10 @@ class Zygote:
         selector.register(self.sock, selectors.EVENT_READ)
         selector.register(self._wake_r, selectors.EVENT_READ)
         while True:
-            for key, _events in selector.select(None):
+            ready = selector.select(0 if self._warming else None)
+            if not ready and self._warming:
+                self.runtime.warm(self._warming.pop(0))  # nothing waiting: warm up a bit
+            for key, _events in ready:
                 if key.fileobj is self._wake_r:
                     try:
                         self._wake_r.recv(4096)

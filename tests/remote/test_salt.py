@@ -109,7 +109,8 @@ class Cluster:
     minions: dict[str, Daemon]
 
     def salt(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-        return self.world.cli("salt", self.master_conf, *args, timeout=timeout)
+        # -t: on a busy machine Salt's first jobs may take more than the default 5 s.
+        return self.world.cli("salt", self.master_conf, "-t", "30", *args, timeout=timeout)
 
     def json(self, *args: str) -> dict[str, Any]:
         done = self.salt(*args, "--out", "json")
