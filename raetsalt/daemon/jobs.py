@@ -5,7 +5,9 @@ service`` behaviour got from ``Node.service_ready``, keep those of the command p
 (``raetsalt.services.protocol``), feed them to ``MasterJobs``/``MinionJobs`` and carry out
 the actions: road sends, lane sends to client yards, bus events, job processes.  Both
 are ``Wakeable`` (the skedder's waiter watches them): the master for its timers, the
-minion for its job pipes.
+minion for its job pipes.  The Salt bridge hooks in here too: the minion hands the jobs
+Salt's loader runs to its zygote (``raetsalt.daemon.saltminion``), the master serves
+minions' Salt requests and pillar (``raetsalt.daemon.saltmaster``).
 """
 
 from __future__ import annotations

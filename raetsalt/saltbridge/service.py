@@ -9,12 +9,13 @@ master over the road as ``salt_req {rid, load}`` (relayed by the minion daemon,
 * only the commands in ``COMMANDS`` are served (Salt's fileclient and pillar commands);
   anything else is refused by name;
 * every field is checked before use: ``saltenv`` names, paths (``paths.clean_relpath``:
-  relative, no ``..``), offsets, gzip levels, prefixes, a pillar override's size;
+  relative, no ``..``), offsets, gzip levels, prefixes, a pillar override's size
+  (``MAX_OVERRIDE_BYTES``);
 * work that touches the disk or renders templates becomes a ``ToWorker`` action (the
   daemon's worker processes do it: ``raetsalt.saltbridge.worker``) and its result comes
   back through ``on_result``; a minion may have ``MAX_INFLIGHT_PER_MINION`` such requests
-  in flight, the master ``MAX_INFLIGHT``; a late worker is restarted (``RestartWorker``)
-  and its requests fail;
+  in flight (``MAX_PILLAR_PER_MINION`` pillar compiles), the master ``MAX_INFLIGHT``; a
+  late worker is restarted (``RestartWorker``) and its requests fail;
 * the requester is the road's authenticated id, never a field of the load: a minion
   gets its own pillar and nobody else's.
 
@@ -44,9 +45,13 @@ from .paths import PathRefused, clean_relpath, valid_saltenv
 log = logging.getLogger(__name__)
 
 MAX_INFLIGHT_PER_MINION = 16
+MAX_PILLAR_PER_MINION = 2
+"""Pillar compiles a minion may have in flight (they are the expensive requests)."""
 MAX_INFLIGHT = 1024
 MAX_PILLAR_BYTES = 4 << 20
-"""Largest pillar (msgpack bytes) the master sends, and largest override it takes."""
+"""Largest pillar (msgpack bytes) the master sends."""
+MAX_OVERRIDE_BYTES = 64 << 10
+"""Largest ``pillar_override`` a minion may send (requests in flight stay small)."""
 MAX_LOC = 1 << 62
 FILE_TIMEOUT = 30.0
 PILLAR_TIMEOUT = 120.0
@@ -252,9 +257,9 @@ class SaltRequests:
         override = load.get("pillar_override") or {}
         if not isinstance(override, Mapping):
             raise _Refusal(SaltRequestDrop.BAD_LOAD, "pillar_override must be a mapping")
-        if _too_large(override):
+        if _too_large(override, MAX_OVERRIDE_BYTES):
             raise _Refusal(SaltRequestDrop.TOO_LARGE,
-                           f"pillar_override is larger than {MAX_PILLAR_BYTES} bytes")
+                           f"pillar_override is larger than {MAX_OVERRIDE_BYTES} bytes")
         pillarenv = _field(load, "pillarenv", valid_saltenv, None)
         args = {"minion": minion, "grains": dict(grains), "pillarenv": pillarenv,
                 "override": dict(override)}
@@ -262,8 +267,11 @@ class SaltRequests:
 
     def _start(self, minion: str, rid: str | None, kind: str, op: str, args: dict[str, Any],
                now: float, timeout: float, form: str) -> list[Action]:
+        pillar_ops = sum(1 for o in self._ops.values()
+                         if o.minion == minion and o.kind == "pillar" and o.rid is not None)
         if rid is not None and (self.inflight(minion) >= MAX_INFLIGHT_PER_MINION
-                                or len(self._ops) >= MAX_INFLIGHT):
+                                or len(self._ops) >= MAX_INFLIGHT
+                                or (kind == "pillar" and pillar_ops >= MAX_PILLAR_PER_MINION)):
             raise _Refusal(SaltRequestDrop.BUSY, "the master is busy: too many requests "
                                                  "in flight, try again")
         self._next_id += 1
@@ -377,8 +385,8 @@ def _gzip_level(value: Any) -> int | None:
     return value or None
 
 
-def _too_large(value: Any) -> bool:
+def _too_large(value: Any, limit: int = MAX_PILLAR_BYTES) -> bool:
     try:
-        return len(msgpack.packb(value)) > MAX_PILLAR_BYTES
+        return len(msgpack.packb(value)) > limit
     except (TypeError, ValueError, OverflowError):
         return True

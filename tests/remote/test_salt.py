@@ -37,6 +37,7 @@ MASTER = """\
 auto_accept: true
 file_roots:
   base: [{srv}/salt]
+  dev: [{srv}/dev]
 pillar_roots:
   base: [{srv}/pillar]
 peer:
@@ -135,6 +136,7 @@ def cluster() -> Iterator[Cluster]:
         _write(srv / "salt", {k: v for k, v in STATES.items() if "{out}" not in v})
         _write(srv / "salt", {k: v for k, v in STATES.items() if "{out}" in v}, out=out)
         _write(srv / "pillar", PILLAR)
+        _write(srv / "dev", {"only-dev.txt": "dev\n"})
         (srv / "salt" / "big.bin").write_bytes(os.urandom(BIG))
         (srv / "salt" / "leak").symlink_to("/etc")
         mods = world.root / "mods"
@@ -238,6 +240,12 @@ def test_cp_serves_file_roots_only(cluster: Cluster) -> None:
         assert done.returncode == 1
         assert f"ERROR executing 'cp.get_file': {path} {why}" in done.stdout
     assert not (cluster.world.root / "x").exists()
+    dev = str(cluster.world.root / "dev.txt")
+    assert cluster.json("web1", "cp.envs") == {"web1": ["base", "dev"]}
+    assert cluster.json("web1", "cp.get_file", "salt://only-dev.txt", dev) == {"web1": ""}
+    assert cluster.json("web1", "cp.get_file", "salt://only-dev.txt", dev, "saltenv=dev") == {
+        "web1": dev}
+    assert Path(dev).read_text() == "dev\n"
 
 
 def test_hostile_loads_from_a_minion(cluster: Cluster) -> None:

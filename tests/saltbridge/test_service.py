@@ -9,7 +9,9 @@ import pytest
 
 from raetsalt.saltbridge.service import (
     MAX_INFLIGHT_PER_MINION,
+    MAX_OVERRIDE_BYTES,
     MAX_PILLAR_BYTES,
+    MAX_PILLAR_PER_MINION,
     RestartWorker,
     SaltRequestDrop,
     SaltRequests,
@@ -112,6 +114,10 @@ def test_requests_in_flight_are_bounded_per_minion(service: SaltRequests) -> Non
     body = answer(req(service, load, rid="late"))[1]
     assert "busy" in body["error"] and service.stats[SaltRequestDrop.BUSY.value] == 1
     assert isinstance(req(service, load, minion="db1")[0], ToWorker)  # others unaffected
+    for n in range(MAX_PILLAR_PER_MINION):
+        assert isinstance(req(service, {"cmd": "_pillar"}, minion="db1", rid=f"p{n}")[0],
+                          ToWorker)
+    assert "busy" in answer(req(service, {"cmd": "_pillar"}, minion="db1"))[1]["error"]
 
 
 def test_worker_errors_time_outs_and_deaths(service: SaltRequests) -> None:
@@ -155,9 +161,10 @@ def test_pillar_push_after_hello_refresh_and_no_roots(service: SaltRequests) -> 
 
 
 def test_oversized_pillars_and_overrides(service: SaltRequests) -> None:
+    big = {"blob": "x" * MAX_OVERRIDE_BYTES}
+    body = answer(req(service, {"cmd": "_pillar", "pillar_override": big}))[1]
+    assert f"larger than {MAX_OVERRIDE_BYTES} bytes" in body["error"]
     huge = {"blob": "x" * (MAX_PILLAR_BYTES + 1)}
-    body = answer(req(service, {"cmd": "_pillar", "pillar_override": huge}))[1]
-    assert "larger than" in body["error"]
     [work] = service.on_hello("web1", {}, 0.0, roots_exist=True)
     assert service.on_result(work.op_id, {"ret": huge}, 1.0) == []
     assert "web1" not in service.pillars
