@@ -45,6 +45,8 @@ log = logging.getLogger("raetsalt.saltbridge.zygote")
 
 
 class Zygote:
+    """The zygote's loop: control messages from the daemon, children to reap."""
+
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.runtime: Any = None
@@ -97,7 +99,11 @@ class Zygote:
                     continue
                 if message is None:
                     return 0
-                self._handle(*message)
+                try:
+                    self._handle(*message)
+                except OSError as exc:  # the daemon is gone: so are we
+                    log.info("zygote: the minion daemon went away (%s)", exc)
+                    return 0
             self._reap()
 
     def _handle(self, header: dict[str, Any], body: Any, fds: list[int]) -> None:
