@@ -163,6 +163,7 @@ def test_each_minion_gets_only_its_own_pillar(cluster: Cluster) -> None:
     assert pillars["db1"] == {"role": "db", "secret": "db-only"}
     masked = cluster.json("web1", "pillar.items")["web1"]
     assert masked["secret"] == "**********"  # Salt 3008 masks pillar output by default
+    assert set(cluster.json("db1", "pillar.raw")["db1"]) == {"role", "secret"}
 
 
 def test_pillar_targeting(cluster: Cluster) -> None:
@@ -215,7 +216,8 @@ def test_failed_state_exit_codes(cluster: Cluster) -> None:
 
 
 def test_custom_modules_synced_and_from_module_dirs(cluster: Cluster) -> None:
-    assert cluster.json("web1", "saltutil.sync_modules") == {"web1": ["modules.mymod"]}
+    synced = cluster.json("web1", "saltutil.sync_all")["web1"]
+    assert synced["modules"] == ["modules.mymod"] and synced["states"] == []
     assert cluster.json("web1", "mymod.hello")["web1"] == {"ping": True, "os": "Debian",
                                                           "role": "web"}
     local = cluster.json("web1", "localmod.whoami")["web1"]
