@@ -4,9 +4,9 @@
 
 Talks to the local ``raetsalt-master`` over its lane (``raetsalt.services.protocol``),
 never over the network.  Targeting flags as Salt's: ``-E -L -G -P/--grain-pcre -I -J -S
--N -C`` (``--delimiter`` for grain and pillar targets).  ``-t`` is the whole wait for returns (default:
-the master's ``timeout``); the command returns as soon as every expected minion has
-returned, and names each one that did not::
+-N -C`` (``--delimiter`` for grain and pillar targets).  ``-t`` is the whole wait for
+returns (default: the master's ``timeout``); the command returns as soon as every
+expected minion has returned, and names each one that did not::
 
     minion3:
         Minion did not return. [No response]     (or [Not connected]: it was not answering
