@@ -12,15 +12,16 @@ A rule list holds entries of two shapes::
     - 'web* and G@os:Ubuntu':       # target expression (compound) ...
         - 'pkg.*'                   #   ... function regex
         - 'cmd.run':                #   ... function regex with argument rules
-            args: ['ls', null]      #   positional: regex per position, null = any
-            kwargs: {cwd: '/tmp'}   #   named: regex per key, null = any
+            args: ['ls', null]      #   exactly two positional arguments
+            kwargs: {cwd: '/tmp$'}  #   exactly one keyword argument, cwd
 
 * Every regex is applied with :func:`re.match`: **anchored at the start only**.
   ``test.*`` also allows ``testfoo.x``, ``network.ip_addrs`` also allows
   ``network.ip_addrs6``, an id key ``web`` matches ``webserv1`` and an argument rule
   ``ls`` allows ``ls; rm -rf /``.  Add ``$`` for an exact match, or pass
   ``strict=True`` to make every regex a full match.  The ``validate_*`` functions
-  return a warning for each regex that looks like an exact name but is not anchored.
+  (:mod:`raetsalt.acl_config`, run when the master starts) warn about each regex that
+  looks like an exact name but is not anchored.
 * ``peer``: ``{minion-id regex: [entries]}``; the lists of every key that matches the
   requesting minion's id are concatenated, in order.  ``peer_run``:
   ``{minion-id regex: [runner regex | {runner regex: {args, kwargs}}]}``.
@@ -31,9 +32,17 @@ A rule list holds entries of two shapes::
   unknown grains the request must imply the key under every value its grain terms
   could take (:func:`raetsalt.targeting.target_within`), so unknown grains can only
   deny.
-* Positional rule ``i`` requires argument ``i`` to exist; arguments beyond the rules
-  are not restricted.  Each kwargs rule requires that key; extra kwargs are free.
-  A spec may be a list of ``{args, kwargs}`` dicts; any one may match.
+* **Argument rules restrict the whole call** (``{fun regex: {args, kwargs}}``): the call
+  must have exactly one positional argument per ``args`` rule and exactly the keyword
+  arguments ``kwargs`` names (each one present, no other).  A spec that lists ``args``
+  and no ``kwargs`` allows no keyword argument at all; one with only ``kwargs`` allows
+  no positional argument.  Each value rule is ``null`` (any value, of any type), a regex
+  (matched with ``re.match`` against **text values only**: a number, bool, list, mapping
+  or null argument never matches a regex) or a literal ``true``/``false``/number (only
+  that value, of that type).  A spec may be a list of such specs; any one may match.
+* A restricted caller (every caller these rules apply to) never passes a keyword
+  argument whose name is not text or starts with ``__`` (``__pub_*``, ``__kwarg__``...):
+  those are the master's and minion's own plumbing.
 * ``publisher_acl`` / ``external_auth`` user keys are globs or full-match regexes;
   ``name%`` keys match a group; the lists of every matching key are concatenated and
   the ``*`` key is used only when no user key matched (unless ``permissive``).  A
@@ -56,11 +65,17 @@ Deliberate divergences from Salt 3008 (all on the safe side)
 * ``fun`` may be a comma string or a list; ``publisher_acl_blacklist`` modules are
   checked against every function of it (Salt matched the blacklist regex against the
   whole comma string, so ``test.ping,cmd.run`` escaped a ``cmd.*`` blacklist).
+* **Argument rules restrict every argument** (see above).  Salt leaves extra positional
+  arguments and every keyword argument not named in a rule free, so a rule such as
+  ``{'cmd.run': {args: ['echo [a-z]+$']}}`` let ``python_shell=False
+  env={'PATH': '/home/me/bin'}`` run the caller's own ``echo`` as root; Salt 3008 has
+  that hole.  Non-text values never match a regex (Salt matched ``str(value)``).
 * **Arguments are parsed before they are checked**: ``k=v`` strings become kwargs
   (Salt's argument parsing rule: an identifier, ``=``, a value) and a trailing
   ``{'__kwarg__': True, ...}`` dict is merged into kwargs.  Salt's peer path checked
   before parsing, so a kwargs rule could never be met by ``publish.publish ... k=v``.
-  Values are matched as ``str(value)``; strings are not YAML-typed first.
+  The master then publishes the arguments exactly as checked (:func:`normalized_arg`);
+  strings are not YAML-typed on the way.
 * ``peer_run`` takes the same ``{runner regex: {args, kwargs}}`` entries as peer
   (Salt crashed on any dict entry); a runner name must have exactly one dot.
 * The recursion guard denies any function starting with ``publish.`` (Salt 3008);
@@ -81,10 +96,12 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from raetsalt.errors import ConfigError, TargetError
+from raetsalt.errors import TargetError
+from raetsalt.log import clip
+from raetsalt.services.protocol import KWARG_MARK, pack_args
 from raetsalt.targeting import (
     MinionTable,
     Nodegroups,
@@ -105,11 +122,6 @@ __all__ = [
     "normalized_arg",
     "parse_args",
     "split_functions",
-    "validate_acl_config",
-    "validate_eauth_config",
-    "validate_master_access",
-    "validate_peer_config",
-    "validate_peer_run_config",
 ]
 
 FIND_JOB_WHITELIST: tuple[str, ...] = ("saltutil.find_job",)
@@ -188,8 +200,8 @@ def parse_args(
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
     for item in items:
-        if isinstance(item, Mapping) and item.get("__kwarg__") is True:
-            kwargs.update({k: v for k, v in item.items() if k != "__kwarg__"})
+        if isinstance(item, Mapping) and item.get(KWARG_MARK) is True:
+            kwargs.update({k: v for k, v in item.items() if k != KWARG_MARK})
             continue
         if isinstance(item, str):
             m = _KWARG_RE.match(item)
@@ -223,10 +235,6 @@ def _per_function_args(
     return out
 
 
-def _packed(args: list[Any], kwargs: Mapping[str, Any]) -> list[Any]:
-    return [*args, {"__kwarg__": True, **kwargs}] if kwargs else list(args)
-
-
 def normalized_arg(fun: str | Sequence[str], arg: Any) -> list[Any]:
     """The publication ``arg`` exactly as the checks saw it: positional values, then the
     keyword arguments as one ``{'__kwarg__': True, ...}`` mapping (per function, as a list
@@ -234,7 +242,7 @@ def normalized_arg(fun: str | Sequence[str], arg: Any) -> list[Any]:
     means a ``k=v`` string can never be a keyword argument to the check and a positional
     one to the function."""
     funs = split_functions(fun)
-    groups = [_packed(a, k) for a, k in _per_function_args(funs, arg, None)]
+    groups = [pack_args(a, k) for a, k in _per_function_args(funs, arg, None)]
     return groups[0] if len(funs) == 1 else groups
 
 
@@ -262,54 +270,112 @@ class _Outcome:
     # How far a denied function got: 0 no function rule, 1 target outside, 2 args.
     stage: int = 0
     near_rule: str | None = None
+    why: str = ""  # stage 2: what about the arguments does not fit
 
 
-def _spec_allows(spec: Any, args: list[Any], kwargs: Mapping[str, Any], strict: bool) -> bool:
+def _type_word(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", list: "a list",
+            dict: "a mapping"}.get(type(value), type(value).__name__)
+
+
+def _value_misfit(what: str, rule: Any, value: Any, strict: bool) -> str | None:
+    """Why ``value`` does not fit one argument rule (None: it fits).  ``None`` accepts
+    anything, a regex only text it matches, a literal only itself (same type)."""
+    if rule is None:
+        return None
+    if isinstance(rule, str):
+        if not isinstance(value, str):
+            return f"{what} is {_type_word(value)}, and argument rules match only text"
+        return None if _rx(rule, value, strict) else f"{what} ({clip(value)}) does not match"
+    if isinstance(rule, bool | int | float) and type(value) is type(rule) and value == rule:
+        return None
+    return f"{what} ({clip(value)}) does not match"
+
+
+def _spec_misfit(cond: Any, args: list[Any], kwargs: Mapping[str, Any], strict: bool
+                 ) -> str | None:
+    """Why a call does not fit one ``{args, kwargs}`` spec (None: it fits).  The texts
+    name the caller's own arguments, never the rule's regexes or keyword names."""
+    if not isinstance(cond, Mapping):
+        return "the matching rule is malformed"
+    arg_rules = cond.get("args") or []
+    kwarg_rules = cond.get("kwargs") or {}
+    if not isinstance(arg_rules, list) or not isinstance(kwarg_rules, Mapping):
+        return "the matching rule is malformed"
+    for i, value in enumerate(args):
+        if i >= len(arg_rules):
+            return f"positional argument {i + 1} ({clip(value)}) is not allowed"
+        why = _value_misfit(f"positional argument {i + 1}", arg_rules[i], value, strict)
+        if why:
+            return why
+    if len(args) < len(arg_rules):
+        return f"positional argument {len(args) + 1} is missing"
+    for key, value in kwargs.items():
+        if key not in kwarg_rules:
+            return f"keyword argument {clip(key)} is not allowed"
+        why = _value_misfit(f"keyword argument {clip(key)}", kwarg_rules[key], value, strict)
+        if why:
+            return why
+    if any(key not in kwargs for key in kwarg_rules):
+        return "a keyword argument the matching rule requires is missing"
+    return None
+
+
+def _args_misfit(spec: Any, args: list[Any], kwargs: Mapping[str, Any], strict: bool
+                 ) -> str | None:
+    """Why a call fits none of the specs of a ``{fun regex: spec}`` entry (None: one fits)."""
     specs = spec if isinstance(spec, list) else [spec]
+    reasons = []
     for cond in specs:
-        if not isinstance(cond, Mapping):
-            continue
-        ok = True
-        cond_args = cond.get("args") or []
-        for i, rule in enumerate(cond_args):
-            if i >= len(args):
-                ok = False
-                break
-            if rule is not None and not _rx(rule, str(args[i]), strict):
-                ok = False
-                break
-        if not ok:
-            continue
-        cond_kwargs = cond.get("kwargs") or {}
-        if not isinstance(cond_kwargs, Mapping):
-            continue
-        for key, rule in cond_kwargs.items():
-            if key not in kwargs:
-                ok = False
-                break
-            if rule is not None and not _rx(rule, str(kwargs[key]), strict):
-                ok = False
-                break
-        if ok:
-            return True
-    return False
+        why = _spec_misfit(cond, args, kwargs, strict)
+        if why is None:
+            return None
+        reasons.append(why)
+    if not reasons:
+        return "the matching rule is malformed"
+    if len(reasons) == 1:
+        return reasons[0]
+    return f"{reasons[0]} (nor does any of the rule's other {len(reasons) - 1} argument specs fit)"
+
+
+def _reserved_misfit(kwargs: Mapping[Any, Any]) -> str | None:
+    """Keyword names a restricted caller may never use: non-text ones and ``__*``."""
+    for key in kwargs:
+        if not isinstance(key, str):
+            return f"keyword argument names must be text, not {_type_word(key)}"
+        if key.startswith("__"):
+            return f"keyword argument {clip(key)} is reserved"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _FunMatch:
+    """How far one function entry list got for a call: ``stage`` 2 allowed, 1 the
+    function matched but ``why`` the arguments did not, 0 no function matched."""
+
+    stage: int
+    cond: Any = None
+    why: str = ""
 
 
 def _fun_allows(
     conds: Any, fun: str, args: list[Any], kwargs: Mapping[str, Any], strict: bool
-) -> tuple[int, Any]:
-    """(2, cond) allowed; (1, cond) function matched but arguments did not; (0, None)."""
-    best: tuple[int, Any] = (0, None)
+) -> _FunMatch:
+    best = _FunMatch(0)
     for cond in conds if isinstance(conds, list) else [conds]:
         if isinstance(cond, str):
             if _rx(cond, fun, strict):
-                return 2, cond
+                return _FunMatch(2, cond)
         elif isinstance(cond, Mapping) and len(cond) == 1:
             fun_rx, spec = next(iter(cond.items()))
             if _rx(fun_rx, fun, strict):
-                if _spec_allows(spec, args, kwargs, strict):
-                    return 2, cond
-                best = (1, cond)
+                why = _args_misfit(spec, args, kwargs, strict)
+                if why is None:
+                    return _FunMatch(2, cond)
+                if best.stage == 0:
+                    best = _FunMatch(1, cond, why)
     return best
 
 
@@ -359,30 +425,50 @@ def _check_function(
             tgt_key, conds = next(iter(ind.items()))
             if not isinstance(tgt_key, str) or tgt_key.startswith("@"):
                 continue
-            stage, cond = _fun_allows(conds, fun, args, kwargs, strict)
-            if stage == 0:
+            match = _fun_allows(conds, fun, args, kwargs, strict)
+            if match.stage == 0:
                 continue
-            rule = f"{entry.origin} -> {_show(tgt_key)} -> {_show(cond)}"
+            rule = f"{entry.origin} -> {_show(tgt_key)} -> {_show(match.cond)}"
             if not targets.inside(tgt_key):
                 if out.stage < 1:
                     out = _Outcome(False, None, 1, rule)
                 continue
-            if stage == 2:
+            if match.stage == 2:
                 return _Outcome(True, rule)
             if out.stage < 2:
-                out = _Outcome(False, None, 2, rule)
+                out = _Outcome(False, None, 2, rule, match.why)
     return out
 
 
-def _deny_text(who: str, fun: str, stage: int, tgt: Any, tgt_type: str) -> str:
-    if stage == 2:
-        return f"{who} may not run {fun!r} with these arguments: the matching rule restricts them"
-    if stage == 1:
+def _deny_text(who: str, fun: str, outcome: _Outcome, kind: str = "function",
+               tgt: Any = None, tgt_type: str = "") -> str:
+    if outcome.stage == 2:
+        return f"{who} may not run {clip(fun)} with these arguments: {outcome.why}"
+    if outcome.stage == 1:
         return (
-            f"{who} may not run {fun!r} on target {tgt!r} ({tgt_type}): "
+            f"{who} may not run {clip(fun)} on target {clip(tgt)} ({tgt_type}): "
             f"the target is outside the allowed expression"
         )
-    return f"{who} may not run {fun!r}: no function rule allows it"
+    return f"{who} may not run {clip(fun)}: no {kind} rule allows it"
+
+
+_Call = tuple[str, list[Any], dict[str, Any]]
+
+
+def _calls(who: str, fun: str | Sequence[str], arg: Any, kwarg: Mapping[str, Any] | None
+           ) -> Decision | list[_Call]:
+    """``(function, args, kwargs)`` for every function of ``fun``, or the refusal of a
+    call that no rule may allow: an empty function name or a reserved keyword."""
+    funs = split_functions(fun)
+    if not funs or any(not f for f in funs):
+        return Decision(False, f"{who}: empty function name in {clip(fun)}")
+    calls: list[_Call] = []
+    for f, (args, kwargs) in zip(funs, _per_function_args(funs, arg, kwarg), strict=True):
+        why = _reserved_misfit(kwargs)
+        if why:
+            return Decision(False, f"{who} may not run {clip(f)} with these arguments: {why}")
+        calls.append((f, args, kwargs))
+    return calls
 
 
 def _auth_check(
@@ -398,9 +484,9 @@ def _auth_check(
     whitelist: Collection[str],
     strict: bool,
 ) -> Decision:
-    funs = split_functions(fun)
-    if not funs or any(not f for f in funs):
-        return Decision(False, f"{who}: empty function name in {fun!r}")
+    calls = _calls(who, fun, arg, kwarg)
+    if isinstance(calls, Decision):
+        return calls
     tgt_type = tgt_type or "glob"
     try:
         validate_target(tgt, tgt_type, nodegroups)
@@ -408,18 +494,19 @@ def _auth_check(
         return Decision(False, f"{who}: invalid target: {exc}")
     targets = _TargetSets(tgt, tgt_type, minions, nodegroups)
     rules: list[str] = []
-    for f, (args, kwargs) in zip(funs, _per_function_args(funs, arg, kwarg), strict=True):
+    for f, args, kwargs in calls:
         if f in whitelist:
             rules.append(f"whitelist -> {f!r}")
             continue
         outcome = _check_function(entries, f, args, kwargs, targets, strict)
         if not outcome.allowed:
-            text = _deny_text(who, f, outcome.stage, tgt, tgt_type)
+            text = _deny_text(who, f, outcome, tgt=tgt, tgt_type=tgt_type)
             return Decision(False, text, outcome.near_rule)
         if outcome.rule not in rules:
             rules.append(outcome.rule or "")
-    names = ", ".join(repr(f) for f in funs)
-    return Decision(True, f"{who} may run {names} on target {tgt!r} ({tgt_type})", "; ".join(rules))
+    names = ", ".join(repr(f) for f, _, _ in calls)
+    return Decision(True, f"{who} may run {names} on target {clip(tgt)} ({tgt_type})",
+                    "; ".join(rules))
 
 
 # ---------------------------------------------------------------------------
@@ -459,15 +546,16 @@ def check_peer(
     ``minions`` maps every accepted minion id to its cached grains (``None`` = none).
     ``arg`` is the argument list (per-function lists for a comma command).
     """
-    who = f"minion {minion_id!r}"
+    who = f"minion {clip(minion_id)}"
     if not isinstance(peer, Mapping) or not peer:
         return Decision(False, "peer publishing is disabled on this master")
     for f in split_functions(fun):
         if f.startswith("publish."):
-            return Decision(False, f"{who} may not run {f!r}: publish.* cannot be peer-published")
+            return Decision(False, f"{who} may not run {clip(f)}: publish.* cannot be "
+                            "peer-published")
     entries = _id_entries(peer, "peer", minion_id, strict)
     if not entries:
-        return Decision(False, f"no peer rule matches minion id {minion_id!r}")
+        return Decision(False, f"no peer rule matches minion id {clip(minion_id)}")
     return _auth_check(
         entries, who, fun, arg, kwarg, tgt, tgt_type, minions, nodegroups, (), strict
     )
@@ -483,33 +571,35 @@ def check_peer_run(
     strict: bool = False,
 ) -> Decision:
     """May minion ``minion_id`` run runner ``fun`` on the master (``peer_run``)?"""
-    who = f"minion {minion_id!r}"
+    who = f"minion {clip(minion_id)}"
     if not isinstance(peer_run, Mapping) or not peer_run:
         return Decision(False, "peer_run is disabled on this master")
-    funs = split_functions(fun)
-    for f in funs:
+    for f in split_functions(fun):
         if f.count(".") != 1 or not all(f.split(".")):
-            return Decision(False, f"{who}: {f!r} is not a runner function (module.function)")
+            return Decision(False, f"{who}: {clip(f)} is not a runner function "
+                            "(module.function)")
     entries = _id_entries(peer_run, "peer_run", minion_id, strict)
     if not entries:
-        return Decision(False, f"no peer_run rule matches minion id {minion_id!r}")
+        return Decision(False, f"no peer_run rule matches minion id {clip(minion_id)}")
+    calls = _calls(who, fun, arg, kwarg)
+    if isinstance(calls, Decision):
+        return calls
     rules: list[str] = []
-    for f, (args, kwargs) in zip(funs, _per_function_args(funs, arg, kwarg), strict=True):
-        stage = 0
-        near: str | None = None
+    for f, args, kwargs in calls:
+        near = _Outcome(False)
         for entry in entries:
-            got, cond = _fun_allows([entry.value], f, args, kwargs, strict)
-            if got == 2:
-                rule = f"{entry.origin} -> {_show(cond)}"
+            match = _fun_allows([entry.value], f, args, kwargs, strict)
+            if match.stage == 2:
+                rule = f"{entry.origin} -> {_show(match.cond)}"
                 if rule not in rules:
                     rules.append(rule)
                 break
-            if got == 1 and stage < 2:
-                stage, near = 2, f"{entry.origin} -> {_show(cond)}"
+            if match.stage == 1 and near.stage < 2:
+                near = _Outcome(False, None, 2, f"{entry.origin} -> {_show(match.cond)}",
+                                match.why)
         else:
-            text = _deny_text(who, f, stage, None, "runner")
-            return Decision(False, text.replace("no function rule", "no runner rule"), near)
-    names = ", ".join(repr(f) for f in funs)
+            return Decision(False, _deny_text(who, f, near, "runner"), near.near_rule)
+    names = ", ".join(repr(f) for f, _, _ in calls)
     return Decision(True, f"{who} may run runner {names}", "; ".join(rules))
 
 
@@ -565,7 +655,7 @@ def check_blacklist(
 ) -> Decision | None:
     """``publisher_acl_blacklist`` alone: a denying Decision when ``user`` or any function
     of ``fun`` is blacklisted, else None.  Applies to publisher_acl and eauth users."""
-    who = f"user {user!r}"
+    who = f"user {clip(user)}"
     bl = blacklist or {}
     for i, pattern in enumerate(bl.get("users") or []):
         if isinstance(pattern, str) and _user_match(pattern, user):
@@ -577,7 +667,7 @@ def check_blacklist(
         for i, pattern in enumerate(bl.get("modules") or []):
             if _rx(pattern, f, strict):
                 return Decision(
-                    False, f"{who} may not run {f!r}: the function is blacklisted",
+                    False, f"{who} may not run {clip(f)}: the function is blacklisted",
                     f"publisher_acl_blacklist['modules'][{i}] -> {pattern!r}",
                 )
     return None
@@ -596,21 +686,10 @@ def _publisher_entries(
     """The local user's ``publisher_acl`` entries, or the decision that ends the check
     before them: a blacklisted user, a blacklisted function among ``funs``, an
     unrestricted user, or no entry at all."""
-    who = f"user {user!r}"
-    bl = blacklist or {}
-    for i, pattern in enumerate(bl.get("users") or []):
-        if isinstance(pattern, str) and _user_match(pattern, user):
-            return Decision(
-                False, f"{who} is blacklisted by publisher_acl_blacklist",
-                f"publisher_acl_blacklist['users'][{i}] -> {pattern!r}",
-            )
-    for f in funs:
-        for i, pattern in enumerate(bl.get("modules") or []):
-            if _rx(pattern, f, strict):
-                return Decision(
-                    False, f"{who} may not run {f!r}: the function is blacklisted",
-                    f"publisher_acl_blacklist['modules'][{i}] -> {pattern!r}",
-                )
+    who = f"user {clip(user)}"
+    listed = check_blacklist(blacklist, user, funs, strict=strict)
+    if listed is not None:
+        return listed
     if user in unrestricted:
         return Decision(True, f"{who} is unrestricted", None)
     entries = _user_entries(acl or {}, "publisher_acl", user, groups, permissive)
@@ -643,7 +722,7 @@ def check_publisher_acl(
     master runs as (a sudo caller should be passed as its sudo user).  The blacklist
     (``publisher_acl_blacklist``) applies to everyone, unrestricted users included.
     """
-    who = f"user {user!r}"
+    who = f"user {clip(user)}"
     entries = _publisher_entries(
         acl, user, groups, blacklist, unrestricted, permissive, split_functions(fun), strict
     )
@@ -674,7 +753,7 @@ def check_publisher_acl_runner(
     entry in ``publisher_acl``: ``'@runner'``, ``'@<module>'``, ``{'@runner': [regex]}``
     or ``{'@<module>': [regex on the function name]}``.  The blacklist's ``users`` apply.
     """
-    who = f"user {user!r}"
+    who = f"user {clip(user)}"
     entries = _publisher_entries(acl, user, groups, blacklist, unrestricted, permissive, [], strict)
     if isinstance(entries, Decision):
         return entries
@@ -705,16 +784,16 @@ def check_eauth(
     (target and function check, like publisher_acl), ``runner`` or ``wheel`` (the
     ``@runner``/``@wheel``/``@<module>`` entries; target arguments are ignored).
     """
-    who = f"user {user!r}"
+    who = f"user {clip(user)}"
     if kind not in ("publish", "runner", "wheel"):
         raise ValueError(f"kind must be 'publish', 'runner' or 'wheel', not {kind!r}")
     section_cfg = (eauth_config or {}).get(backend)
     if not isinstance(section_cfg, Mapping):
-        return Decision(False, f"external_auth has no {backend!r} backend")
+        return Decision(False, f"external_auth has no {clip(backend)} backend")
     section = f"external_auth[{backend!r}]"
     entries = _user_entries(section_cfg, section, user, groups, permissive)
     if not entries:
-        return Decision(False, f"{who} has no external_auth entry for {backend!r}")
+        return Decision(False, f"{who} has no external_auth entry for {clip(backend)}")
     if kind == "publish":
         return _auth_check(
             entries, who, fun, arg, kwarg, tgt, tgt_type, minions or {}, nodegroups,
@@ -732,18 +811,19 @@ def _spec_check(
     kind: str,
     strict: bool,
 ) -> Decision:
-    funs = split_functions(fun)
+    calls = _calls(who, fun, arg, kwarg)
+    if isinstance(calls, Decision):
+        return calls
     rules: list[str] = []
-    for f, (args, kwargs) in zip(funs, _per_function_args(funs, arg, kwarg), strict=True):
+    for f, args, kwargs in calls:
         comps = f.split(".")
         if len(comps) != 2 or not all(comps):
             return Decision(
-                False, f"{who}: A command invocation error occurred: Check syntax ({f!r})."
+                False, f"{who}: A command invocation error occurred: Check syntax ({clip(f)})."
             )
         mod, name = comps
         decided: str | None = None
-        stage = 0
-        near: str | None = None
+        near = _Outcome(False)
         for entry in entries:
             ind = entry.value
             if isinstance(ind, str) and ind.startswith("@"):
@@ -760,238 +840,18 @@ def _spec_check(
                 if key[1:] == kind or key == f"@{kind}s":
                     candidates.append(f)
                 for text in candidates:
-                    got, cond = _fun_allows(conds, text, args, kwargs, strict)
-                    if got == 2:
-                        decided = f"{entry.origin} -> {_show(key)} -> {_show(cond)}"
+                    match = _fun_allows(conds, text, args, kwargs, strict)
+                    rule = f"{entry.origin} -> {_show(key)} -> {_show(match.cond)}"
+                    if match.stage == 2:
+                        decided = rule
                         break
-                    if got == 1:
-                        stage, near = 2, f"{entry.origin} -> {_show(key)} -> {_show(cond)}"
+                    if match.stage == 1 and near.stage < 2:
+                        near = _Outcome(False, None, 2, rule, match.why)
                 if decided:
                     break
         if decided is None:
-            text = _deny_text(who, f, stage, None, kind)
-            return Decision(False, text.replace("no function rule", f"no {kind} rule"), near)
+            return Decision(False, _deny_text(who, f, near, kind), near.near_rule)
         if decided not in rules:
             rules.append(decided)
-    names = ", ".join(repr(f) for f in funs)
+    names = ", ".join(repr(f) for f, _, _ in calls)
     return Decision(True, f"{who} may run {kind} {names}", "; ".join(rules))
-
-
-# ---------------------------------------------------------------------------
-# Config validation (called once at master start)
-# ---------------------------------------------------------------------------
-
-_PLAIN_NAME = re.compile(r"[\w.\-]+\Z")
-
-
-@dataclass(slots=True)
-class _Validator:
-    section: str
-    nodegroups: Nodegroups | None = None
-    warnings: list[str] = field(default_factory=list)
-
-    def fail(self, path: str, why: str) -> ConfigError:
-        return ConfigError(f"{self.section}{path}: {why}")
-
-    def regex(self, path: str, pattern: Any, what: str, *, warn_as: str | None = None) -> None:
-        if not isinstance(pattern, str):
-            kind = type(pattern).__name__
-            raise self.fail(path, f"{what} must be a string (quote it), not {kind} {pattern!r}")
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise self.fail(path, f"invalid {what} regex {pattern!r}: {exc}") from None
-        plain = _PLAIN_NAME.match(pattern) is not None
-        if (warn_as == "function" and plain and "." in pattern) or (warn_as == "id" and plain):
-            self.warnings.append(
-                f"{self.section}{path}: {pattern!r} is a prefix match and also allows "
-                f"any {warn_as} starting with it; write {pattern + '$'!r} for an exact match"
-            )
-
-    def spec(self, path: str, spec: Any) -> None:
-        specs = spec if isinstance(spec, list) else [spec]
-        if not specs:
-            raise self.fail(path, "argument spec list is empty")
-        for i, one in enumerate(specs):
-            p = f"{path}[{i}]" if isinstance(spec, list) else path
-            if not isinstance(one, Mapping):
-                raise self.fail(p, f"argument spec must be a mapping with args/kwargs, not {one!r}")
-            extra = set(one) - {"args", "kwargs"}
-            if extra:
-                keys = sorted(map(str, extra))
-                raise self.fail(p, f"unknown argument spec key(s) {keys}; use args/kwargs")
-            args = one.get("args", [])
-            if args is None:
-                args = []
-            if not isinstance(args, list):
-                raise self.fail(f"{p}['args']", "must be a list of regexes (null = any)")
-            for j, a in enumerate(args):
-                if a is not None:
-                    self.regex(f"{p}['args'][{j}]", a, "argument")
-            kwargs = one.get("kwargs", {})
-            if kwargs is None:
-                kwargs = {}
-            if not isinstance(kwargs, Mapping):
-                raise self.fail(f"{p}['kwargs']", "must be a mapping of name -> regex (null = any)")
-            for k, v in kwargs.items():
-                if v is not None:
-                    self.regex(f"{p}['kwargs'][{k!r}]", v, "argument")
-
-    def fun_conds(self, path: str, conds: Any) -> None:
-        items = conds if isinstance(conds, list) else [conds]
-        if isinstance(conds, list) and not conds:
-            raise self.fail(path, "function list is empty")
-        for i, cond in enumerate(items):
-            p = f"{path}[{i}]" if isinstance(conds, list) else path
-            if isinstance(cond, str):
-                self.regex(p, cond, "function", warn_as="function")
-            elif isinstance(cond, Mapping):
-                if len(cond) != 1:
-                    raise self.fail(p, "a function entry with arguments must have exactly one key")
-                fun_rx, spec = next(iter(cond.items()))
-                self.regex(p, fun_rx, "function", warn_as="function")
-                self.spec(f"{p}[{fun_rx!r}]", spec)
-            else:
-                raise self.fail(
-                    p, f"function entry must be a regex or {{regex: {{args, kwargs}}}}, "
-                    f"not {cond!r}")
-
-    def target(self, path: str, expr: Any) -> None:
-        if not isinstance(expr, str):
-            raise self.fail(path, f"target key must be a string, not {expr!r}")
-        if expr == "*":
-            return
-        try:
-            validate_target(expr, "compound", self.nodegroups,
-                            check_nodegroups=self.nodegroups is not None)
-        except TargetError as exc:
-            raise self.fail(path, f"invalid target expression {expr!r}: {exc}") from None
-
-    def entries(self, path: str, value: Any, *, allow_at: bool, allow_targets: bool = True) -> None:
-        if not isinstance(value, list):
-            raise self.fail(path, f"must be a list of rules, not {type(value).__name__} {value!r}")
-        for i, entry in enumerate(value):
-            p = f"{path}[{i}]"
-            if isinstance(entry, str):
-                if entry.startswith("@"):
-                    if not allow_at:
-                        raise self.fail(p, f"{entry!r}: @ entries belong in external_auth")
-                    if len(entry) == 1:
-                        raise self.fail(p, "'@' needs a client or module name")
-                    continue
-                self.regex(p, entry, "function", warn_as="function")
-            elif isinstance(entry, Mapping):
-                if len(entry) != 1:
-                    raise self.fail(p, "a rule mapping must have exactly one key")
-                key, conds = next(iter(entry.items()))
-                kp = f"{p}[{key!r}]"
-                if isinstance(key, str) and key.startswith("@"):
-                    if not allow_at:
-                        raise self.fail(p, f"{key!r}: @ entries belong in external_auth")
-                    self.fun_conds(kp, conds)
-                elif allow_targets:
-                    self.target(p, key)
-                    self.fun_conds(kp, conds)
-                else:
-                    self.regex(p, key, "function", warn_as="function")
-                    self.spec(kp, conds)
-            else:
-                raise self.fail(p, f"rule must be a regex or a one-key mapping, not {entry!r}")
-
-    def by_id(self, config: Any, *, allow_targets: bool) -> None:
-        if config is None:
-            return
-        if not isinstance(config, Mapping):
-            kind = type(config).__name__
-            raise self.fail("", f"must be a mapping of minion-id regex -> list, not {kind}")
-        for key, value in config.items():
-            self.regex(f"[{key!r}]", key, "minion id", warn_as="id")
-            self.entries(f"[{key!r}]", value, allow_at=False, allow_targets=allow_targets)
-
-    def by_user(self, config: Any, *, allow_at: bool) -> None:
-        if config is None:
-            return
-        if not isinstance(config, Mapping):
-            raise self.fail("", f"must be a mapping of user -> list, not {type(config).__name__}")
-        for key, value in config.items():
-            if not isinstance(key, str) or not key:
-                raise self.fail(f"[{key!r}]", "user key must be a non-empty string")
-            self.entries(f"[{key!r}]", value, allow_at=allow_at)
-
-
-def validate_peer_config(peer: Any, *, nodegroups: Nodegroups | None = None) -> list[str]:
-    """Check a ``peer`` option; raise ConfigError naming the bad key/regex/shape.
-
-    Returns warnings for regexes that look exact but are prefix matches.  Nodegroups
-    in target keys are resolved only when ``nodegroups`` is given.
-    """
-    v = _Validator("peer", nodegroups)
-    v.by_id(peer, allow_targets=True)
-    return v.warnings
-
-
-def validate_peer_run_config(peer_run: Any) -> list[str]:
-    """Check a ``peer_run`` option (``{id regex: [runner regex | {regex: spec}]}``)."""
-    v = _Validator("peer_run")
-    v.by_id(peer_run, allow_targets=False)
-    return v.warnings
-
-
-def validate_acl_config(
-    acl: Any,
-    blacklist: Any = None,
-    *,
-    nodegroups: Nodegroups | None = None,
-) -> list[str]:
-    """Check ``publisher_acl`` (and ``publisher_acl_blacklist`` if given)."""
-    v = _Validator("publisher_acl", nodegroups)
-    v.by_user(acl, allow_at=True)
-    if blacklist is not None:
-        b = _Validator("publisher_acl_blacklist")
-        if not isinstance(blacklist, Mapping):
-            raise b.fail("", "must be a mapping with 'users' and/or 'modules' lists")
-        extra = set(blacklist) - {"users", "modules"}
-        if extra:
-            raise b.fail("", f"unknown key(s) {sorted(map(str, extra))}; use users/modules")
-        for name in ("users", "modules"):
-            items = blacklist.get(name) or []
-            if not isinstance(items, list):
-                raise b.fail(f"[{name!r}]", "must be a list")
-            for i, item in enumerate(items):
-                if not isinstance(item, str):
-                    raise b.fail(f"[{name!r}][{i}]", f"must be a string, not {item!r}")
-                if name == "modules":
-                    b.regex(f"[{name!r}][{i}]", item, "module")
-    return v.warnings
-
-
-def validate_eauth_config(eauth: Any, *, nodegroups: Nodegroups | None = None) -> list[str]:
-    """Check an ``external_auth`` option: ``{backend: {user: [entries incl. @...]}}``."""
-    v = _Validator("external_auth", nodegroups)
-    if eauth is None:
-        return []
-    if not isinstance(eauth, Mapping):
-        raise v.fail("", "must be a mapping of backend -> {user: list}")
-    for backend, users in eauth.items():
-        sub = _Validator(f"external_auth[{backend!r}]", nodegroups)
-        if isinstance(users, Mapping):
-            # ``^name`` keys are the backend's own settings (``^filename`` of ``file``).
-            users = {k: v for k, v in users.items() if not str(k).startswith("^")}
-        sub.by_user(users, allow_at=True)
-        v.warnings.extend(sub.warnings)
-    return v.warnings
-
-
-def validate_master_access(opts: Mapping[str, Any]) -> list[str]:
-    """Check every access option of a master's opts (``peer``, ``peer_run``,
-    ``publisher_acl`` with its blacklist, ``external_auth``) with its nodegroups; raise
-    ConfigError naming the first problem, return the warnings.  The master calls this
-    when it starts."""
-    nodegroups = opts.get("nodegroups") or {}
-    warnings = validate_peer_config(opts.get("peer"), nodegroups=nodegroups)
-    warnings += validate_peer_run_config(opts.get("peer_run"))
-    warnings += validate_acl_config(opts.get("publisher_acl"),
-                                    opts.get("publisher_acl_blacklist") or None,
-                                    nodegroups=nodegroups)
-    warnings += validate_eauth_config(opts.get("external_auth"), nodegroups=nodegroups)
-    return warnings

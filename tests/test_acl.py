@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from raetsalt.acl import (
     Decision,
@@ -19,6 +21,8 @@ from raetsalt.acl import (
     normalized_arg,
     parse_args,
     split_functions,
+)
+from raetsalt.acl_config import (
     validate_acl_config,
     validate_eauth_config,
     validate_master_access,
@@ -26,6 +30,7 @@ from raetsalt.acl import (
     validate_peer_run_config,
 )
 from raetsalt.errors import ConfigError
+from raetsalt.services.protocol import unpack_args
 
 MINIONS: dict[str, dict[str, Any] | None] = {
     "web1.example.com": {"os": "RedHat", "roles": ["web"]},
@@ -163,7 +168,7 @@ PEER_CASES: list[tuple[str, str, Any, Any, Any, str, bool]] = [
     # argument rules (positional prefix regexes, None = any, kwargs)
     ("targeted", E, "test.echo", ["hello", "x", "tag=ok1"], "db*", "glob", True),
     ("targeted", E, "test.echo", ["hello world", "x", "tag=okay"], "db*", "glob", True),
-    ("targeted", E, "test.echo", ["hello", "x", "extra", "tag=ok"], "db*", "glob", True),
+    ("targeted", E, "test.echo", ["hello", "x", "extra", "tag=ok"], "db*", "glob", False),  # one too many
     ("targeted", E, "test.echo", ["hello", "tag=ok"], "db*", "glob", False),  # arg 1 missing
     ("targeted", E, "test.echo", ["bye", "x", "tag=ok"], "db*", "glob", False),
     ("targeted", E, "test.echo", ["hello", "x"], "db*", "glob", False),  # kwarg missing
@@ -180,10 +185,12 @@ PEER_CASES: list[tuple[str, str, Any, Any, Any, str, bool]] = [
     ("multi_spec", "mongo1", "file.read", ["/etc/shadow"], "*", "glob", False),
     ("multi_spec", "mongo1", "file.read", [], "*", "glob", False),
     ("multi_spec", "mongo1", "file.read", "/tmp/x", "*", "glob", True),  # one string arg
-    ("kwonly", "mongo1", "cmd.run", ["ls", "cwd=/tmp", "runas=bob"], "*", "glob", True),
-    ("kwonly", "mongo1", "cmd.run", ["ls", "cwd=/tmp/x", "runas=bob"], "*", "glob", False),
-    ("kwonly", "mongo1", "cmd.run", ["ls", "cwd=/tmp"], "*", "glob", False),
-    ("kwonly", "mongo1", "cmd.run", ["ls", "runas=", "cwd=/tmp"], "*", "glob", True),
+    ("kwonly", "mongo1", "cmd.run", ["cwd=/tmp", "runas=bob"], "*", "glob", True),
+    ("kwonly", "mongo1", "cmd.run", ["ls", "cwd=/tmp", "runas=bob"], "*", "glob", False),  # no args rule
+    ("kwonly", "mongo1", "cmd.run", ["cwd=/tmp/x", "runas=bob"], "*", "glob", False),
+    ("kwonly", "mongo1", "cmd.run", ["cwd=/tmp"], "*", "glob", False),
+    ("kwonly", "mongo1", "cmd.run", ["runas=", "cwd=/tmp"], "*", "glob", True),
+    ("kwonly", "mongo1", "cmd.run", ["runas=", "cwd=/tmp", "env={}"], "*", "glob", False),
     # id keys are prefix regexes too
     ("anchors", "webserv1", "network.ip_addrs", [], "*", "glob", True),
     ("anchors", "web1.example.com", "network.ip_addrs", [], "*", "glob", True),
@@ -236,9 +243,12 @@ def test_peer_strict_mode() -> None:
 
 def test_peer_kwarg_parameter() -> None:
     cfg = PEERS["kwonly"]
-    d = check_peer(cfg, "mongo1", "cmd.run", ["ls"], "*", "glob", MINIONS,
+    d = check_peer(cfg, "mongo1", "cmd.run", [], "*", "glob", MINIONS,
                    kwarg={"cwd": "/tmp", "runas": "x"})
     assert d.allowed
+    d = check_peer(cfg, "mongo1", "cmd.run", ["ls"], "*", "glob", MINIONS,
+                   kwarg={"cwd": "/tmp", "runas": "x"})
+    assert not d.allowed and "positional argument 1 ('ls') is not allowed" in d.reason
 
 
 # ---------------------------------------------------------------------------
@@ -623,7 +633,9 @@ def test_multi_function_args_are_per_function() -> None:
     ok = check_peer(cfg, "m", "test.ping,test.echo", [[], ["hi"]], "*", "glob", MINIONS)
     assert ok.allowed
     # Salt's peer form: one whitespace-separated string per function
-    assert check_peer(cfg, "m", "test.ping,test.echo", ["", "hi there"], "*", "glob", MINIONS).allowed
+    assert check_peer(cfg, "m", "test.ping,test.echo", ["", "hi"], "*", "glob", MINIONS).allowed
+    assert not check_peer(cfg, "m", "test.ping,test.echo", ["", "hi there"], "*", "glob",
+                          MINIONS).allowed
     assert not check_peer(cfg, "m", "test.ping,test.echo", [["hi"], []], "*", "glob", MINIONS).allowed
     assert not check_peer(cfg, "m", "test.ping,test.echo", [], "*", "glob", MINIONS).allowed
 
@@ -674,10 +686,14 @@ INVALID_CONFIGS: list[tuple[Any, Any, str]] = [
     (validate_peer_config, {".*": [{"E@(": ["x"]}]}, "invalid regular expression"),
     (validate_peer_config, {".*": [{"*": []}]}, "function list is empty"),
     (validate_peer_config, {".*": [{"*": [{"f.x": {"arg": ["a"]}}]}]}, "unknown argument spec key"),
-    (validate_peer_config, {".*": [{"*": [{"f.x": {"args": "a"}}]}]}, "must be a list of regexes"),
+    (validate_peer_config, {".*": [{"*": [{"f.x": {"args": "a"}}]}]}, "must be a list of argument rules"),
     (validate_peer_config, {".*": [{"*": [{"f.x": {"args": ["(a"]}}]}]},
      "peer['.*'][0]['*'][0]['f.x']['args'][0]: invalid argument regex '(a'"),
-    (validate_peer_config, {".*": [{"*": [{"f.x": {"args": [1]}}]}]}, "must be a string (quote it)"),
+    (validate_peer_config, {".*": [{"*": [{"f.x": {"args": [[1]]}}]}]}, "an argument rule is a regex, null"),
+    (validate_peer_config, {".*": [{"*": [{"f.x": {"args": [{"a": 1}]}}]}]}, "not dict"),
+    (validate_peer_config, {".*": [{"*": [{"f.x": {"kwargs": {"__pub_user": None}}}]}]}, "never start with '__'"),
+    (validate_peer_config, {".*": [{"*": [{"f.x": {"kwargs": {1: None}}}]}]}, "cannot be a keyword argument name"),
+    (validate_peer_config, {".*": [5]}, "rule must be a regex or a one-key mapping"),
     (validate_peer_config, {".*": [{"*": [{"f.x": {"kwargs": {"k": "(x"}}}]}]}, "invalid argument regex"),
     (validate_peer_config, {".*": [{"*": [{"f.x": {"kwargs": ["k"]}}]}]}, "must be a mapping of name"),
     (validate_peer_config, {".*": [{"*": [{"f.x": None}]}]}, "argument spec must be a mapping"),
@@ -863,3 +879,186 @@ def test_case_count() -> None:
     # The brief asks for at least 200 table cases over peer, peer_run and publisher_acl.
     assert len(PEER_CASES) + len(PEER_RUN_CASES) + len(ACL_CASES) >= 200
     assert len(RUNNER_CASES) + len(BLACKLIST_CASES) + len(NORMALIZED_CASES) >= 35
+
+
+# ---------------------------------------------------------------------------
+# F1: an argument rule restricts the whole call (publisher_acl, peer, peer_run, eauth)
+# ---------------------------------------------------------------------------
+
+ECHO_ONLY = {"cmd.run": {"args": ["echo [a-z]+$"]}}
+"""The security report's rule (and the README's shape): one positional argument."""
+PATH_ENV = "env={'PATH': '/home/attacker/bin'}"
+ESCAPES: list[tuple[Any, str]] = [
+    # (arg, fragment of the refusal)
+    (["echo abc", "python_shell=False", PATH_ENV], "keyword argument 'python_shell' is not allowed"),
+    (["echo abc", {"__kwarg__": True, "python_shell": False, "env": {"PATH": "/tmp"}}],
+     "keyword argument 'python_shell' is not allowed"),
+    (["echo abc", "cwd=/"], "keyword argument 'cwd' is not allowed"),
+    (["echo abc", "/tmp"], "positional argument 2 ('/tmp') is not allowed"),
+    (["echo abc", "/", {"PATH": "/tmp"}, False], "positional argument 2 ('/') is not allowed"),
+    ([["echo abc"]], "positional argument 1 is a list, and argument rules match only text"),
+    ([{"cmd": "echo abc"}], "positional argument 1 is a mapping"),
+    ([b"echo abc"], "positional argument 1 is bytes"),
+    ([5], "positional argument 1 is a number"),
+    ([None], "positional argument 1 is null"),
+    ([], "positional argument 1 is missing"),
+    (["echo abc", "__pub_user=root"], "keyword argument '__pub_user' is reserved"),
+    (["echo abc", {"__kwarg__": True, "__pub_fun": "x"}], "keyword argument '__pub_fun' is reserved"),
+    (["echo abc", {"__kwarg__": True, "__kwarg__x": 1}], "'__kwarg__x' is reserved"),
+    (["echo abc", {"__kwarg__": True, 1: "x"}], "keyword argument names must be text"),
+    (["echo abc; id"], "positional argument 1 ('echo abc; id') does not match"),
+    (["echo abc\nid"], "does not match"),
+]
+
+
+def _publisher(arg: Any, kwarg: Any = None) -> Decision:
+    acl = {"nobody": ["test.ping", {"minion2": [ECHO_ONLY]}]}
+    return check_publisher_acl(acl, "nobody", [], "cmd.run", arg, "minion2", "glob", MINIONS2,
+                               kwarg=kwarg)
+
+
+def _peer(arg: Any, kwarg: Any = None) -> Decision:
+    peer = {"minion1$": [{"minion2": [ECHO_ONLY]}]}
+    return check_peer(peer, "minion1", "cmd.run", arg, "minion2", "glob", MINIONS2, kwarg=kwarg)
+
+
+def _eauth(arg: Any, kwarg: Any = None) -> Decision:
+    config = {"file": {"fred": [{"minion2": [ECHO_ONLY]}]}}
+    return check_eauth(config, "file", "fred", [], "cmd.run", arg, "minion2", "glob", MINIONS2,
+                       kwarg=kwarg)
+
+
+MINIONS2: dict[str, dict[str, Any] | None] = {"minion1": {}, "minion2": {}}
+CHECKS = {"publisher_acl": _publisher, "peer": _peer, "external_auth": _eauth}
+
+
+@pytest.mark.parametrize("check", sorted(CHECKS))
+def test_the_reported_rule_allows_its_one_argument(check: str) -> None:
+    decision = CHECKS[check](["echo abc"])
+    assert decision.allowed, decision.reason
+    assert CHECKS[check]("echo abc").allowed  # one string is one argument
+
+
+@pytest.mark.parametrize("check", sorted(CHECKS))
+@pytest.mark.parametrize(("arg", "fragment"), ESCAPES)
+def test_no_argument_escapes_a_rule_that_lists_args(check: str, arg: Any, fragment: str) -> None:
+    decision = CHECKS[check](arg)
+    assert not decision.allowed
+    assert "may not run 'cmd.run'" in decision.reason and fragment in decision.reason, decision.reason
+    assert "echo [a-z]" not in decision.reason  # the rule itself is never shown
+
+
+@pytest.mark.parametrize("check", sorted(CHECKS))
+def test_the_kwarg_parameter_is_checked_like_the_rest(check: str) -> None:
+    decision = CHECKS[check](["echo abc"], {"env": {"PATH": "/tmp"}})
+    assert not decision.allowed and "keyword argument 'env' is not allowed" in decision.reason
+
+
+def test_comma_commands_check_each_functions_own_arguments() -> None:
+    peer = {"m": [{"*": ["test.ping$", ECHO_ONLY]}]}
+
+    def ok(arg: Any) -> bool:
+        return check_peer(peer, "m", "test.ping,cmd.run", arg, "*", "glob", MINIONS).allowed
+
+    assert ok([[], ["echo abc"]])
+    assert not ok([[], ["echo abc", PATH_ENV]])
+    assert not ok([[], ["echo abc", {"__kwarg__": True, "cwd": "/"}]])
+    assert ok([["x=1"], ["echo abc"]])  # test.ping's plain regex leaves its arguments free
+    assert not ok([["__pub_jid=1"], ["echo abc"]])  # ... except the reserved names
+    assert not ok(["", "echo abc"])  # Salt's string form splits on blanks: two arguments
+    assert not ok([[], {"__kwarg__": True, "env": {}}])
+    assert ok([[], ["echo abc"], ["ignored: no third function"]])
+
+
+def test_a_function_rule_without_arguments_stays_free_but_never_reserved() -> None:
+    # A plain function regex restricts no argument (Salt), except the reserved names.
+    peer = {"m": [".*"]}
+    assert check_peer(peer, "m", "cmd.run", ["id", "cwd=/", PATH_ENV], "*", "glob", MINIONS).allowed
+    d = check_peer(peer, "m", "test.arg", ["__pub_user=root"], "*", "glob", MINIONS)
+    assert not d.allowed and "reserved" in d.reason
+
+
+LITERAL_RULE = {"m": [{"*": [{"test.sleep": {"args": [5]}},
+                             {"cmd.run": {"args": ["echo [a-z]+$"], "kwargs": {"python_shell": False}}},
+                             {"test.echo": {"args": [r"\d+$"]}}]}]}
+LITERAL_CASES: list[tuple[str, Any, bool]] = [
+    ("test.sleep", [5], True),
+    ("test.sleep", ["5"], False),
+    ("test.sleep", [5.0], False),
+    ("test.sleep", [True], False),
+    ("test.sleep", [6], False),
+    ("cmd.run", ["echo abc", {"__kwarg__": True, "python_shell": False}], True),
+    ("cmd.run", ["echo abc", "python_shell=False"], False),  # a string, not the literal
+    ("cmd.run", ["echo abc", {"__kwarg__": True, "python_shell": 0}], False),
+    ("cmd.run", ["echo abc", {"__kwarg__": True, "python_shell": None}], False),
+    ("cmd.run", ["echo abc"], False),  # a listed keyword argument is required
+    ("test.echo", ["12"], True),
+    ("test.echo", [12], False),  # a number never matches a regex
+]
+
+
+@pytest.mark.parametrize(("fun", "arg", "allowed"), LITERAL_CASES)
+def test_literal_rules_match_only_that_value(fun: str, arg: Any, allowed: bool) -> None:
+    assert check_peer(LITERAL_RULE, "m", fun, arg, "*", "glob", MINIONS).allowed is allowed
+
+
+def test_literal_rules_pass_validation() -> None:
+    assert all("prefix match" in w for w in validate_peer_config(LITERAL_RULE))
+
+
+RUNNER_ESCAPES: list[tuple[Any, bool]] = [
+    (["20240101"], True),
+    (["20240101", "ext_source=x"], False),
+    (["20240101", {"__kwarg__": True, "returned": False}], False),
+    (["20240101", "20240102"], False),
+    ([20240101], False),
+]
+
+
+@pytest.mark.parametrize(("arg", "allowed"), RUNNER_ESCAPES)
+def test_runner_argument_rules_restrict_the_whole_call(arg: Any, allowed: bool) -> None:
+    rule = [{"jobs.lookup_jid": {"args": [r"\d+$"]}}]
+    assert check_peer_run({"m": rule}, "m", "jobs.lookup_jid", arg=arg).allowed is allowed
+    assert check_publisher_acl_runner({"u": [{"@runner": rule}]}, "u", [], "jobs.lookup_jid",
+                                      arg).allowed is allowed
+    assert check_eauth({"pam": {"u": [{"@jobs": [{"lookup_jid": {"args": [r"\d+$"]}}]}]}},
+                       "pam", "u", [], "jobs.lookup_jid", arg, kind="runner").allowed is allowed
+
+
+def test_several_specs_name_the_first_misfit() -> None:
+    d = check_peer(PEERS["multi_spec"], "mongo1", "file.read", ["/etc/passwd"], "*", "glob",
+                   MINIONS)
+    assert not d.allowed
+    assert d.reason.endswith("positional argument 1 ('/etc/passwd') does not match (nor "
+                             "does any of the rule's other 1 argument specs fit)")
+
+
+def test_a_huge_argument_is_echoed_clipped() -> None:
+    d = _peer(["echo abc", "x" * 100_000])
+    assert not d.allowed and "(100000 characters)" in d.reason and len(d.reason) < 300
+    d = check_peer({"m": ["test.*"]}, "m", "y" * 50_000, [], "*", "glob", MINIONS)
+    assert not d.allowed and len(d.reason) < 300
+
+
+_WORDS = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from(["k=v", "env={}", "python_shell=False", "__pub_user=root", "a==b", "=x",
+                     "cwd=/", "x y=z"]),
+    st.integers(), st.booleans(), st.none(),
+    st.lists(st.text(max_size=4), max_size=3),
+    st.dictionaries(st.text(max_size=6), st.text(max_size=4), max_size=3),
+    st.dictionaries(st.sampled_from(["env", "cwd", "__pub_fun", "k"]), st.text(max_size=4),
+                    max_size=3).map(lambda d: {"__kwarg__": True, **d}),
+)
+
+
+@given(st.lists(_WORDS, max_size=6))
+def test_the_minion_runs_exactly_the_checked_arguments(arg: list[Any]) -> None:
+    """What the master publishes (``normalized_arg``) unpacks on the minion to the very
+    arguments the check saw, and checking it again gives the same arguments."""
+    checked = parse_args(arg)
+    published = normalized_arg("cmd.run", arg)
+    assert unpack_args(published) == checked
+    assert parse_args(published) == checked
+    groups = normalized_arg("test.ping,cmd.run", [arg, arg])
+    assert [unpack_args(g) for g in groups] == [checked, checked]

@@ -16,6 +16,8 @@ PURE = [
     "lane",
     "targeting.py",
     "acl.py",
+    "acl_config.py",
+    "log.py",
     "routing.py",
     "bus.py",
     "highstate.py",

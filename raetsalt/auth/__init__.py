@@ -9,9 +9,9 @@ from typing import Any
 
 def check_access_config(opts: Mapping[str, Any]) -> list[str]:
     """Everything the master checks about access when it starts: the rules
-    (``raetsalt.acl.validate_master_access``) and the eauth backends' settings.  Raises
+    (``raetsalt.acl_config.validate_master_access``) and the eauth backends' settings.  Raises
     ConfigError naming the first problem; returns the warnings."""
-    from raetsalt.acl import validate_master_access
+    from raetsalt.acl_config import validate_master_access
 
     from .backends import validate_backends
 

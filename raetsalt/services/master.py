@@ -381,7 +381,7 @@ class MasterJobs:
         if not decision.allowed:
             return self._denied(requester, sink, p.SHARE_PUB_ACK, decision, fun=fun, tgt=tgt,
                                 tgt_type=tgt_type)
-        if requester.kind != "user" or requester.name not in self.unrestricted:
+        if self._restricted(requester):
             # Publish exactly what was checked: ``k=v`` strings become keyword arguments.
             arg = acl.normalized_arg(fun, arg)
         minions = sorted(bounds.definite)
@@ -438,7 +438,10 @@ class MasterJobs:
         decision = self._authorize_runner(requester, fun, raw)
         if not decision.allowed:
             return self._denied(requester, sink, p.SHARE_RUN_RET, decision, fun=fun)
-        args, kwargs = acl.parse_args(raw) if requester.kind == "minion" else p.unpack_args(raw)
+        if self._restricted(requester):
+            args, kwargs = acl.parse_args(raw)  # run exactly what was checked
+        else:
+            args, kwargs = p.unpack_args(raw)
         try:
             result = run_runner(self, fun, args, kwargs)
         except Exception as exc:  # noqa: BLE001 - a runner's failure is the client's answer
@@ -450,6 +453,10 @@ class MasterJobs:
         return [sink.answer(self.estate, p.SHARE_RUN_RET, **{"return": result})]
 
     # -- access control -------------------------------------------------------------------
+
+    def _restricted(self, requester: Requester) -> bool:
+        """Access rules apply to ``requester`` (all but root and the master's user)."""
+        return requester.kind != "user" or requester.name not in self.unrestricted
 
     def _authorize_publish(
         self, requester: Requester, fun: str, arg: list[Any], tgt: Any, tgt_type: str,

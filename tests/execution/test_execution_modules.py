@@ -10,7 +10,13 @@ import pytest
 
 from raetsalt import __version__
 from raetsalt.execution.grains import core_grains, minion_grains
-from raetsalt.execution.loader import Context, InvalidArguments, Loader, UnknownFunction
+from raetsalt.execution.loader import (
+    CommandExecutionError,
+    Context,
+    InvalidArguments,
+    Loader,
+    UnknownFunction,
+)
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +79,42 @@ def test_cmd_module_sets_retcode(loader: Loader, tmp_path: Path) -> None:
     assert call(loader, "cmd.retcode", "exit 4") == 4
     assert call(loader, "cmd.run", "pwd", cwd=str(tmp_path)) == str(tmp_path)
     assert call(loader, "cmd.run", "echo $X", env={"X": "y"}) == "y"
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "fragment"),
+    [
+        ((["id"],), {}, "cmd must be a non-empty string, not list"),
+        (("",), {}, "cmd must be a non-empty string"),
+        (("echo x",), {"python_shell": "False"}, "python_shell must be True or False, not str"),
+        (("echo x",), {"python_shell": 0}, "python_shell must be True or False"),
+        (("echo x",), {"cwd": ["/"]}, "cwd must be a path string"),
+        (("echo x",), {"env": "PATH=/tmp"}, "env must be a mapping"),
+        (("echo x",), {"env": {"PATH": ["/tmp"]}}, "env entries must map names to text"),
+        (("echo x",), {"env": {"X": "a\0b"}}, "NUL"),
+        (("echo x",), {"timeout": "5"}, "timeout must be a positive number"),
+        (("echo x",), {"timeout": -1}, "timeout must be a positive number"),
+        (("echo 'x",), {"python_shell": False}, "cannot split"),
+    ],
+)
+def test_cmd_arguments_are_never_coerced(loader: Loader, args: tuple[Any, ...],
+                                         kwargs: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(CommandExecutionError, match=fragment):
+        call(loader, "cmd.run", *args, **kwargs)
+
+
+@pytest.mark.parametrize("name", ["runas", "shell", "stdin", "umask", "__pub_user"])
+def test_cmd_keyword_arguments_raetsalt_lacks_are_refused(loader: Loader, name: str) -> None:
+    if name.startswith("__pub_"):  # the loader drops the master's __pub_* for **kwargs-less
+        assert call(loader, "cmd.run", "echo ok", **{name: "x"}) == "ok"
+        return
+    with pytest.raises(InvalidArguments):
+        call(loader, "cmd.run", "echo ok", **{name: "root"})
+
+
+def test_cmd_without_a_shell_splits_like_a_shell(loader: Loader) -> None:
+    assert call(loader, "cmd.run", "echo 'a  b'", python_shell=False) == "a  b"
+    assert call(loader, "cmd.run", "echo a; id", python_shell=False) == "a; id"
 
 
 def test_grains_module(loader: Loader) -> None:

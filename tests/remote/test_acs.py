@@ -51,6 +51,9 @@ publisher_acl:
     - test.ping
     - 'minion1':
         - test.echo
+    - 'minion2':
+        - cmd.run:
+            args: ['echo [a-z]+$']
     - '@manage': ['up$']
 publisher_acl_blacklist:
   modules: ['test.sleep']
@@ -182,8 +185,10 @@ def test_publisher_acl_user_runs_what_is_allowed(cluster: Cluster) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["*", "cmd.run", "id"], "publish of 'cmd.run' to '*' (glob) denied: user 'nobody' "
-         "may not run 'cmd.run': no function rule allows it"),
+        (["*", "sys.doc"], "publish of 'sys.doc' to '*' (glob) denied: user 'nobody' "
+         "may not run 'sys.doc': no function rule allows it"),
+        (["*", "cmd.run", "echo abc"], "user 'nobody' may not run 'cmd.run' on target '*' "
+         "(glob): the target is outside the allowed expression"),
         (["minion2", "test.echo", "x"], "publish of 'test.echo' to 'minion2' (glob) denied: "
          "user 'nobody' may not run 'test.echo' on target 'minion2' (glob): the target is "
          "outside the allowed expression"),
@@ -198,6 +203,49 @@ def test_publisher_acl_refusals(cluster: Cluster, args: list[str], message: str)
     event = cluster.wait_event("raetsalt/publisher_acl/nobody/denied")["data"]
     assert event["check"] == "publisher_acl" and event["id"] == "nobody"
     cluster.master.expect("publisher_acl nobody: ")
+
+
+def planted_echo(cluster: Cluster) -> tuple[Path, Path]:
+    """The report's F1 attack: ``nobody``'s own ``echo`` that records who ran it."""
+    bindir = cluster.world.root / "attacker-bin"
+    proof = cluster.world.root / "PWNED"
+    bindir.mkdir(exist_ok=True)
+    echo = bindir / "echo"
+    echo.write_text(f"#!/bin/sh\n/usr/bin/id > {proof}\n")
+    echo.chmod(0o755)
+    return bindir, proof
+
+
+def test_an_args_rule_allows_its_argument(cluster: Cluster) -> None:
+    code, out, err = cluster.as_user("nobody", "salt", "minion2", "cmd.run", "echo abc",
+                                     "--out", "json")
+    assert (code, json_docs(out)) == (0, {"minion2": "abc"}), err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["python_shell=False", "env={{'PATH': '{bindir}'}}"],
+         "keyword argument 'python_shell' is not allowed"),
+        (["env={{'PATH': '{bindir}'}}"], "keyword argument 'env' is not allowed"),
+        (["cwd=/"], "keyword argument 'cwd' is not allowed"),
+        (["/", "{{'PATH': '{bindir}'}}", "False"], "positional argument 2 ('/') is not allowed"),
+        (["__pub_user=root"], "keyword argument '__pub_user' is reserved"),
+    ],
+)
+def test_the_reported_root_escape_is_refused(cluster: Cluster, extra: list[str],
+                                             message: str) -> None:
+    """F1: ``cmd.run 'echo abc' python_shell=False "env={'PATH': ...}"`` ran nobody's own
+    ``echo`` as root on minion2 through an args-only publisher_acl rule."""
+    bindir, proof = planted_echo(cluster)
+    words = [word.format(bindir=bindir) for word in extra]
+    code, out, err = cluster.as_user("nobody", "salt", "minion2", "cmd.run", "echo abc",
+                                     *words)
+    assert code == 2 and not out
+    assert err.strip() == ("ERROR: publish of 'cmd.run' to 'minion2' (glob) denied: user "
+                           f"'nobody' may not run 'cmd.run' with these arguments: {message}")
+    assert cluster.wait_event("raetsalt/publisher_acl/nobody/denied")["data"]["fun"] == "cmd.run"
+    assert not proof.exists()
 
 
 def test_runner_refusal_and_a_user_without_rules(cluster: Cluster) -> None:

@@ -224,3 +224,49 @@ def test_a_forged_id_gets_the_permissions_of_the_road_identity(cluster: Cluster)
     assert ack["denied"] is True
     assert ack["error"].endswith("no peer rule matches minion id 'minion3'")
     assert cluster.wait_event("raetsalt/peer/minion3/denied")["data"]["id"] == "minion3"
+
+
+# ------------------------------------------------------------------ argument rules (F1)
+
+ARGS_ONLY = (
+    "peer:\n"
+    "  'minion1$':\n"
+    "    - 'minion2':\n"
+    "        - 'cmd.run$':\n"
+    "            args: ['echo [a-z]+$']\n"
+)
+
+
+def test_a_peer_args_rule_allows_its_argument(cluster: Cluster) -> None:
+    cluster.reconfigure(ARGS_ONLY)
+    done = cluster.call("minion1", "publish.publish", "minion2", "cmd.run", "echo abc")
+    assert done.returncode == 0, done.stderr
+    assert local(done) == {"minion2": "abc"}
+
+
+@pytest.mark.parametrize(
+    ("arg", "message"),
+    [
+        ("['echo abc', 'python_shell=False', \"env={{'PATH': '{bindir}'}}\"]",
+         "keyword argument 'python_shell' is not allowed"),
+        ("['echo abc', {{'__kwarg__': true, 'env': {{'PATH': '{bindir}'}}}}]",
+         "keyword argument 'env' is not allowed"),
+        ("['echo abc', '/', {{'PATH': '{bindir}'}}, false]",
+         "positional argument 2 ('/') is not allowed"),
+    ],
+)
+def test_the_reported_peer_escape_is_refused(cluster: Cluster, arg: str, message: str) -> None:
+    """F1 through ``peer``: minion1 ran its own ``echo`` as root on minion2."""
+    bindir = cluster.world.root / "attacker-bin"
+    proof = cluster.world.root / "PWNED"
+    bindir.mkdir(exist_ok=True)
+    (bindir / "echo").write_text(f"#!/bin/sh\n/usr/bin/id > {proof}\n")
+    (bindir / "echo").chmod(0o755)
+    done = cluster.call("minion1", "publish.publish", "minion2", "cmd.run",
+                        arg.format(bindir=bindir))
+    assert done.returncode == 1, done.stdout
+    assert local(done) == (
+        "ERROR: peer publish of 'cmd.run' to 'minion2' (glob) denied: minion 'minion1' may "
+        f"not run 'cmd.run' with these arguments: {message}")
+    assert cluster.wait_event("raetsalt/peer/minion1/denied")["data"]["fun"] == "cmd.run"
+    assert not proof.exists()

@@ -289,3 +289,22 @@ def test_minion_target_expands_nested_nodegroups() -> None:
     groups = {"a": "minion1 or N@b", "b": ["minion2"]}
     tgt, tgt_type = minion_target("N@a and not x", "compound", groups)
     assert tgt_type == "compound" and "N@" not in tgt
+
+
+def test_a_restricted_runner_runs_the_arguments_it_was_checked_with(
+    tmp_path: Path, roster: FakeRoster
+) -> None:
+    """A ``k=v`` string is a keyword argument to the publisher_acl check, so it must be
+    one to the runner too (it was a positional ``ext_source`` before)."""
+    rule = {"fred": [{"@runner": [{"jobs.list_jobs": {"kwargs": {"search_function": "cmd"}}}]}]}
+    jobs = MasterJobs({"timeout": 5, "publisher_acl": rule}, JobCache(tmp_path / "jobs"),
+                      roster, estate="themaster", data_cache=MinionDataCache(tmp_path / "m"),
+                      utcnow=Clock())
+    ack(publish(jobs, "minion1", fun="test.ping"))
+    fred = Requester("user", "fred", 1000)
+    body = {"req": "q", "fun": "jobs.list_jobs", "arg": ["search_function=cmd.*"]}
+    [reply] = [a.body for a in jobs.on_runner(fred, "y", body, 0.0) if isinstance(a, ToClient)]
+    assert reply["return"] == {}  # filtered: the only job is test.ping
+    body["arg"] = ["cmd.*"]
+    [reply] = [a.body for a in jobs.on_runner(fred, "y", body, 0.0) if isinstance(a, ToClient)]
+    assert reply["denied"] is True and "positional argument 1" in reply["error"]

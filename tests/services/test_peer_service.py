@@ -90,7 +90,8 @@ def test_forged_payload_id_is_ignored(master: MasterJobs) -> None:
     [
         ("minion1", "cmd.run", ["id"], "no function rule allows it"),
         ("minion[13]", "grains.item", ["os"], "the target is outside the allowed expression"),
-        ("*", "test.arg", ["mode=unsafe"], "the matching rule restricts them"),
+        ("*", "test.arg", ["mode=unsafe"], "keyword argument 'mode' ('unsafe') does not match"),
+        ("*", "test.arg", ["mode=safe", "x"], "positional argument 1 ('x') is not allowed"),
         ("*", "test.ping,cmd.run", [[], ["id"]], "may not run 'cmd.run'"),
         ("*", "publish.publish", [], "publish.* cannot be peer-published"),
     ],
@@ -108,8 +109,8 @@ def test_denials_name_what_and_why_and_fire(master: MasterJobs, tgt: str, fun: s
 
 
 def test_keyword_arguments_are_published_as_checked(master: MasterJobs) -> None:
-    actions = peer_pub(master, "minion2", "minion3", "test.arg", ["a", "mode=safe"])
-    assert publications(actions)["minion3"]["arg"] == ["a", {"__kwarg__": True, "mode": "safe"}]
+    actions = peer_pub(master, "minion2", "minion3", "test.arg", ["mode=safe"])
+    assert publications(actions)["minion3"]["arg"] == [{"__kwarg__": True, "mode": "safe"}]
 
 
 def test_peer_runner_allowed_denied_and_gathered(master: MasterJobs) -> None:
