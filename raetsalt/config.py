@@ -886,6 +886,79 @@ SALTBRIDGE_OPTIONS: tuple[Option, ...] = (
 )
 SCHEMA = SCHEMA + SALTBRIDGE_OPTIONS
 
+# ---------------------------------------------------------------- security limits
+# Limits against local users starving the command socket and guessing eauth passwords
+# (issue #10 F4/F5; read by raetsalt.drivers.cmdsock.Limits and
+# raetsalt.auth.limits.LoginPolicy).  Kept as one block apart from the table above.
+SCHEMA += (
+    Option(
+        "command_socket_max_connections",
+        _integer(1, 100000),
+        {"master": 64},
+        "Connections the command socket (local users other than root) holds at once, "
+        "all users together.  When it is full, a user with fewer connections takes the "
+        "oldest one of the user holding the most.",
+        "Security limits",
+    ),
+    Option(
+        "command_socket_max_per_uid",
+        _integer(1, 100000),
+        {"master": 8},
+        "Connections one local user (uid) may hold on the command socket; more are "
+        "closed at once.",
+        "Security limits",
+    ),
+    Option(
+        "command_socket_frame_timeout",
+        _number(0.1),
+        {"master": 5.0},
+        "Seconds a command-socket client has to send its first request after "
+        "connecting, and to finish any request it has begun; slower connections are "
+        "closed.",
+        "Security limits",
+    ),
+    Option(
+        "command_socket_idle_timeout",
+        _number(1.0),
+        {"master": 60.0},
+        "Seconds a command-socket connection may stay open with nothing in flight (no "
+        "returns or answers still due to it).",
+        "Security limits",
+    ),
+    Option(
+        "eauth_fail_delay",
+        _number(0.0),
+        {"master": 1.0},
+        "Seconds the answer to a failed external_auth login is held back; it doubles "
+        "with every further failure in a row of the same user name or calling uid.  "
+        "Other users and the master are not slowed.  0 turns the delay off.",
+        "Security limits",
+    ),
+    Option(
+        "eauth_fail_delay_max",
+        _number(0.0),
+        {"master": 16.0},
+        "Longest hold-back of a failed login's answer, in seconds (keep it well under "
+        "the 30 s the raetsalt CLI waits for a login's answer).",
+        "Security limits",
+    ),
+    Option(
+        "eauth_lockout_after",
+        _integer(0),
+        {"master": 5},
+        "Failed logins in a row after which a user name, or a calling uid, is locked "
+        "out for eauth_lockout_time (every login refused unchecked).  0: never.",
+        "Security limits",
+    ),
+    Option(
+        "eauth_lockout_time",
+        _number(1.0),
+        {"master": 600.0},
+        "Seconds a lockout lasts; failures are forgotten this long after the last one.",
+        "Security limits",
+    ),
+)
+
 _BY_NAME: dict[str, Option] = {opt.name: opt for opt in SCHEMA}
 PATH_KEYS: tuple[str, ...] = tuple(opt.name for opt in SCHEMA if opt.path)
 

@@ -40,14 +40,39 @@ _REPR.maxstring = _REPR.maxother = _REPR.maxlong = CLIP
 _REPR.maxlevel = 3
 
 
-def clip(value: object, limit: int = CLIP) -> str:
+def clip(value: object, limit: int = CLIP, *, bare: bool = False) -> str:
     """``repr(value)`` cut to about ``limit`` characters with ``...`` (and the full
     length of a cut string): how untrusted input (an id, a user name, a function, an
     argument) appears in errors and logs, so that a 10,000-character id costs one short
-    line, not 10 kB per message."""
+    line, not 10 kB per message.  ``bare``: a printable string without quotes."""
     if isinstance(value, str):
-        if len(value) <= limit:
-            return repr(value)
-        return f"{value[:limit]!r}... ({len(value)} characters)"
+        shown = value if len(value) <= limit else value[:limit]
+        text = shown if bare and shown.isprintable() else repr(shown)
+        return text if shown is value else f"{text}... ({len(value)} characters)"
     text = _REPR.repr(value)
     return text if len(text) <= 2 * limit else text[:limit] + "..."
+
+
+class Throttle:
+    """When to log a repeated event: its first occurrence, then at most once per
+    ``interval`` seconds with the number of occurrences since the last line.  Pure (the
+    caller passes ``now``); at most ``max_keys`` keys are remembered (the oldest go)."""
+
+    def __init__(self, interval: float = 60.0, max_keys: int = 1024) -> None:
+        self.interval = interval
+        self.max_keys = max_keys
+        self._seen: dict[object, tuple[float, int]] = {}  # key -> (last line at, count)
+
+    def note(self, key: object, now: float) -> int:
+        """Count one occurrence of ``key``; the number to report in a log line now
+        (1 for the first, the count since the last line after an interval), or 0 to
+        stay quiet."""
+        last = self._seen.pop(key, None)
+        if last is None or now - last[0] >= self.interval:
+            count = 1 if last is None else last[1] + 1
+            self._seen[key] = (now, 0)
+            while len(self._seen) > self.max_keys:
+                del self._seen[next(iter(self._seen))]
+            return count
+        self._seen[key] = (last[0], last[1] + 1)
+        return 0

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import grp
 import hashlib
-import hmac
 import os
 import pwd
 from collections.abc import Mapping
@@ -153,6 +152,9 @@ def authenticate(external_auth: Mapping[str, Any], backend: str, username: str,
 
 
 def _file(conf: Mapping[str, Any], username: str, password: str) -> AuthResult:
+    """Check against a password file.  An unknown user costs the same hashing as a known
+    one (the password is hashed against the file's first entry and the result thrown
+    away), and every comparison hides lengths, so time does not tell who exists."""
     filename = conf.get("^filename")
     if not isinstance(filename, str):
         return AuthResult(False, reason="file eauth has no ^filename")
@@ -162,22 +164,26 @@ def _file(conf: Mapping[str, Any], username: str, password: str) -> AuthResult:
             lines = handle.read().splitlines()
     except OSError as exc:
         return AuthResult(False, reason=f"cannot read {filename}: {exc.strerror or exc}")
+    decoy: str | None = None  # the first stored secret, to hash an unknown user against
     for line in lines:
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         if filetype == "htpasswd":
             user, sep, stored = line.partition(":")
-            if sep and user == username:
+            if not sep:
+                continue
+            if user == username:
                 ok, scheme = passwords.scheme_supported(stored)
                 if not ok:
                     return AuthResult(False, reason=f"hash scheme {scheme} is not supported")
                 return _result(passwords.verify(password, stored), "wrong password")
+            decoy = stored if decoy is None else decoy
         elif filetype == "htdigest":
             parts = line.split(":")
             realm = conf.get("^realm")
             if len(parts) == 3 and parts[0] == username and parts[1] == realm:
                 digest = hashlib.md5(f"{username}:{realm}:{password}".encode()).hexdigest()
-                return _result(hmac.compare_digest(digest, parts[2]), "wrong password")
+                return _result(passwords.same(digest, parts[2]), "wrong password")
         else:
             sep = str(conf.get("^field_separator", ":"))
             parts = line.split(sep)
@@ -189,9 +195,23 @@ def _file(conf: Mapping[str, Any], username: str, password: str) -> AuthResult:
             hashtype = str(conf.get("^hashtype", "plaintext"))
             given = password if hashtype == "plaintext" else passwords.hexdigest(
                 password, hashtype)
-            return _result(hmac.compare_digest(given.encode(), stored.encode()),
-                           "wrong password")
+            return _result(passwords.same(given, stored), "wrong password")
+    _spend_like_a_check(conf, filetype, decoy, password)
     return AuthResult(False, reason=f"no user {username!r} in {filename}")
+
+
+def _spend_like_a_check(conf: Mapping[str, Any], filetype: Any, decoy: str | None,
+                        password: str) -> None:
+    """The hashing a known user's check would have done (result unused)."""
+    if filetype == "htpasswd":
+        if decoy is not None and passwords.scheme_supported(decoy)[0]:
+            passwords.verify(password, decoy)
+    elif filetype == "htdigest":
+        hashlib.md5(f"decoy:{conf.get('^realm')}:{password}".encode()).hexdigest()
+    else:
+        hashtype = str(conf.get("^hashtype", "plaintext"))
+        if hashtype != "plaintext":
+            passwords.hexdigest(password, hashtype)
 
 
 def _result(ok: bool, why: str) -> AuthResult:

@@ -16,7 +16,8 @@ and knows the scheme: ``$2a$/$2b$/$2y$`` (bcrypt, htpasswd ``-B``), ``$y$``
 (yescrypt), ``$gy$``, ``$7$`` and 13-character DES-crypt.  Without it those hashes never
 match (``verify`` returns False and ``scheme_supported`` says why).
 
-Every comparison is constant-time (``hmac.compare_digest``).
+Every comparison is constant-time and hides lengths (``same``: ``hmac.compare_digest``
+of SHA-256 digests).
 """
 
 from __future__ import annotations
@@ -167,12 +168,19 @@ def scheme_supported(stored: str) -> tuple[bool, str]:
     return True, "plaintext"
 
 
+def same(given: str | bytes, stored: str | bytes) -> bool:
+    """``given == stored`` in time that depends on neither value nor either length."""
+    a = given.encode("utf-8") if isinstance(given, str) else given
+    b = stored.encode("utf-8") if isinstance(stored, str) else stored
+    return hmac.compare_digest(hashlib.sha256(a).digest(), hashlib.sha256(b).digest())
+
+
 def verify(password: str, stored: str) -> bool:
     """Does ``password`` match the htpasswd-style hash ``stored``?"""
     pw = password.encode("utf-8")
     if stored.startswith("{SHA}"):
         digest = base64.b64encode(hashlib.sha1(pw).digest()).decode()
-        return hmac.compare_digest(digest, stored[5:])
+        return same(digest, stored[5:])
     computed: str | None
     if stored.startswith("$apr1$") or stored.startswith("$1$"):
         magic = "$apr1$" if stored.startswith("$apr1$") else "$1$"
@@ -196,8 +204,8 @@ def verify(password: str, stored: str) -> bool:
         if computed is None:
             return False
     else:
-        return hmac.compare_digest(pw, stored.encode("utf-8"))
-    return hmac.compare_digest(computed.encode(), stored.encode())
+        return same(pw, stored)
+    return same(computed, stored)
 
 
 def hexdigest(password: str, hashtype: str) -> str:

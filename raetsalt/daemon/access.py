@@ -13,13 +13,20 @@ request before ``MasterJobs`` decides what it may do.
   user, whatever the socket says.
 
 ``mk_token`` (``{req, eauth, username, password}``) answers ``token_ret`` with ``{req,
-token, name, eauth, expire}`` or ``{req, error}``.  Failed logins are logged and fired
-as ``raetsalt/eauth/<user>/failed``; the client hears only Salt's "Authentication
-failure of type ..." text.
+token, name, eauth, expire}`` or ``{req, error}``.  Failed logins are fired as
+``raetsalt/eauth/<user>/failed`` and logged once per burst; the client hears only
+Salt's "Authentication failure of type ..." text.
+
+Guessing is slowed per eauth user and per calling uid (``raetsalt.auth.limits``): the
+answer to a failed login is *deferred* (kept in ``_deferred`` and sent by ``poll`` when
+its time comes; ``get_timer`` says when), so a delay never blocks the master's loop,
+other users or other logins.  Every decision here takes ``now`` (the daemon's monotonic
+clock) from the caller; only token records carry wall-clock times.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 import os
 import pwd
@@ -29,13 +36,22 @@ import stat
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from raetsalt import acl
 from raetsalt.auth.backends import AuthResult, authenticate, system_groups
+from raetsalt.auth.limits import (
+    MAX_PASSWORD,
+    Keys,
+    LoginLimiter,
+    LoginPolicy,
+    login_keys,
+    plausible_username,
+)
 from raetsalt.auth.tokens import TokenStore
-from raetsalt.drivers.cmdsock import CommandServer, PeerCred, command_socket_path
+from raetsalt.drivers.cmdsock import CommandServer, Limits, PeerCred, command_socket_path
+from raetsalt.log import Throttle, clip
 from raetsalt.services import protocol as p
 from raetsalt.services.protocol import Requester
 
@@ -48,15 +64,44 @@ _ANSWER = {p.SHARE_PUBLISH: p.SHARE_PUB_ACK, p.SHARE_RUNNER: p.SHARE_RUN_RET,
            SHARE_MK_TOKEN: SHARE_TOKEN_RET}
 _CREDENTIALS = ("eauth", "username", "password", "token")
 MAX_PENDING_LOGINS = 32
+LOGIN_WORKERS = 4
+"""Threads that run password checks (PAM may sleep in them)."""
 TOKEN_CLEAN_EVERY = 3600.0
 """Seconds between sweeps of expired tokens (each is also removed when presented)."""
 
 
 def eauth_failure(kind: str, user: str | None = None) -> str:
-    """Salt's text for a failed login."""
+    """Salt's text for a failed login (the user name cut short when it is long)."""
     if user:
-        return f'Authentication failure of type "{kind}" occurred for user {user}.'
+        return (f'Authentication failure of type "{kind}" occurred for user '
+                f'{clip(user, bare=True)}.')
     return f'Authentication failure of type "{kind}" occurred.'
+
+
+@dataclass(slots=True)
+class _Login:
+    """A password check running in a worker thread."""
+
+    future: Future[AuthResult]
+    yard: str
+    share: str
+    body: dict[str, Any]
+    backend: str
+    username: str
+    keys: Keys
+    started: float
+
+
+@dataclass(order=True, slots=True)
+class _Deferred:
+    """A refusal to send at ``at`` (a failed login's held-back answer)."""
+
+    at: float
+    seq: int
+    yard: str = field(compare=False)
+    share: str = field(compare=False)
+    body: dict[str, Any] = field(compare=False)
+    error: str = field(compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,29 +128,38 @@ class AccessGate:
 
     :param send: delivers an answer body to a client yard or command connection.
     :param fire: fires an event on the master bus.
+    :param serving: whether the master still owes answers to a client (a command-socket
+        connection waiting for them is not idle).
     """
 
     def __init__(self, opts: Mapping[str, Any], sock_dir: str,
                  lane_path: Callable[[str], str | None],
                  send: Callable[[str, dict[str, Any]], None],
                  fire: Callable[[str, dict[str, Any]], None],
-                 estate: str | None = None) -> None:
+                 estate: str | None = None,
+                 serving: Callable[[str], bool] = lambda yard: False) -> None:
         self.opts = opts
         self.sock_dir = os.path.realpath(sock_dir)
         self.lane_path = lane_path
         self.send = send
         self.fire = fire
         self.estate = estate
+        self.serving = serving
         self.tokens = TokenStore(os.path.join(opts["cachedir"], "tokens"))
         self.server: CommandServer | None = None
         if opts.get("publisher_acl") or opts.get("external_auth"):
-            self.server = CommandServer(command_socket_path(opts))
+            self.server = CommandServer(command_socket_path(opts), Limits.from_opts(opts),
+                                        busy=self._owes)
+        self.limiter = LoginLimiter(LoginPolicy.from_opts(opts))
         self._pool: ThreadPoolExecutor | None = None
-        self._logins: list[tuple[Future[AuthResult], str, str, dict[str, Any], str, str]] = []
+        self._logins: list[_Login] = []
+        self._deferred: list[_Deferred] = []
+        self._seq = 0
+        self._log_failures = Throttle(self.limiter.policy.lockout_time)
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        self._next_clean = time.monotonic() + TOKEN_CLEAN_EVERY
+        self._next_clean: float | None = None
 
     # -- Wakeable -------------------------------------------------------------------------
 
@@ -122,8 +176,14 @@ class AccessGate:
         if self.server is not None:
             self.server.unregister(selector)
 
-    def timeout(self) -> float | None:
-        return None
+    def get_timer(self) -> float | None:
+        """The next time ``poll`` has work without any socket being ready: a deferred
+        answer, a command connection running out of time, the token sweep."""
+        times = [t for t in (self._next_clean,
+                             self._deferred[0].at if self._deferred else None,
+                             self.server.get_timer() if self.server else None)
+                 if t is not None]
+        return min(times) if times else None
 
     def owns(self, yard: str) -> bool:
         """``yard`` is a command-socket connection (not a lane yard)."""
@@ -131,7 +191,8 @@ class AccessGate:
 
     # -- requests -------------------------------------------------------------------------
 
-    def from_lane(self, yard: str, share: str, body: dict[str, Any]) -> list[Ready]:
+    def from_lane(self, yard: str, share: str, body: dict[str, Any], now: float
+                  ) -> list[Ready]:
         """A lane request: the yard's socket file owner, if that proves anything."""
         requester = self._lane_requester(yard)
         if requester is None:
@@ -139,43 +200,47 @@ class AccessGate:
                 "requests from outside the master's sock_dir are refused: other users "
                 f"use the command socket {command_socket_path(self.opts)}"))
             return []
-        return self._with_credentials(requester, yard, share, body)
+        return self._with_credentials(requester, yard, share, body, now)
 
-    def poll(self) -> list[Ready]:
-        """Command-socket requests and finished logins."""
+    def poll(self, now: float) -> list[Ready]:
+        """Command-socket requests, finished logins, answers whose time has come."""
         ready: list[Ready] = []
         try:
             while self._wake_r.recv(4096):
                 pass
         except (BlockingIOError, InterruptedError):
             pass
-        if time.monotonic() >= self._next_clean:
-            self._next_clean = time.monotonic() + TOKEN_CLEAN_EVERY
+        if self._next_clean is None:
+            self._next_clean = now + TOKEN_CLEAN_EVERY
+        elif now >= self._next_clean:
+            self._next_clean = now + TOKEN_CLEAN_EVERY
             try:
                 self.tokens.clean(time.time())
             except OSError as exc:
                 log.warning("eauth: expired tokens not removed: %s", exc)
         if self.server is not None:
-            for conn, cred, body in self.server.poll():
+            for conn, cred, body in self.server.poll(now):
                 share = p.share_of(body)
                 if share not in REQUEST_SHARES:
-                    self._answer(conn, share or "", body, error=f"unknown request {share!r}")
+                    self._answer(conn, share or "", body, error=f"unknown request {clip(share)}")
                     continue
                 assert share is not None
                 ready.extend(self._with_credentials(self._peer_requester(cred), conn, share,
-                                                    body))
-        still: list[tuple[Future[AuthResult], str, str, dict[str, Any], str, str]] = []
+                                                    body, now))
+        still: list[_Login] = []
         for login in self._logins:
-            future, yard, share, body, backend, username = login
-            if not future.done():
+            if not login.future.done():
                 still.append(login)
                 continue
             try:
-                result = future.result()
+                result = login.future.result()
             except Exception as exc:  # noqa: BLE001 - a backend crash is a failed login
                 result = AuthResult(False, reason=str(exc))
-            ready.extend(self._logged_in(result, yard, share, body, backend, username))
+            ready.extend(self._logged_in(result, login, now))
         self._logins = still
+        while self._deferred and self._deferred[0].at <= now:
+            due = heapq.heappop(self._deferred)
+            self._answer(due.yard, due.share, due.body, error=due.error)
         return ready
 
     def close(self) -> None:
@@ -205,14 +270,16 @@ class AccessGate:
         return user_requester(cred.uid)
 
     def _with_credentials(self, requester: Requester, yard: str, share: str,
-                          body: dict[str, Any]) -> list[Ready]:
+                          body: dict[str, Any], now: float) -> list[Ready]:
         clean = {k: v for k, v in body.items() if k not in _CREDENTIALS}
         token = body.get("token")
         backend = body.get("eauth")
         if token is not None:
             record = self.tokens.get(token, time.time())
             if record is None:
-                log.warning("eauth: %s presented an unknown or expired token", requester.name)
+                if self._log_failures.note(("token", requester.uid), now):
+                    log.warning("eauth: %s (uid %s) presented an unknown or expired token",
+                                clip(requester.name), requester.uid)
                 self._answer(yard, share, body, error=eauth_failure("token") + (
                     " The token is unknown or expired; log in again with -a EAUTH -T."))
                 return []
@@ -224,36 +291,62 @@ class AccessGate:
                 return []
             return [Ready(who, yard, share, clean)]
         if backend is not None:
-            username, password = body.get("username"), body.get("password")
-            if not (isinstance(backend, str) and isinstance(username, str)
-                    and isinstance(password, str)):
-                self._answer(yard, share, body, error=eauth_failure("eauth"))
-                return []
-            if len(self._logins) >= MAX_PENDING_LOGINS:
-                self._answer(yard, share, body, error="too many logins in progress; retry")
-                return []
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="eauth")
-            external = self.opts.get("external_auth") or {}
-            future = self._pool.submit(authenticate, external, backend, username, password)
-            future.add_done_callback(lambda _f: self._wake())
-            self._logins.append((future, yard, share, clean, backend, username))
+            self._login(requester, yard, share, body, clean, now)
             return []
         if share == SHARE_MK_TOKEN:
             self._answer(yard, share, body, error="mk_token needs eauth, username and password")
             return []
         return [Ready(requester, yard, share, clean)]
 
-    def _logged_in(self, result: AuthResult, yard: str, share: str, body: dict[str, Any],
-                   backend: str, username: str) -> list[Ready]:
+    def _login(self, requester: Requester, yard: str, share: str, body: dict[str, Any],
+               clean: dict[str, Any], now: float) -> None:
+        """Start a password check in a worker, unless the limiter refuses it or the
+        credentials cannot be right (those fail like a wrong password, without a check)."""
+        backend, username, password = body.get("eauth"), body.get("username"), body.get(
+            "password")
+        if not (isinstance(backend, str) and isinstance(username, str)
+                and isinstance(password, str)):
+            self._answer(yard, share, body, error=eauth_failure("eauth"))
+            return
+        plausible = plausible_username(username) and len(password) <= MAX_PASSWORD
+        keys = login_keys(username if plausible_username(username) else None, requester.uid)
+        refusal = self.limiter.admit(keys, now)
+        if refusal is not None:
+            text = eauth_failure("eauth", username)
+            if refusal.why == "locked":
+                if self._log_failures.note(("locked", refusal.key), now):
+                    log.warning("eauth: logins of %s refused: locked after %d failures in a "
+                                "row (for %.0f s more)", _key_text(refusal.key),
+                                self.limiter.failures(refusal.key), refusal.until - now)
+                text += (f" Too many failed logins: try again in "
+                         f"{max(1, round(refusal.until - now))} s.")
+            else:
+                text += " Another login of this user or from this user id is under way."
+            self._answer(yard, share, body, error=text)
+            return
+        if not plausible:
+            self._fail(_Login(Future(), yard, share, body, backend, username, keys, now),
+                       AuthResult(False, reason="implausible user name or password"), now)
+            return
+        if len(self._logins) >= MAX_PENDING_LOGINS:
+            self.limiter.cancel(keys)
+            self._answer(yard, share, body, error="too many logins in progress; retry")
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=LOGIN_WORKERS,
+                                            thread_name_prefix="eauth")
+        external = self.opts.get("external_auth") or {}
+        future = self._pool.submit(authenticate, external, backend, username, password)
+        future.add_done_callback(lambda _f: self._wake())
+        self._logins.append(_Login(future, yard, share, clean, backend, username, keys, now))
+
+    def _logged_in(self, result: AuthResult, login: _Login, now: float) -> list[Ready]:
         if not result.ok:
-            log.warning("eauth: login of %r with %s failed: %s", username, backend,
-                        result.reason)
-            self.fire(f"raetsalt/eauth/{username}/failed",
-                      {"user": username, "eauth": backend, "reason": result.reason,
-                       "_stamp": _stamp()})
-            self._answer(yard, share, body, error=eauth_failure("eauth", username))
+            self._fail(login, result, now)
             return []
+        self.limiter.finish(login.keys, True, login.started, now)
+        yard, share, body, backend, username = (login.yard, login.share, login.body,
+                                                login.backend, login.username)
         if share == SHARE_MK_TOKEN:
             keep = None
             if self.opts.get("keep_acl_in_token"):
@@ -271,6 +364,34 @@ class AccessGate:
         return [Ready(Requester("eauth", username, None, result.groups, backend), yard, share,
                       body)]
 
+    def _fail(self, login: _Login, result: AuthResult, now: float) -> None:
+        """A failed login: counted, fired, logged once per burst, answered later."""
+        answer_at = self.limiter.finish(login.keys, False, login.started, now)
+        failures = max(self.limiter.failures(key) for key in login.keys)
+        user = clip(login.username)
+        times = self._log_failures.note(("failed", login.keys), now)
+        if times:
+            log.warning("eauth: login of %s with %s failed: %s (%d failure(s) since the last "
+                        "report; %s)", user, clip(login.backend), result.reason, times,
+                        ", ".join(_key_text(k) for k in login.keys))
+        if failures == self.limiter.policy.lockout_after:
+            log.warning("eauth: %s locked for %.0f s after %d failed logins in a row",
+                        " and ".join(_key_text(k) for k in login.keys),
+                        self.limiter.policy.lockout_time, failures)
+        tag_user = login.username if plausible_username(login.username) else "-"
+        self.fire(f"raetsalt/eauth/{tag_user}/failed",
+                  {"user": clip(login.username), "eauth": login.backend,
+                   "reason": result.reason, "failures": failures, "_stamp": _stamp()})
+        self._seq += 1
+        heapq.heappush(self._deferred, _Deferred(
+            answer_at, self._seq, login.yard, login.share, login.body,
+            eauth_failure("eauth", login.username)))
+
+    def _owes(self, yard: str) -> bool:
+        """A command connection still waits for a login, a deferred answer or returns."""
+        return (any(login.yard == yard for login in self._logins)
+                or any(d.yard == yard for d in self._deferred) or self.serving(yard))
+
     def _answer(self, yard: str, share: str, body: Mapping[str, Any], **fields: Any) -> None:
         req = body.get("req")
         if not isinstance(req, str):
@@ -285,6 +406,12 @@ class AccessGate:
             self._wake_w.send(b"\0")
         except OSError:
             pass
+
+
+def _key_text(key: Any) -> str:
+    """``('user', 'fred')`` -> ``user 'fred'``; ``('uid', 65534)`` -> ``uid 65534``."""
+    kind, value = key
+    return f"user {clip(value)}" if kind == "user" else f"uid {value}"
 
 
 def _stamp() -> str:

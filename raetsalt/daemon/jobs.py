@@ -151,7 +151,8 @@ class MasterService:
         )
         self.sent_road = False
         self.gate = AccessGate(opts, opts["sock_dir"], node.manor.lane.yard_path,
-                               self._send_answer, self._fire, estate=node.road.road.name)
+                               self._send_answer, self._fire, estate=node.road.road.name,
+                               serving=self.jobs.serving)
         self.salt = MasterBridge(opts, node.road.road.name, clock=node.clock)
         """Salt's file server and pillar for minions (``raetsalt.saltbridge``)."""
         self.jobs.pillars = self.salt.requests.pillars
@@ -166,10 +167,10 @@ class MasterService:
         self.salt.unregister(selector)
 
     def timeout(self) -> float | None:
-        timer = self.jobs.get_timer()
+        timers = [t for t in (self.jobs.get_timer(), self.gate.get_timer()) if t is not None]
         waits = [w for w in (self.salt.timeout(),) if w is not None]
-        if timer is not None:
-            waits.append(max(0.0, timer - self.node.clock()))
+        if timers:
+            waits.append(max(0.0, min(timers) - self.node.clock()))
         return min(waits, default=None)
 
     def handle(self, events: Iterable[NodeEvent]) -> list[NodeEvent]:
@@ -204,11 +205,11 @@ class MasterService:
                 else:
                     left.append(event)
             elif type(event) is LocalMessage and event.share in REQUEST_SHARES:
-                for ready in self.gate.from_lane(event.source, event.share, event.body):
+                for ready in self.gate.from_lane(event.source, event.share, event.body, now):
                     actions.extend(self._dispatch(ready, now))
             else:
                 left.append(event)
-        for ready in self.gate.poll():
+        for ready in self.gate.poll(now):
             actions.extend(self._dispatch(ready, now))
         actions.extend(self.salt.poll(self.jobs.grains))
         timer = self.jobs.get_timer()

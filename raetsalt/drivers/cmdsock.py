@@ -24,17 +24,38 @@ Frames: a 4-byte big-endian length, then one msgpack map (at most ``MAX_FRAME`` 
 The maps are the command protocol's bodies (``raetsalt.services.protocol``): a request
 carries ``route.dst[2]`` (its share) and ``req``; answers are the lane answers.  A peer
 that sends a malformed frame is disconnected.
+
+Limits (``Limits``, from the master's ``command_socket_*`` options), so that one local
+user cannot starve the others:
+
+* a uid holds at most ``max_per_uid`` connections; more are closed at once;
+* all users together hold at most ``max_connections``; when full, a newcomer whose uid
+  holds fewer connections than the biggest holder takes that holder's oldest one, so a
+  user with no connection always gets in;
+* a client must send its first frame within ``frame_timeout`` of connecting and finish
+  every frame within ``frame_timeout`` of its first byte (a partial frame is not a place
+  to park);
+* a connection with nothing in flight (no partial frame and nothing the master still
+  owes it: the ``busy`` callback) is closed after ``idle_timeout``, and so is one that
+  has not read any of its queued answers for that long.
+
+Every connection refused or closed by a limit is counted in ``drops`` under a
+``CommandDrop`` reason and logged at most once a minute per reason.
 """
 
 from __future__ import annotations
 
+import enum
 import errno
+import logging
 import os
 import selectors
 import socket
 import stat
 import struct
 import time
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,11 +63,15 @@ import msgpack
 
 from raetsalt.drivers.uxd import check_socket_path, unlink_if_stale
 from raetsalt.errors import BadPacket, LocalError
+from raetsalt.log import Throttle
+
+log = logging.getLogger(__name__)
 
 MAX_FRAME = 1 << 20
-MAX_CONNECTIONS = 64
 MAX_OUTPUT = 8 << 20
 """Bytes queued for one slow client before it is disconnected."""
+MAX_ACCEPTS = 64
+"""Connections accepted per ``poll`` at most (a connect flood cannot hold the loop)."""
 SOCKET_NAME = "master.sock"
 CONN_PREFIX = "cmd:"
 """Connection ids start with this (``:`` never appears in a lane yard name)."""
@@ -63,6 +88,40 @@ def command_dir(sock_dir: str) -> str:
 def command_socket_path(opts: dict[str, Any] | Any) -> str:
     """Where the master's command socket is (see the module docstring)."""
     return os.path.join(command_dir(opts["sock_dir"]), SOCKET_NAME)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """How many connections and how much time a client gets (module docstring)."""
+
+    max_connections: int = 64
+    max_per_uid: int = 8
+    frame_timeout: float = 5.0
+    idle_timeout: float = 60.0
+
+    @classmethod
+    def from_opts(cls, opts: Mapping[str, Any]) -> Limits:
+        """The master's ``command_socket_*`` options (defaults where absent)."""
+        base = cls()
+        return cls(
+            int(opts.get("command_socket_max_connections", base.max_connections)),
+            int(opts.get("command_socket_max_per_uid", base.max_per_uid)),
+            float(opts.get("command_socket_frame_timeout", base.frame_timeout)),
+            float(opts.get("command_socket_idle_timeout", base.idle_timeout)),
+        )
+
+
+class CommandDrop(enum.Enum):
+    """Why the command socket refused or closed a connection."""
+
+    PER_UID_LIMIT = "per_uid_limit"
+    FULL = "full"
+    EVICTED = "evicted"
+    NO_FRAME = "no_frame"
+    PARTIAL_FRAME = "partial_frame"
+    IDLE = "idle"
+    BAD_FRAME = "bad_frame"
+    SLOW_READER = "slow_reader"
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,20 +166,38 @@ class _Conn:
     id: str
     sock: socket.socket
     cred: PeerCred
+    opened: float
     inbuf: bytearray = field(default_factory=bytearray)
     outbuf: bytearray = field(default_factory=bytearray)
+    frames: int = 0
+    """Complete frames received so far."""
+    frame_start: float | None = None
+    """When the first byte of the frame now in ``inbuf`` arrived."""
+    last: float = 0.0
+    """Last time a frame arrived or the client took some of its answers."""
+
+    def deadline(self, limits: Limits) -> float:
+        """When this connection is closed unless something happens first."""
+        if self.frames == 0:
+            return self.opened + limits.frame_timeout
+        if self.frame_start is not None:
+            return self.frame_start + limits.frame_timeout
+        return self.last + limits.idle_timeout
 
 
 class CommandServer:
     """The listening side, non-blocking, driven by the daemon's loop (``Wakeable``).
 
-    ``poll()`` accepts, reads and writes what is ready and returns the requests that
-    arrived as ``(connection id, PeerCred, body)``; ``send(conn_id, body)`` queues an
-    answer.  Everything waits in one inner selector whose descriptor sits in the
-    daemon's selector.
+    ``poll(now)`` accepts, reads and writes what is ready, closes connections past their
+    time and returns the requests that arrived as ``(connection id, PeerCred, body)``;
+    ``send(conn_id, body)`` queues an answer; ``get_timer()`` is the next time ``poll``
+    has a connection to close.  Everything waits in one inner selector whose descriptor
+    sits in the daemon's selector.  ``busy(conn_id)`` says whether the master still owes
+    that connection answers (such a connection is never idle).
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, limits: Limits | None = None,
+                 busy: Callable[[str], bool] = lambda conn_id: False) -> None:
         self.path = check_socket_path(path)
         directory = os.path.dirname(path)
         os.makedirs(directory, mode=0o755, exist_ok=True)
@@ -143,6 +220,11 @@ class CommandServer:
         self._selector.register(sock, selectors.EVENT_READ, None)
         self._conns: dict[str, _Conn] = {}
         self._counter = 0
+        self.limits = limits or Limits()
+        self.busy = busy
+        self.drops: Counter[CommandDrop] = Counter()
+        self._log_throttle = Throttle(60.0)
+        self._now = 0.0
 
     # -- Wakeable -------------------------------------------------------------------------
 
@@ -167,11 +249,12 @@ class CommandServer:
         conn = self._conns.get(conn_id)
         return None if conn is None else conn.cred
 
-    def poll(self) -> list[tuple[str, PeerCred, dict[str, Any]]]:
+    def poll(self, now: float) -> list[tuple[str, PeerCred, dict[str, Any]]]:
+        self._now = now
         requests: list[tuple[str, PeerCred, dict[str, Any]]] = []
         for key, events in self._selector.select(0):
             if key.data is None:
-                self._accept()
+                self._accept(now)
                 continue
             conn: _Conn = key.data
             if conn.id not in self._conns:
@@ -179,8 +262,19 @@ class CommandServer:
             if events & selectors.EVENT_WRITE:
                 self._flush(conn)
             if events & selectors.EVENT_READ and conn.id in self._conns:
-                requests.extend((conn.id, conn.cred, body) for body in self._read(conn))
+                requests.extend((conn.id, conn.cred, body) for body in self._read(conn, now))
+        self._expire(now)
         return requests
+
+    def get_timer(self) -> float | None:
+        """The next time a connection runs out of time (absolute, like ``now``)."""
+        if not self._conns:
+            return None
+        return min(conn.deadline(self.limits) for conn in self._conns.values())
+
+    def connections(self, uid: int | None = None) -> int:
+        """Open connections (of ``uid``, or of everyone)."""
+        return sum(1 for c in self._conns.values() if uid is None or c.cred.uid == uid)
 
     def send(self, conn_id: str, body: dict[str, Any]) -> bool:
         """Queue ``body`` for connection ``conn_id``; False when it is gone."""
@@ -189,7 +283,7 @@ class CommandServer:
             return False
         conn.outbuf += encode_frame(body)
         if len(conn.outbuf) > MAX_OUTPUT:
-            self._drop(conn)
+            self._drop(conn, CommandDrop.SLOW_READER)
             return False
         self._flush(conn)
         return conn.id in self._conns
@@ -206,30 +300,62 @@ class CommandServer:
 
     # -- internals ------------------------------------------------------------------------
 
-    def _accept(self) -> None:
-        while True:
+    def _accept(self, now: float) -> None:
+        for _ in range(MAX_ACCEPTS):
             try:
                 sock, _addr = self.sock.accept()
-            except (BlockingIOError, InterruptedError):
+            except OSError:  # BlockingIOError: nothing more to accept
                 return
-            except OSError:
-                return
-            if len(self._conns) >= MAX_CONNECTIONS:
-                sock.close()
-                continue
             try:
                 pid, uid, gid = _UCRED.unpack(
                     sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
             except OSError:
                 sock.close()
                 continue
+            reason = self._admit(uid)
+            if reason is not None:
+                sock.close()
+                self._count(reason, uid)
+                continue
             sock.setblocking(False)
             self._counter += 1
-            conn = _Conn(f"{CONN_PREFIX}{self._counter}", sock, PeerCred(pid, uid, gid))
+            conn = _Conn(f"{CONN_PREFIX}{self._counter}", sock, PeerCred(pid, uid, gid), now,
+                         last=now)
             self._conns[conn.id] = conn
             self._selector.register(sock, selectors.EVENT_READ, conn)
 
-    def _read(self, conn: _Conn) -> list[dict[str, Any]]:
+    def _admit(self, uid: int) -> CommandDrop | None:
+        """None when a new connection of ``uid`` may stay (evicting the oldest one of the
+        biggest holder if that makes room), else why not."""
+        held: Counter[int] = Counter(c.cred.uid for c in self._conns.values())
+        if held[uid] >= self.limits.max_per_uid:
+            return CommandDrop.PER_UID_LIMIT
+        if len(self._conns) < self.limits.max_connections:
+            return None
+        top, count = held.most_common(1)[0]
+        if count <= held[uid] + 1:
+            return CommandDrop.FULL  # nobody holds clearly more than this uid: no room
+        oldest = min((c for c in self._conns.values() if c.cred.uid == top),
+                     key=lambda c: c.opened)
+        self._drop(oldest, CommandDrop.EVICTED)
+        return None
+
+    def _expire(self, now: float) -> None:
+        for conn in list(self._conns.values()):
+            if now < conn.deadline(self.limits):
+                continue
+            if conn.frame_start is not None:
+                self._drop(conn, CommandDrop.PARTIAL_FRAME)
+            elif conn.frames == 0:
+                self._drop(conn, CommandDrop.NO_FRAME)
+            elif conn.outbuf:
+                self._drop(conn, CommandDrop.SLOW_READER)  # read nothing for idle_timeout
+            elif self.busy(conn.id):
+                conn.last = now  # still being served: not idle
+            else:
+                self._drop(conn, CommandDrop.IDLE)
+
+    def _read(self, conn: _Conn, now: float) -> list[dict[str, Any]]:
         # One read per pass (the selector is level-triggered): a client that keeps
         # writing cannot hold the loop.
         try:
@@ -239,18 +365,26 @@ class CommandServer:
         except OSError:
             chunk = b""
         if not chunk:
-            bodies = self._decode(conn)
+            bodies = self._decode(conn, now)
             self._drop(conn)
             return bodies
+        if not conn.inbuf:
+            conn.frame_start = now
         conn.inbuf += chunk
-        return self._decode(conn)
+        return self._decode(conn, now)
 
-    def _decode(self, conn: _Conn) -> list[dict[str, Any]]:
+    def _decode(self, conn: _Conn, now: float) -> list[dict[str, Any]]:
         try:
-            return decode_frames_untrusted(conn.inbuf)
+            bodies = decode_frames_untrusted(conn.inbuf)
         except BadPacket:
-            self._drop(conn)
+            self._drop(conn, CommandDrop.BAD_FRAME)
             return []
+        if bodies:
+            conn.frames += len(bodies)
+            conn.last = now
+            # What is left is the start of the next frame, which began just now.
+            conn.frame_start = now if conn.inbuf else None
+        return bodies
 
     def _flush(self, conn: _Conn) -> None:
         while conn.outbuf:
@@ -262,10 +396,11 @@ class CommandServer:
                 self._drop(conn)
                 return
             del conn.outbuf[:sent]
+            conn.last = self._now
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.outbuf else 0)
         self._selector.modify(conn.sock, events, conn)
 
-    def _drop(self, conn: _Conn) -> None:
+    def _drop(self, conn: _Conn, reason: CommandDrop | None = None) -> None:
         if self._conns.pop(conn.id, None) is None:
             return
         try:
@@ -273,6 +408,15 @@ class CommandServer:
         except (KeyError, ValueError):
             pass
         conn.sock.close()
+        if reason is not None:
+            self._count(reason, conn.cred.uid)
+
+    def _count(self, reason: CommandDrop, uid: int) -> None:
+        self.drops[reason] += 1
+        times = self._log_throttle.note(reason, self._now)
+        if times:
+            log.warning("command socket: closed %d connection(s) (%s), the last of uid %d; "
+                        "%d connection(s) open", times, reason.value, uid, len(self._conns))
 
 
 class StreamClient:

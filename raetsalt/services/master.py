@@ -551,6 +551,11 @@ class MasterJobs:
                     log.info("job cache: removed %d jobs older than %s h", len(removed), keep)
         return actions
 
+    def serving(self, yard: str) -> bool:
+        """Returns or a runner's result may still come for client ``yard``."""
+        return any(w.sink.yard == yard for w in self._watches.values()) or any(
+            g.sink.yard == yard for g in self._gatherings.values())
+
     def forget_client(self, yard: str) -> None:
         """A client yard went away: stop sending it returns."""
         for jid in [j for j, w in self._watches.items() if w.sink.yard == yard]:

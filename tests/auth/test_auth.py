@@ -184,7 +184,7 @@ def test_command_socket_reports_peer_credentials(tmp_path: Path) -> None:
             deadline = time.monotonic() + 5
             while not requests and time.monotonic() < deadline:
                 outer.select(1.0)
-                requests = server.poll()
+                requests = server.poll(time.monotonic())
             [(conn, cred, body)] = requests
             assert (cred.uid, cred.gid, cred.pid) == (os.getuid(), os.getgid(), os.getpid())
             assert body["req"] == req and body["fun"] == "test.ping"
@@ -197,7 +197,7 @@ def test_command_socket_reports_peer_credentials(tmp_path: Path) -> None:
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
             outer.select(0.2)
-            assert server.poll() == []
+            assert server.poll(time.monotonic()) == []
             raw.settimeout(0.2)
             try:
                 if raw.recv(10) == b"":

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import pwd
+import sys
 import time
-from collections.abc import Iterator
+import traceback
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,3 +85,42 @@ def started_cluster(world: World, master_extra: str, grains: dict[str, str],
         yield Started(master_conf, master, minions, confs, bus)
     finally:
         bus.destroy()
+
+
+def run_as(user: str, home: str, main: Callable[[list[str]], int], argv: list[str]
+           ) -> tuple[int, str, str]:
+    """Run a CLI's ``main(argv)`` in a child forked as ``user`` (root only); returns
+    (exit code, stdout, stderr)."""
+    info = pwd.getpwnam(user)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child never returns
+        code = 99
+        try:
+            os.close(out_r)
+            os.close(err_r)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
+            sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
+            os.setgroups([])
+            os.setgid(info.pw_gid)
+            os.setuid(info.pw_uid)
+            os.environ["HOME"] = home
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:  # noqa: BLE001
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    os.close(out_w)
+    os.close(err_w)
+    with os.fdopen(out_r, "rb") as out, os.fdopen(err_r, "rb") as err:
+        stdout = out.read().decode()
+        stderr = err.read().decode()
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), stdout, stderr

@@ -8,16 +8,13 @@ CLI's ``main`` (the interpreter may live where other users cannot read it).  Nee
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import pwd
 import shutil
 import subprocess
-import sys
 import time
-import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +29,7 @@ from raetsalt.cli import salt as salt_cli
 from raetsalt.config import load_node_config
 from raetsalt.drivers.cmdsock import command_socket_path
 from raetsalt.event import MasterEvent
-from remote.cluster import json_docs, started_cluster, wait_event
+from remote.cluster import json_docs, run_as, started_cluster, wait_event
 
 pytestmark = [
     pytest.mark.integration,
@@ -89,43 +86,6 @@ class Cluster:
 
     def wait_event(self, tag: str, timeout: float = 10.0) -> dict[str, Any]:
         return wait_event(self.bus, tag, timeout)
-
-
-def run_as(user: str, home: str, main: Callable[[list[str]], int], argv: list[str]
-           ) -> tuple[int, str, str]:
-    info = pwd.getpwnam(user)
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child never returns
-        code = 99
-        try:
-            os.close(out_r)
-            os.close(err_r)
-            os.dup2(out_w, 1)
-            os.dup2(err_w, 2)
-            sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
-            sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
-            os.setgroups([])
-            os.setgid(info.pw_gid)
-            os.setuid(info.pw_uid)
-            os.environ["HOME"] = home
-            code = main(argv)
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        except BaseException:  # noqa: BLE001
-            traceback.print_exc()
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-    os.close(out_w)
-    os.close(err_w)
-    with os.fdopen(out_r, "rb") as out, os.fdopen(err_r, "rb") as err:
-        stdout = out.read().decode()
-        stderr = err.read().decode()
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), stdout, stderr
 
 
 def pam_user_possible() -> bool:
