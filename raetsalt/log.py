@@ -12,6 +12,7 @@ LOG_LEVELS: dict[str, int] = {
     "garbage": 1,
     "trace": 5,
     "debug": logging.DEBUG,
+    "profile": 15,
     "info": logging.INFO,
     "warning": logging.WARNING,
     "error": logging.ERROR,

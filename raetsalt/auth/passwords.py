@@ -136,7 +136,7 @@ def _system_crypt(password: bytes, setting: str) -> str | None:
                 _libcrypt = None
         if not isinstance(_libcrypt, ctypes.CDLL):
             return None
-        result = _libcrypt.crypt(password, setting.encode())
+        result: bytes | None = _libcrypt.crypt(password, setting.encode())
     if not result or result.startswith(b"*"):
         return None
     return result.decode("ascii", "replace")

@@ -9,12 +9,16 @@
    and exits 78 (``EX_CONFIG``); so does, on a master, an access option that
    ``raetsalt.auth.check_access_config`` refuses (a regex that does not compile, a
    rule of the wrong shape), whose warnings are logged once logging is set up;
-3. log to ``log_file`` (level ``log_level_logfile``, else the console level) and to
-   stderr (``-l``, else ``log_level``);
+3. log to ``log_file`` (level ``log_level_logfile``, else the console level; the file
+   is created 0600 and an existing one loses its group-write and world bits, also
+   after log rotation) and to stderr (``-l``, else ``log_level``);
 4. with ``-d``: double fork, new session, stdio on ``/dev/null``; the parent returns 0;
-5. write ``pidfile`` (refusing to start while another live process holds it), install
-   the SIGTERM/SIGINT handler, build ``flows/<node>.flo`` on a ``SelectSkedder`` (tick
-   ``TICK`` s) with the opts preloaded at ``.raetsalt.opts``, run it;
+5. claim ``pidfile``: lock it (``flock``) for as long as the daemon runs and write the
+   pid.  Only a running daemon holds the lock (the kernel drops it when the process
+   dies, zombie or not), so a pid left in the file by a killed daemon, now reused by
+   an unrelated process, never blocks a start; install the SIGTERM/SIGINT handler,
+   build ``flows/<node>.flo`` on a ``SelectSkedder`` (tick ``TICK`` s) with the opts
+   preloaded at ``.raetsalt.opts``, run it;
 6. exit with ``.raetsalt.exit``: 0 after a signal, 1 after a failure, 77 for a minion
    whose key was rejected or denied.
 
@@ -26,10 +30,13 @@ selector).  A second signal stops every framer directly (exit actions still run)
 from __future__ import annotations
 
 import argparse
+import fcntl
+import io
 import logging
 import logging.handlers
 import os
 import signal
+import stat
 import sys
 from collections.abc import Sequence
 from types import FrameType
@@ -38,6 +45,7 @@ from typing import Any
 from raetsalt import syspaths
 from raetsalt.config import LOG_LEVELS, load_node_config
 from raetsalt.errors import ConfigError
+from raetsalt.log import LOG_LEVELS as LEVELS
 
 from .service import EXIT_FAILURE, EXIT_OK, ensure_dirs
 
@@ -49,19 +57,6 @@ EXIT_CONFIG = 78
 TICK = 0.1
 """Skedder tick (s): how often time-based flow transitions are evaluated when idle.
 Sockets and road timers wake the loop at once, whatever the tick."""
-
-_LEVELS: dict[str, int] = {
-    "all": 1,
-    "garbage": 1,
-    "trace": 5,
-    "debug": logging.DEBUG,
-    "profile": 15,
-    "info": logging.INFO,
-    "warning": logging.WARNING,
-    "error": logging.ERROR,
-    "critical": logging.CRITICAL,
-    "quiet": logging.CRITICAL + 100,
-}
 
 
 def parse_args(node: str, argv: Sequence[str] | None) -> argparse.Namespace:
@@ -93,11 +88,11 @@ def setup_logging(opts: dict[str, Any], console_level: str, *, node: str) -> Non
     for handler in list(root.handlers):
         root.removeHandler(handler)
     console = logging.StreamHandler(sys.stderr)
-    console.setLevel(_LEVELS[console_level])
+    console.setLevel(LEVELS[console_level])
     console.setFormatter(logging.Formatter("[%(levelname)-8s] %(message)s"))
     file_level = opts.get("log_level_logfile") or console_level
-    handler = logging.handlers.WatchedFileHandler(opts["log_file"], encoding="utf-8")
-    handler.setLevel(_LEVELS[file_level])
+    handler = PrivateFileHandler(opts["log_file"], encoding="utf-8")
+    handler.setLevel(LEVELS[file_level])
     handler.setFormatter(
         logging.Formatter(
             f"%(asctime)s [%(name)-18s][%(levelname)-8s][raetsalt-{node} %(process)d] %(message)s"
@@ -108,44 +103,70 @@ def setup_logging(opts: dict[str, Any], console_level: str, *, node: str) -> Non
     root.setLevel(min(console.level, handler.level))
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+LOG_FILE_MODE = 0o600
+"""A new log file's mode; an existing one keeps at most 0640 (its group may read)."""
 
 
-def claim_pidfile(path: str) -> None:
-    """Write our pid to ``path``; ``RuntimeError`` if a live process already holds it
-    (a stale file, e.g. after SIGKILL, is replaced)."""
-    try:
-        with open(path, encoding="ascii") as handle:
-            old = int(handle.read().strip() or "0")
-    except (OSError, ValueError):
-        old = 0
-    if old and old != os.getpid() and _pid_alive(old):
-        raise RuntimeError(f"{path}: already running as pid {old}")
+class PrivateFileHandler(logging.handlers.WatchedFileHandler):
+    """A ``WatchedFileHandler`` whose file is never world-readable: created 0600 (also
+    when it reopens after log rotation), an existing one tightened to at most 0640.  Log
+    lines name users, minions and the rules that refused them."""
+
+    def _open(self) -> io.TextIOWrapper:
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                     LOG_FILE_MODE)
+        try:
+            mode = stat.S_IMODE(os.fstat(fd).st_mode)
+            if mode & ~0o640:
+                os.fchmod(fd, mode & 0o640)
+            return io.TextIOWrapper(io.FileIO(fd, "a"), encoding=self.encoding,
+                                    errors=self.errors)
+        except BaseException:
+            os.close(fd)
+            raise
+
+
+def claim_pidfile(path: str) -> int:
+    """Lock ``path`` and write our pid into it; returns the descriptor, which must stay
+    open while the daemon runs (closing it, or dying, releases the lock).
+    ``RuntimeError`` names the holder when another daemon has the lock."""
     directory = os.path.dirname(path)
     if directory:
         os.makedirs(directory, exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="ascii") as handle:
-        handle.write(f"{os.getpid()}\n")
-    os.replace(tmp, path)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise RuntimeError(f"{path}: already running as pid {holder}") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        # The previous holder may have removed the file between our open and our lock:
+        # then we locked an orphan, and must lock what is at ``path`` now.
+        try:
+            current = os.stat(path, follow_symlinks=False)
+        except FileNotFoundError:
+            current = None
+        mine = os.fstat(fd)
+        if current is not None and (current.st_dev, current.st_ino) == (mine.st_dev,
+                                                                       mine.st_ino):
+            break
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+    return fd
 
 
-def release_pidfile(path: str) -> None:
-    """Remove ``path`` if it still names this process."""
+def release_pidfile(path: str, fd: int) -> None:
+    """Remove ``path`` (still locked by us, so nobody else holds it) and unlock."""
     try:
-        with open(path, encoding="ascii") as handle:
-            if int(handle.read().strip() or "0") != os.getpid():
-                return
         os.unlink(path)
-    except (OSError, ValueError):
+    except OSError:
         pass
+    os.close(fd)
 
 
 def daemonize() -> bool:
@@ -204,14 +225,14 @@ def main(node: str, argv: Sequence[str] | None = None) -> int:
     if args.daemon and not daemonize():
         return EXIT_OK
     try:
-        claim_pidfile(opts["pidfile"])
+        pid_fd = claim_pidfile(opts["pidfile"])
     except (RuntimeError, OSError) as exc:
         log.error("%s", exc)
         return EXIT_FAILURE
     try:
         return run_flow(node, opts)
     finally:
-        release_pidfile(opts["pidfile"])
+        release_pidfile(opts["pidfile"], pid_fd)
 
 
 def run_flow(node: str, opts: dict[str, Any]) -> int:

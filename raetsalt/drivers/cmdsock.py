@@ -134,7 +134,7 @@ class PeerCred:
 
 
 def encode_frame(body: dict[str, Any]) -> bytes:
-    data = msgpack.packb(body, use_bin_type=True)
+    data: bytes = msgpack.packb(body, use_bin_type=True)
     if len(data) > MAX_FRAME:
         raise LocalError(f"a command frame of {len(data)} bytes is over {MAX_FRAME}")
     return _LEN.pack(len(data)) + data
