@@ -491,7 +491,7 @@ def _auth_check(
     try:
         validate_target(tgt, tgt_type, nodegroups)
     except TargetError as exc:
-        return Decision(False, f"{who}: invalid target: {exc}")
+        return Decision(False, f"{who}: invalid target: {clip(str(exc), 200, bare=True)}")
     targets = _TargetSets(tgt, tgt_type, minions, nodegroups)
     rules: list[str] = []
     for f, args, kwargs in calls:

@@ -55,25 +55,33 @@ def clip(value: object, limit: int = CLIP, *, bare: bool = False) -> str:
 
 
 class Throttle:
-    """When to log a repeated event: its first occurrence, then at most once per
-    ``interval`` seconds with the number of occurrences since the last line.  Pure (the
-    caller passes ``now``); at most ``max_keys`` keys are remembered (the oldest go)."""
+    """When to log a repeated event: up to ``burst`` lines per ``interval`` seconds for
+    each key, then silence until the interval is over, when the next line also counts
+    what was held back.  Pure (the caller passes ``now``); at most ``max_keys`` keys are
+    remembered (the least recently seen go first)."""
 
-    def __init__(self, interval: float = 60.0, max_keys: int = 1024) -> None:
+    def __init__(self, interval: float = 60.0, burst: int = 1, max_keys: int = 1024) -> None:
         self.interval = interval
+        self.burst = burst
         self.max_keys = max_keys
-        self._seen: dict[object, tuple[float, int]] = {}  # key -> (last line at, count)
+        # key -> [window start, lines in the window, occurrences held back]
+        self._seen: dict[object, list[float]] = {}
 
     def note(self, key: object, now: float) -> int:
-        """Count one occurrence of ``key``; the number to report in a log line now
-        (1 for the first, the count since the last line after an interval), or 0 to
-        stay quiet."""
-        last = self._seen.pop(key, None)
-        if last is None or now - last[0] >= self.interval:
-            count = 1 if last is None else last[1] + 1
-            self._seen[key] = (now, 0)
-            while len(self._seen) > self.max_keys:
-                del self._seen[next(iter(self._seen))]
-            return count
-        self._seen[key] = (last[0], last[1] + 1)
-        return 0
+        """Count one occurrence of ``key``: the number of occurrences a log line written
+        now stands for (1, or more when some were held back), or 0 to stay quiet."""
+        state = self._seen.pop(key, None)
+        if state is None or now - state[0] >= self.interval:
+            held = 0 if state is None else int(state[2])
+            state = [now, 1, 0]
+            count = held + 1
+        elif state[1] < self.burst:
+            state[1] += 1
+            count = 1
+        else:
+            state[2] += 1
+            count = 0
+        self._seen[key] = state
+        while len(self._seen) > self.max_keys:
+            del self._seen[next(iter(self._seen))]
+        return count

@@ -46,6 +46,7 @@ from raetsalt import syspaths
 from raetsalt.config import LOG_LEVELS, load_node_config
 from raetsalt.errors import ConfigError
 from raetsalt.log import LOG_LEVELS as LEVELS
+from raetsalt.log import clip
 
 from .service import EXIT_FAILURE, EXIT_OK, ensure_dirs
 
@@ -268,7 +269,7 @@ def run_flow(node: str, opts: dict[str, Any]) -> int:
     log.info(
         "raetsalt-%s %s starting (pid %d, config %s)",
         node,
-        opts["id"],
+        clip(opts["id"], bare=True),
         os.getpid(),
         opts["conf_file"],
     )

@@ -56,6 +56,7 @@ from raetsalt.engine.timers import TimerQueue, backoff
 from raetsalt.engine.transaction import Transaction
 from raetsalt.errors import BadPacket, LocalError
 from raetsalt.keep.records import Acceptance, AutoMode, Keep, LocalRecord, RemoteRecord
+from raetsalt.log import clip
 from raetsalt.wire.body import decode_body_untrusted, encode_body
 from raetsalt.wire.enums import BodyKind, CoatKind, Flag, FootKind, PacketKind, TransactionKind
 from raetsalt.wire.header import Header
@@ -166,7 +167,7 @@ class Road:
         local = self.keep.load_local()
         if local is None:
             if not valid_name(self.name):
-                raise LocalError(f"a new road needs a valid estate name, got {self.name!r}")
+                raise LocalError(f"a new road needs a valid estate name, got {clip(self.name)}")
             signer, long_keys = Signer.generate(), KeyPair.generate()
             local = LocalRecord(
                 name=self.name,

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from raetsalt import acl
 from raetsalt.errors import BadPacket, KeepError, TargetError
 from raetsalt.jobs import JobCache, new_jid
+from raetsalt.log import Throttle, clip
 from raetsalt.targeting import MinionFacts, expand_nodegroup, match_bounds
 
 from . import protocol as p
@@ -224,6 +225,8 @@ class MasterJobs:
     ) -> None:
         self.opts = opts
         self.unrestricted = frozenset(unrestricted)
+        self._denial_log = Throttle(60.0, burst=20)
+        """Refusals are logged, but at most 20 a minute per requester (then counted)."""
         """Local users publisher_acl does not restrict (root, the master's own user)."""
         self.cache = cache
         self.roster = roster
@@ -376,10 +379,10 @@ class MasterJobs:
             bounds = match_bounds(tgt, tgt_type, table, nodegroups, delimiter=delimiter)
             sent_tgt, sent_type = minion_target(tgt, tgt_type, nodegroups)
         except TargetError as exc:
-            return fail(f"Invalid target: {exc}")
+            return fail(f"Invalid target: {clip(str(exc), 200, bare=True)}")
         decision = self._authorize_publish(requester, fun, arg, tgt, tgt_type, table)
         if not decision.allowed:
-            return self._denied(requester, sink, p.SHARE_PUB_ACK, decision, fun=fun, tgt=tgt,
+            return self._denied(requester, sink, p.SHARE_PUB_ACK, decision, now, fun=fun, tgt=tgt,
                                 tgt_type=tgt_type)
         if self._restricted(requester):
             # Publish exactly what was checked: ``k=v`` strings become keyword arguments.
@@ -437,7 +440,7 @@ class MasterJobs:
             return [sink.answer(self.estate, p.SHARE_RUN_RET, error=str(exc))]
         decision = self._authorize_runner(requester, fun, raw)
         if not decision.allowed:
-            return self._denied(requester, sink, p.SHARE_RUN_RET, decision, fun=fun)
+            return self._denied(requester, sink, p.SHARE_RUN_RET, decision, now, fun=fun)
         if self._restricted(requester):
             args, kwargs = acl.parse_args(raw)  # run exactly what was checked
         else:
@@ -502,18 +505,22 @@ class MasterJobs:
         return self.opts.get("external_auth") or {}
 
     def _denied(self, requester: Requester, sink: Sink, share: str, decision: acl.Decision,
-                **what: Any) -> list[Action]:
+                now: float, **what: Any) -> list[Action]:
         """Refuse loudly: the requester gets what was denied and why (never the rules),
         the log and the bus (``raetsalt/<check>/<who>/denied``) get the rule too."""
         fun = what.get("fun")
         if share == p.SHARE_RUN_RET:
-            head = f"runner {fun!r}"
+            head = f"runner {clip(fun)}"
         else:
-            head = f"publish of {fun!r} to {what.get('tgt')!r} ({what.get('tgt_type')})"
+            head = (f"publish of {clip(fun)} to {clip(what.get('tgt'))} "
+                    f"({clip(what.get('tgt_type'), bare=True)})")
         check = {"minion": "peer", "eauth": "eauth"}.get(requester.kind, "publisher_acl")
         message = f"{'peer ' if check == 'peer' else ''}{head} denied: {decision.reason}"
-        log.warning("%s %s: %s (rule: %s)", check, requester.name, message,
-                    decision.rule or "none matched")
+        times = self._denial_log.note((check, requester.name), now)
+        if times:  # loud, but one requester cannot flood the log
+            log.warning("%s %s: %s (rule: %s)%s", check, requester.name, message,
+                        decision.rule or "none matched",
+                        f" [{times} denials since the last report]" if times > 1 else "")
         data = {"id": requester.name, "kind": "runner" if share == p.SHARE_RUN_RET
                 else "publish", "check": check, **what, "reason": decision.reason,
                 "rule": decision.rule, "_stamp": _stamp(self.utcnow())}

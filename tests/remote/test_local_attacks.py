@@ -271,3 +271,17 @@ def test_wrong_and_unknown_users_cannot_be_told_apart_by_time(cluster: Cluster) 
     print(f"answer times: wrong {runs['wrong']}, unknown {runs['unknown']}")
     assert 0.2 <= wrong < 0.4 and 0.2 <= unknown < 0.4
     assert abs(wrong - unknown) < 0.1
+
+
+@pytest.mark.parametrize("where", ["fun", "tgt", "compound", "arg"])
+def test_huge_names_are_not_echoed_in_full(cluster: Cluster, where: str) -> None:
+    """F10: what a user sends comes back (and reaches the master's log) cut short."""
+    huge = "x" * 100_000
+    words = {"fun": ["minion1", huge], "tgt": [huge, "test.ping"],
+             "compound": ["-C", f"{huge} and (", "test.ping"],
+             "arg": ["minion1", "test.echo", f"{huge}=1"]}[where]
+    code, out, err, _ = cluster.salt_as("nobody", "-a", "file", "--username", "fred",
+                                        "--password", "fred-secret", *words)
+    assert code != 0 and len(err) < 1000, err[:300]
+    tail = cluster.master.drain()[-5:]
+    assert all(len(line) < 2000 for line in tail), [len(line) for line in tail]

@@ -1,12 +1,14 @@
-"""The daemons' pidfile and log files (security report F9 and the world-readable log):
-a pid left behind by a killed daemon never blocks a restart, whoever has that pid now;
-a running daemon is still refused a twin; log files are not world-readable."""
+"""The daemons' pidfile, log files and error messages (security report F9, F10): a pid
+left behind by a killed daemon never blocks a restart, whoever has that pid now; a
+running daemon is still refused a twin; log files are not world-readable; a huge
+invalid id is not echoed in full."""
 
 from __future__ import annotations
 
 import os
 import stat
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -95,3 +97,15 @@ def test_log_files_are_not_world_readable(world: World, node: str) -> None:
     log_file.rename(log_file.with_suffix(".1"))  # logrotate moves it away...
     again.terminate_within(5.0)  # ...the handler reopens a new file for the last lines
     assert stat.S_IMODE(log_file.stat().st_mode) == 0o600
+
+
+def test_a_10k_character_id_is_not_echoed_in_full(tmp_path: Path) -> None:
+    (tmp_path / "minion").write_text(f"id: {'a' * 10_000}\nroot_dir: {tmp_path}\n"
+                                     "master: 127.0.0.1:1\n")
+    done = subprocess.run([sys.executable, "-m", "raetsalt.cli.minion", "-c", str(tmp_path),
+                           "-l", "info"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1
+    assert "(10000 characters)" in done.stderr
+    assert len(done.stderr) < 1000, done.stderr[:300]  # 10 kB per message before
+    log_file = Path(load_node_config(tmp_path, "minion")["log_file"])
+    assert log_file.stat().st_size < 1000
