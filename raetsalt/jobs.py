@@ -60,6 +60,9 @@ class JobCache:
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, path)
+        except (RecursionError, ValueError) as exc:  # nested too deep, circular
+            Path(tmp).unlink(missing_ok=True)
+            raise KeepError(f"{path.name}: cannot be stored as JSON: {exc}") from None
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise

@@ -78,3 +78,16 @@ def test_clean_removes_only_old_jobs(tmp_path: Path) -> None:
     cache.save_load(new, {"fun": "y"})
     assert cache.clean(T0, keep_hours=24) == [old]
     assert cache.jids() == [new]
+
+
+def test_data_json_cannot_hold_is_a_keep_error_not_a_crash(tmp_path: Path) -> None:
+    cache = JobCache(tmp_path)
+    deep: list[object] = []
+    cur = deep
+    for _ in range(5000):
+        cur.append([])
+        cur = cur[0]  # type: ignore[assignment]
+    jid = new_jid(T0)
+    with pytest.raises(KeepError, match="cannot be stored as JSON"):
+        cache.save_load(jid, {"fun": "test.echo", "arg": [deep]})
+    assert not [p for p in (tmp_path / jid).iterdir() if p.name.endswith(".tmp")]

@@ -20,7 +20,8 @@ because every request on it is authorised by its peer credentials (publisher_acl
 by eauth credentials; a user with no rule is refused with a message.  The master opens
 it only when ``publisher_acl`` or ``external_auth`` is configured.
 
-Frames: a 4-byte big-endian length, then one msgpack map (at most ``MAX_FRAME`` bytes).
+Frames: a 4-byte big-endian length, then one msgpack map (at most ``MAX_FRAME`` bytes,
+lists and maps nested at most ``MAX_BODY_DEPTH`` deep, as on the road).
 The maps are the command protocol's bodies (``raetsalt.services.protocol``): a request
 carries ``route.dst[2]`` (its share) and ``req``; answers are the lane answers.  A peer
 that sends a malformed frame is disconnected.
@@ -64,6 +65,8 @@ import msgpack
 from raetsalt.drivers.uxd import check_socket_path, unlink_if_stale
 from raetsalt.errors import BadPacket, LocalError
 from raetsalt.log import Throttle
+from raetsalt.wire.body import nests_deeper_than
+from raetsalt.wire.constants import MAX_BODY_DEPTH
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +160,9 @@ def decode_frames_untrusted(buffer: bytearray) -> list[dict[str, Any]]:
             raise BadPacket(f"command frame is not msgpack: {exc}", "body") from None
         if not isinstance(body, dict):
             raise BadPacket("command frame is not a map", "body")
+        if nests_deeper_than(body, MAX_BODY_DEPTH):
+            # The master stores and re-encodes requests recursively (JSON, msgpack).
+            raise BadPacket(f"command frame nests deeper than {MAX_BODY_DEPTH}", "body")
         out.append(body)
     return out
 

@@ -71,8 +71,9 @@ def encode_body(kind: BodyKind, value: Any) -> bytes:
     raise LocalError(f"unknown body kind {kind!r}")
 
 
-def _depth_exceeds(value: Any, limit: int) -> bool:
-    # Iterative walk so a hostile nesting cannot hit Python's recursion limit here.
+def nests_deeper_than(value: Any, limit: int) -> bool:
+    """Lists/maps in ``value`` nest deeper than ``limit`` (an iterative walk, so a
+    hostile nesting cannot hit Python's recursion limit here)."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
@@ -119,7 +120,7 @@ def _decode_json(data: bytes) -> Any:
         raise BadPacket("JSON body is not an object", "body")
     # Counting brackets (fast, in C) bounds the depth from above; only bodies with
     # many containers pay for the exact walk.
-    if data.count(b"{") + data.count(b"[") > MAX_BODY_DEPTH and _depth_exceeds(
+    if data.count(b"{") + data.count(b"[") > MAX_BODY_DEPTH and nests_deeper_than(
         value, MAX_BODY_DEPTH
     ):
         raise BadPacket(f"body nests deeper than {MAX_BODY_DEPTH}", "body")
@@ -154,7 +155,7 @@ def _decode_msgpack(data: bytes) -> Any:
             size >= _COUNT_BELOW
             or size - len(data.translate(None, _MSGPACK_CONTAINER_BYTES)) > MAX_BODY_DEPTH
         )
-        and _depth_exceeds(value, MAX_BODY_DEPTH)
+        and nests_deeper_than(value, MAX_BODY_DEPTH)
     ):
         raise BadPacket(f"body nests deeper than {MAX_BODY_DEPTH}", "body")
     return value

@@ -22,8 +22,10 @@ from raetsalt.drivers.cmdsock import (
     CommandServer,
     Limits,
     StreamClient,
+    decode_frames_untrusted,
     encode_frame,
 )
+from raetsalt.errors import BadPacket
 
 LIMITS = Limits(max_connections=6, max_per_uid=4, frame_timeout=5.0, idle_timeout=60.0)
 
@@ -220,3 +222,16 @@ def test_stream_client_against_limits(server: Server) -> None:
         server.pump(lambda: len(server.requests) == 1)
         assert server.server.send(server.requests[0][0], {"req": req})
         assert client.receive(5.0) == [{"req": req}]
+
+
+def test_a_frame_nested_deeper_than_a_road_body_is_refused(server: Server) -> None:
+    deep: list[object] = []
+    cur = deep
+    for _ in range(1000):  # the master's JSON job cache would hit the recursion limit
+        cur.append([])
+        cur = cur[0]  # type: ignore[assignment]
+    sock = server.connect(encode_frame({"req": "r", "arg": [deep]}))
+    server.pump(lambda: server.server.drops[CommandDrop.BAD_FRAME] == 1)
+    assert server.requests == [] and closed_by_peer(sock)
+    with pytest.raises(BadPacket, match="nests deeper"):
+        decode_frames_untrusted(bytearray(encode_frame({"a": [[[[[[]]]]]] * 1, "b": deep})))

@@ -285,3 +285,28 @@ def test_huge_names_are_not_echoed_in_full(cluster: Cluster, where: str) -> None
     assert code != 0 and len(err) < 1000, err[:300]
     tail = cluster.master.drain()[-5:]
     assert all(len(line) < 2000 for line in tail), [len(line) for line in tail]
+
+
+def test_a_deeply_nested_request_does_not_stop_the_master(cluster: Cluster) -> None:
+    """One frame nested 1,000 deep killed the master (RecursionError storing the job)."""
+
+    def send_deep(ready: Callable[[], None], wait_go: Callable[[], None]) -> bool:
+        ready()
+        deep: list[Any] = []
+        cur = deep
+        for _ in range(1000):
+            cur.append([])
+            cur = cur[0]
+        with StreamClient(cluster.socket_path) as client:
+            client.request("publish", tgt="minion1", tgt_type="glob", fun="test.ping",
+                           arg=[deep], eauth="file", username="fred", password="fred-secret")
+            client.receive(5.0)
+            return client.daemon_alive()
+
+    child = Child("nobody", send_deep)
+    child.wait_ready()
+    assert child.collect() is False  # the master hung up on it
+    cluster.master.expect("(bad_frame)")
+    assert cluster.master.popen.poll() is None
+    done = cluster.world.cli("salt", cluster.master_conf, "minion1", "test.ping", timeout=20)
+    assert done.returncode == 0, done.stderr
