@@ -75,6 +75,10 @@ MAX_OUTPUT = 8 << 20
 """Bytes queued for one slow client before it is disconnected."""
 MAX_ACCEPTS = 64
 """Connections accepted per ``poll`` at most (a connect flood cannot hold the loop)."""
+FRAMES_PER_POLL = 4
+"""Requests taken from one connection per ``poll``; the rest wait in its buffer, and
+nothing more is read from it until they are taken (the kernel then holds the client
+back), so a client pipelining thousands of requests cannot delay everyone else's."""
 SOCKET_NAME = "master.sock"
 CONN_PREFIX = "cmd:"
 """Connection ids start with this (``:`` never appears in a lane yard name)."""
@@ -143,10 +147,12 @@ def encode_frame(body: dict[str, Any]) -> bytes:
     return _LEN.pack(len(data)) + data
 
 
-def decode_frames_untrusted(buffer: bytearray) -> list[dict[str, Any]]:
-    """Take every complete frame off the front of ``buffer``; raises only BadPacket."""
+def decode_frames_untrusted(buffer: bytearray, limit: int | None = None
+                            ) -> list[dict[str, Any]]:
+    """Take the complete frames (at most ``limit``) off the front of ``buffer``; raises
+    only BadPacket."""
     out: list[dict[str, Any]] = []
-    while len(buffer) >= _LEN.size:
+    while len(buffer) >= _LEN.size and (limit is None or len(out) < limit):
         (size,) = _LEN.unpack_from(buffer)
         if size > MAX_FRAME:
             raise BadPacket(f"command frame of {size} bytes", "size")
@@ -181,6 +187,8 @@ class _Conn:
     """When the first byte of the frame now in ``inbuf`` arrived."""
     last: float = 0.0
     """Last time a frame arrived or the client took some of its answers."""
+    backlog: bool = False
+    """``inbuf`` may hold complete frames not taken yet (``FRAMES_PER_POLL``)."""
 
     def deadline(self, limits: Limits) -> float:
         """When this connection is closed unless something happens first."""
@@ -258,24 +266,29 @@ class CommandServer:
     def poll(self, now: float) -> list[tuple[str, PeerCred, dict[str, Any]]]:
         self._now = now
         requests: list[tuple[str, PeerCred, dict[str, Any]]] = []
+        for conn in [c for c in self._conns.values() if c.backlog]:
+            requests.extend((conn.id, conn.cred, body) for body in self._decode(conn, now))
         for key, events in self._selector.select(0):
             if key.data is None:
                 self._accept(now)
                 continue
-            conn: _Conn = key.data
+            conn = key.data
             if conn.id not in self._conns:
                 continue
             if events & selectors.EVENT_WRITE:
                 self._flush(conn)
-            if events & selectors.EVENT_READ and conn.id in self._conns:
+            if events & selectors.EVENT_READ and conn.id in self._conns and not conn.backlog:
                 requests.extend((conn.id, conn.cred, body) for body in self._read(conn, now))
         self._expire(now)
         return requests
 
     def get_timer(self) -> float | None:
-        """The next time a connection runs out of time (absolute, like ``now``)."""
+        """The next time a connection runs out of time, or now when requests wait in a
+        backlog (absolute, like ``now``)."""
         if not self._conns:
             return None
+        if any(conn.backlog for conn in self._conns.values()):
+            return self._now
         return min(conn.deadline(self.limits) for conn in self._conns.values())
 
     def connections(self, uid: int | None = None) -> int:
@@ -381,10 +394,11 @@ class CommandServer:
 
     def _decode(self, conn: _Conn, now: float) -> list[dict[str, Any]]:
         try:
-            bodies = decode_frames_untrusted(conn.inbuf)
+            bodies = decode_frames_untrusted(conn.inbuf, FRAMES_PER_POLL)
         except BadPacket:
             self._drop(conn, CommandDrop.BAD_FRAME)
             return []
+        conn.backlog = len(bodies) == FRAMES_PER_POLL
         if bodies:
             conn.frames += len(bodies)
             conn.last = now

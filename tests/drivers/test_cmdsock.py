@@ -37,12 +37,13 @@ class Server:
         self.selector = selectors.DefaultSelector()
         self.server.register(self.selector)
         self.now = 0.0
-        self.requests: list[tuple[str, int]] = []
+        self.requests: list[tuple[str, str]] = []  # (connection, the request's req)
 
     def pump(self, until: Callable[[], bool], timeout: float = 5.0) -> None:
         deadline = time.monotonic() + timeout
         while True:
-            self.requests += [(c, cred.uid) for c, cred, _ in self.server.poll(self.now)]
+            self.requests += [(c, str(body.get("req"))) for c, _cred, body in
+                              self.server.poll(self.now)]
             if until():
                 return
             assert time.monotonic() < deadline, f"no progress; drops {self.server.drops}"
@@ -235,3 +236,24 @@ def test_a_frame_nested_deeper_than_a_road_body_is_refused(server: Server) -> No
     assert server.requests == [] and closed_by_peer(sock)
     with pytest.raises(BadPacket, match="nests deeper"):
         decode_frames_untrusted(bytearray(encode_frame({"a": [[[[[[]]]]]] * 1, "b": deep})))
+
+
+def test_a_pipelining_client_does_not_delay_another_clients_request(server: Server) -> None:
+    flood = server.connect(b"".join(encode_frame({"req": f"f{i}"}) for i in range(1000)))
+    server.pump(lambda: len(server.requests) >= 4)  # the flood is being served...
+    other = server.connect(encode_frame({"req": "other"}))
+    polls = 0
+    while not any(req == "other" for req in _reqs(server)):
+        polls += 1
+        server.pump(lambda: True)
+        assert polls < 50, "the other client's request is stuck behind the flood"
+        server.selector.select(0.05)
+    assert server.server.get_timer() == server.now  # the flood's backlog is due at once
+    taken = sum(1 for r in _reqs(server) if r.startswith("f"))
+    assert taken < 100  # FRAMES_PER_POLL per pass, not the whole flood at once
+    flood.close()
+    other.close()
+
+
+def _reqs(server: Server) -> list[str]:
+    return [req for _conn, req in server.requests]

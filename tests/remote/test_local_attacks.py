@@ -28,7 +28,7 @@ from raetsalt.auth.passwords import md5_crypt
 from raetsalt.cli import salt as salt_cli
 from raetsalt.config import load_node_config
 from raetsalt.daemon.access import SHARE_MK_TOKEN
-from raetsalt.drivers.cmdsock import StreamClient, command_socket_path
+from raetsalt.drivers.cmdsock import StreamClient, command_socket_path, encode_frame
 from remote.cluster import json_docs, run_as, started_cluster
 
 pytestmark = [
@@ -41,6 +41,8 @@ LOCKOUT_TIME = 2.0
 
 def master_config(root: Path) -> str:
     return f"""auto_accept: true
+publisher_acl:
+  nobody: [test.ping]
 external_auth:
   file:
     ^filename: {root / 'users.htpasswd'}
@@ -158,6 +160,39 @@ def test_one_user_holding_100_partial_frames_does_not_starve_another(cluster: Cl
     assert took < 5.0, f"daemon's command took {took:.1f} s while nobody held 100"
     assert still_open <= 8  # command_socket_max_per_uid
     cluster.master.expect("command socket: closed")
+
+
+def test_thousands_of_pipelined_allowed_requests_do_not_starve_another_user(
+        cluster: Cluster) -> None:
+    """F4 with requests nobody may make: 3,000 test.ping publishes written at once on
+    one connection kept daemon waiting over 10 s; each connection now gets a few
+    requests per pass."""
+
+    def flood(ready: Callable[[], None], wait_go: Callable[[], None]) -> int:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(cluster.socket_path)
+        sock.setblocking(False)
+        frames = b"".join(encode_frame({
+            "route": {"src": [None, None, None], "dst": [None, "manor", "publish"]},
+            "req": str(i), "tgt": "minion1", "tgt_type": "glob", "fun": "test.ping",
+            "arg": []}) for i in range(3000))
+        try:
+            sent = sock.send(frames)  # as much as the kernel takes; the rest is held back
+        except BlockingIOError:
+            sent = 0
+        ready()
+        wait_go()
+        sock.close()
+        return sent
+
+    flooder = Child("nobody", flood)
+    flooder.wait_ready()
+    code, out, err, took = cluster.salt_as("daemon", "-a", "file", "--username", "fred",
+                                           "--password", "fred-secret", "minion1",
+                                           "test.ping", "--out", "json")
+    assert flooder.collect() > 0
+    assert (code, json_docs(out)) == (0, {"minion1": True}), err
+    assert took < 5.0, f"daemon waited {took:.1f} s behind nobody's flood"
 
 
 def brute_force(path: str, username: str, seconds: float, lanes: int = 8
