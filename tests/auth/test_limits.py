@@ -220,10 +220,13 @@ def test_lockout_then_the_right_password_after_it_expires(
         gate.pump(lambda: bool(gate.sent))
         assert "error" in gate.answers()[0]
     clients.append(gate.login("fred", "fred-secret"))
+    gate.pump(lambda: bool(gate.gate._deferred))
+    assert not gate.gate._logins  # refused without a check...
+    assert gate.gate.get_timer() == pytest.approx(gate.now + 1.0)  # ...held back 1 s
+    gate.now += 1.0
     gate.pump(lambda: bool(gate.sent))
     [locked] = gate.answers()
     assert "Too many failed logins: try again in" in locked["error"]
-    assert not gate.gate._logins  # refused without a check
     gate.now += 30.0
     clients.append(gate.login("fred", "fred-secret"))
     gate.pump(lambda: bool(gate.sent))
@@ -239,12 +242,27 @@ def test_lockout_then_the_right_password_after_it_expires(
 def test_a_second_login_of_the_same_user_is_refused_while_one_runs(gate: Gate) -> None:
     first = gate.login("fred", "nope")
     gate.pump(gate.started)
+    gate.pump(gate.checked)
     second = gate.login("fred", "fred-secret")
-    gate.pump(lambda: bool(gate.sent))
-    [busy] = gate.answers()
+    gate.pump(lambda: len(gate.gate._deferred) == 2)  # fred's failure, then this one
+    gate.now = 101.0  # when the first attempt's answer goes out, so does the refusal
+    gate.pump(lambda: len(gate.sent) == 2)
+    busy = gate.answers()[1]
     assert "Another login of this user or from this user id is under way" in busy["error"]
     first.close()
     second.close()
+
+
+def test_attempts_pipelined_behind_a_held_back_answer_are_dropped(gate: Gate) -> None:
+    client = StreamClient(gate.path)
+    for _ in range(50):
+        client.request(SHARE_MK_TOKEN, eauth="file", username="fred", password="nope")
+    gate.pump(lambda: gate.gate.dropped_logins >= 40)
+    gate.pump(gate.checked)
+    # The checked attempt's own answer, and at most one refusal, are held back.
+    held = gate.gate._deferred
+    assert len(held) <= 2 and any(d.error.endswith("for user fred.") for d in held)
+    client.close()
 
 
 def test_hostile_names_and_passwords_are_refused_unchecked(
