@@ -31,6 +31,7 @@ from __future__ import annotations
 import difflib
 import glob
 import ipaddress
+import math
 import os
 import re
 import socket
@@ -149,6 +150,8 @@ def _number(lo: float = 0.0) -> Spec:
     def check(value: Any) -> Any:
         if not (_is_int(value) or isinstance(value, float)) or value < lo:
             raise _Mismatch()
+        if not math.isfinite(value):  # YAML's .inf and .nan
+            raise _Mismatch("it is not a finite number")
         return float(value)
 
     return Spec(f"a number >= {lo:g}", check)

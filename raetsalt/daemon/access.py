@@ -327,7 +327,7 @@ class AccessGate:
                                 "row (for %.0f s more)", _key_text(refusal.key),
                                 self.limiter.failures(refusal.key), refusal.until - now)
                 text += (f" Too many failed logins: try again in "
-                         f"{max(1, round(refusal.until - now))} s.")
+                         f"{max(1.0, refusal.until - now):.0f} s.")
             else:
                 text += " Another login of this user or from this user id is under way."
             # Held back too (until the other attempt's answer, at most REFUSAL_HOLD), so
