@@ -29,9 +29,8 @@ attempt in flight are forgotten first.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any
 
 MAX_USERNAME = 128
 MAX_PASSWORD = 1024
@@ -40,20 +39,12 @@ MAX_PASSWORD = 1024
 
 @dataclass(frozen=True, slots=True)
 class LoginPolicy:
-    """The ``eauth_*`` options."""
+    """The master's ``eauth_<field>`` options."""
 
     fail_delay: float = 1.0
     fail_delay_max: float = 16.0
     lockout_after: int = 5
     lockout_time: float = 600.0
-
-    @classmethod
-    def from_opts(cls, opts: Mapping[str, Any]) -> LoginPolicy:
-        base = cls()
-        return cls(float(opts.get("eauth_fail_delay", base.fail_delay)),
-                   float(opts.get("eauth_fail_delay_max", base.fail_delay_max)),
-                   int(opts.get("eauth_lockout_after", base.lockout_after)),
-                   float(opts.get("eauth_lockout_time", base.lockout_time)))
 
     def delay(self, failures: int) -> float:
         """How long the answer to the ``failures``-th failure in a row is held back."""

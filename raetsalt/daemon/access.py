@@ -40,8 +40,8 @@ import stat
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from raetsalt import acl
 from raetsalt.auth.backends import AuthResult, authenticate, system_groups
@@ -59,7 +59,11 @@ from raetsalt.log import Throttle, clip
 from raetsalt.services import protocol as p
 from raetsalt.services.protocol import Requester
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 log = logging.getLogger("raetsalt.daemon")
+_Fields = TypeVar("_Fields", bound="DataclassInstance")
 
 SHARE_MK_TOKEN = "mk_token"
 SHARE_TOKEN_RET = "token_ret"
@@ -154,9 +158,10 @@ class AccessGate:
         self.tokens = TokenStore(os.path.join(opts["cachedir"], "tokens"))
         self.server: CommandServer | None = None
         if opts.get("publisher_acl") or opts.get("external_auth"):
-            self.server = CommandServer(command_socket_path(opts), Limits.from_opts(opts),
+            self.server = CommandServer(command_socket_path(opts),
+                                        options(Limits, opts, "command_socket_"),
                                         busy=self._owes)
-        self.limiter = LoginLimiter(LoginPolicy.from_opts(opts))
+        self.limiter = LoginLimiter(options(LoginPolicy, opts, "eauth_"))
         self._pool: ThreadPoolExecutor | None = None
         self._logins: list[_Login] = []
         self._deferred: list[_Deferred] = []
@@ -425,6 +430,13 @@ class AccessGate:
             self._wake_w.send(b"\0")
         except OSError:
             pass
+
+
+def options(cls: type[_Fields], opts: Mapping[str, Any], prefix: str) -> _Fields:
+    """A dataclass of limits from the options ``<prefix><field>`` that are set (the
+    config loader has checked their types); the dataclass's defaults for the rest."""
+    return cls(**{f.name: opts[prefix + f.name] for f in fields(cls)
+                  if prefix + f.name in opts})
 
 
 def _key_text(key: Any) -> str:

@@ -56,7 +56,7 @@ import stat
 import struct
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,23 +99,13 @@ def command_socket_path(opts: dict[str, Any] | Any) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """How many connections and how much time a client gets (module docstring)."""
+    """How many connections and how much time a client gets (module docstring); the
+    master's ``command_socket_<field>`` options."""
 
     max_connections: int = 64
     max_per_uid: int = 8
     frame_timeout: float = 5.0
     idle_timeout: float = 60.0
-
-    @classmethod
-    def from_opts(cls, opts: Mapping[str, Any]) -> Limits:
-        """The master's ``command_socket_*`` options (defaults where absent)."""
-        base = cls()
-        return cls(
-            int(opts.get("command_socket_max_connections", base.max_connections)),
-            int(opts.get("command_socket_max_per_uid", base.max_per_uid)),
-            float(opts.get("command_socket_frame_timeout", base.frame_timeout)),
-            float(opts.get("command_socket_idle_timeout", base.idle_timeout)),
-        )
 
 
 class CommandDrop(enum.Enum):
