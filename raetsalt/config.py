@@ -779,6 +779,33 @@ SCHEMA: tuple[Option, ...] = (
         "looking them up on every call.",
         "Access control",
     ),
+    # ------------------------------------------------- road reassembly limits (issue 10 F3)
+    Option(
+        "raet_reassembly_per_remote",
+        _integer(1024 * 1024),
+        _both(32 * 1024 * 1024),
+        "Bytes one remote estate may make this node hold in messages it has not "
+        "delivered yet (partial ones, or complete ones waiting for an earlier one).  "
+        "Each message reserves its announced size plus an eighth; below the 16 MiB "
+        "message limit, larger messages from one remote cannot be received.  Beyond "
+        "it frames are refused (the sender retries) and counted as reassembly_limit.",
+        "Limits (road reassembly)",
+    ),
+    Option(
+        "raet_reassembly_total",
+        _integer(1024 * 1024),
+        _both(256 * 1024 * 1024),
+        "The same cap for all remote estates together.",
+        "Limits (road reassembly)",
+    ),
+    Option(
+        "raet_reassembly_timeout",
+        _number(1.0),
+        _both(30.0),
+        "Seconds a partial message may go without a new piece before it is "
+        "discarded (counted as reassembly_timeout); its sender's message then fails.",
+        "Limits (road reassembly)",
+    ),
 )
 
 # --------------------------------------------------------------------------- Salt bridge

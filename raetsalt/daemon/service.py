@@ -54,11 +54,12 @@ def road_config(opts: Mapping[str, Any], node: str) -> RoadConfig:
     """The road tunables a daemon derives from its opts.
 
     ``raet_alive_period`` -> ``presence_period`` (0: no probing) and bounds
-    ``alive_timeout``; ``max_datagram_size`` ->
-    ``max_packet_size``; on a minion ``random_reauth_delay`` bounds the jittered back-off
-    between connection attempts (``retry_max``) and ``acceptance_wait_time`` is how often
-    a pending join asks the master again (the master re-reads its keep every 0.5 s by
-    itself, so acceptance takes effect at once regardless).
+    ``alive_timeout``; ``max_datagram_size`` -> ``max_packet_size``;
+    ``raet_reassembly_*`` -> ``reassembly_*``; on a minion ``random_reauth_delay``
+    bounds the jittered back-off between connection attempts (``retry_max``) and
+    ``acceptance_wait_time`` is how often a pending join asks the master again (the
+    master re-reads its keep every 0.5 s by itself, so acceptance takes effect at once
+    regardless).
     """
     config = RoadConfig(auto=auto_mode(opts) if node == "master" else AutoMode.ONCE)
     period = float(opts.get("raet_alive_period", 3.0)) or _NEVER
@@ -69,6 +70,13 @@ def road_config(opts: Mapping[str, Any], node: str) -> RoadConfig:
         # remote is declared dead within two periods: manage.down within three.
         alive_timeout=min(config.alive_timeout, period),
         max_packet_size=int(opts.get("max_datagram_size", config.max_packet_size)),
+        reassembly_per_remote=int(
+            opts.get("raet_reassembly_per_remote", config.reassembly_per_remote)
+        ),
+        reassembly_total=int(opts.get("raet_reassembly_total", config.reassembly_total)),
+        reassembly_timeout=float(
+            opts.get("raet_reassembly_timeout", config.reassembly_timeout)
+        ),
     )
     if node == "minion":
         reauth = float(opts.get("random_reauth_delay", 0.0))

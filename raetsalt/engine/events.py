@@ -28,6 +28,10 @@ class DropReason(StrEnum):
     REPLAY = "replay"  # an already delivered message
     OVERLOAD = "overload"  # a limit on concurrent state was reached
     REFUSED = "refused"  # join state of the remote forbids it (rejected, name taken)
+    # Bounded reassembly (engine/reassembly.py): a frame or segment not held, or a
+    # stalled partial message discarded.
+    REASSEMBLY_LIMIT = "reassembly_limit"  # it would exceed a reassembly cap
+    REASSEMBLY_TIMEOUT = "reassembly_timeout"  # no progress within the time-out
 
 
 @dataclass(frozen=True, slots=True)

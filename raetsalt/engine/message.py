@@ -29,6 +29,12 @@ front from then on, and asks for the missing segments again.  ``Road`` finds suc
 segments without the head parser when their head is byte for byte the one
 ``SegmentHeads`` rebuilds from the receiver's first packet.
 
+Memory (issue 10, F3): a segmented message is received only if its announced length (plus
+``SEGMENT_OVERHEAD`` per segment) can be reserved from the road's ``ReassemblyBudget``
+(``engine/reassembly.py``), else its first packet is dropped unanswered and the sender
+retries; the segments held never add up to more than that length; and a receiver without a
+new segment for ``RoadConfig.reassembly_timeout`` ends (nack), giving the reservation back.
+
 Deliberate differences from raet 0.6.8: a sender has a time-out that surfaces as an
 event; the road runs one message transaction per remote at a time, so messages are
 delivered in the order they were sent; a duplicate of an already delivered message is
@@ -41,6 +47,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from raetsalt.engine.events import DropReason, MessageDelivered, MessageReceived, TransactionFailed
+from raetsalt.engine.reassembly import CHARGE_FLOOR
 from raetsalt.engine.timers import backoff
 from raetsalt.engine.transaction import Transaction
 from raetsalt.errors import BadPacket, LocalError
@@ -76,10 +83,19 @@ RESEND_HOLD_MIN = 0.001
 REDO_RTTS = 4.0
 REDO_FLOOR = 0.02
 
+SEGMENT_OVERHEAD = 416
+"""Bytes a held segment takes beyond its coat: its slot, and head, foot and source while
+its signature is unchecked."""
+
 _WF = int(Flag.WF)
 _AF = int(Flag.AF)
 _SIGNATURE_SIZE = 64
 _BLANK_FOOT = bytes(_SIGNATURE_SIZE)
+
+
+def segments_charge(length: int, count: int) -> int:
+    """What a raet-profile message of ``count`` segments, ``length`` bytes reserves."""
+    return length + count * SEGMENT_OVERHEAD + CHARGE_FLOOR
 
 
 def _segment_header(base: Header, index: int, flags: int, count: int, length: int) -> Header:
@@ -393,6 +409,16 @@ class MessageReceiver(Transaction):
             raise BadPacket("segment count or message length out of range", DropReason.BODY.value)
         if count > 1 and count > length:
             raise BadPacket("more segments than message bytes", DropReason.BODY.value)
+        # Reserve what the segments may take before holding any (engine/reassembly.py).
+        self.charge = 0
+        if count > 1:
+            size = segments_charge(length, count)
+            if not road.reassembly.admit(remote.uid, size):
+                raise BadPacket(
+                    f"message of {length} bytes does not fit the reassembly caps",
+                    DropReason.REASSEMBLY_LIMIT.value,
+                )
+            self.charge = size
         self.count = count
         self.length = length
         self.body_kind = BodyKind(first.body_kind)
@@ -425,7 +451,9 @@ class MessageReceiver(Transaction):
             )
             if self.heads is not None:
                 road.lazy_heads[self.heads.stem] = self
-        self.timeout_at = now + config.message_timeout
+        # A stall time-out: every new segment pushes it back (see on_timeout).
+        self.progress_at = now
+        self.timeout_at = now + config.reassembly_timeout
         self.redo_duration = self.redo_min
         self.redo_at = now + self.redo_min
         self.schedule()
@@ -447,10 +475,11 @@ class MessageReceiver(Transaction):
             raise BadPacket("segment number out of range", DropReason.BODY.value)
         if number in self.segments:
             return False
-        self.stored += len(coat)
-        if self.stored > self.length + self.count * self.road.config.max_packet_size:
-            self.stored -= len(coat)
+        if self.count > 1 and self.stored + len(coat) > self.length:
+            # Distinct segments of an honest sender add up to exactly the length.
             raise BadPacket("segments exceed the message length", DropReason.BODY.value)
+        self.stored += len(coat)
+        self.progress_at = self.road.now
         self.segments[number] = coat
         if number > self.highest:
             self.highest = number
@@ -549,6 +578,10 @@ class MessageReceiver(Transaction):
     def finish(self) -> None:
         super().finish()
         self._stop_lazy()
+        self.segments, self.unverified = {}, {}
+        if self.charge:
+            self.road.reassembly.release(self.remote.uid, self.charge)
+            self.charge = 0
 
     def _complete(self, now: float) -> bool:
         """All slots are filled: deliver, or return False if forged segments were dropped
@@ -583,5 +616,17 @@ class MessageReceiver(Transaction):
         self._ask(now)
 
     def on_timeout(self, now: float) -> None:
+        resume = self.progress_at + self.road.config.reassembly_timeout
+        if resume > now:  # a segment came since the time-out was set
+            self.timeout_at = resume
+            self.schedule()
+            return
+        if self.stored:
+            self.road.drop(
+                DropReason.REASSEMBLY_TIMEOUT.value,
+                self.remote.ha,
+                f"message {self.tid}: {len(self.segments)} of {self.count} segments, "
+                f"no progress for {self.road.config.reassembly_timeout:g} s",
+            )
         self._reply(PacketKind.NACK)
         self.finish()

@@ -32,16 +32,21 @@ frames again; when the probe time-out fires it sends the oldest one or two again
 probes, whose acks then reveal the real losses.  A byte window caps what is in flight, so a
 fast sender never overruns the receiver's socket buffer.  Messages are delivered in
 sequence order; a message counts as delivered when every frame of it is acknowledged.
+
+Reassembly is bounded (``engine/reassembly.py``): a message that does not fit the road's
+caps is refused, and a packet with a refused frame is not acknowledged, so the sender
+sends it again later; a stalled message is discarded after a time-out.
 """
 
 from __future__ import annotations
 
 import struct
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from raetsalt.engine.events import DropReason, MessageDelivered, MessageReceived, TransactionFailed
+from raetsalt.engine.reassembly import Reassembly
 from raetsalt.errors import BadPacket
 from raetsalt.wire.body import decode_body_untrusted
 from raetsalt.wire.enums import BodyKind
@@ -71,6 +76,10 @@ _LEAST_ACK = struct.Struct("!BQBBQQ")
 _DATA_FRAME = 1
 _ACK_FRAME = 2
 _LEAST_FRAME = 3
+# What the frames of one received packet amounted to.
+_NO_DATA = 0
+_HELD = 1
+_REFUSED = 2  # a data frame was not held (reassembly caps): the packet is not acked
 _TAG = 16
 MAX_ACK_RANGES = 64
 PACKET_THRESHOLD = 3
@@ -103,15 +112,6 @@ class _Message:
     frames_left: int
     expires: float
     outgoing: Outgoing
-
-
-@dataclass(slots=True)
-class _Partial:
-    total: int
-    kind: int
-    buffer: bytearray
-    offsets: set[int] = field(default_factory=set)
-    received: int = 0
 
 
 class _ReplayWindow:
@@ -229,10 +229,16 @@ class Channel:
         self.ack_pending = 0  # data packets received and not yet acknowledged
         self.ack_due = False  # an ack must go out at the next flush, data or not
         self.ack_deadline: float | None = None
-        self.partials: dict[int, _Partial] = {}
-        self.ready: dict[int, tuple[int, bytes]] = {}
-        self.next_deliver = 1
-        self._max_message = road.config.max_message_size  # the config is frozen
+        config = road.config  # frozen
+        self._max_message = config.max_message_size
+        self.inbox = Reassembly(
+            road.reassembly,
+            remote.uid,
+            max_message=config.max_message_size,
+            timeout=config.reassembly_timeout,
+            deliver=self._deliver,
+            drop=self._drop,
+        )
 
     # -- sending ------------------------------------------------------------------------
 
@@ -312,12 +318,9 @@ class Channel:
         *,
         with_ack: bool,
     ) -> None:
-        counter = self.counter = self.counter + 1
-        remote = self.remote
-        data = _PREFIX.pack(MAGIC, remote.fuid, counter) + self.box.encrypt(
-            plain, _NONCE.pack(self._tx_nonce, counter)
-        )
-        out.append((data, remote.ha))
+        data = self.seal_packet(plain)
+        counter = self.counter
+        out.append((data, self.remote.ha))
         if frames is not None:
             size = len(data)
             self.in_flight[counter] = _Sent(now, size, frames)
@@ -326,6 +329,13 @@ class Channel:
             self.ack_pending = 0
             self.ack_due = False
             self.ack_deadline = None
+
+    def seal_packet(self, plain: bytes) -> bytes:
+        """The datagram carrying ``plain`` (frames) under the next packet counter."""
+        counter = self.counter = self.counter + 1
+        return _PREFIX.pack(MAGIC, self.remote.fuid, counter) + self.box.encrypt(
+            plain, _NONCE.pack(self._tx_nonce, counter)
+        )
 
     def _ack_frame(self) -> bytes:
         ranges = self.ack_ranges
@@ -477,12 +487,18 @@ class Channel:
         ack_deadline = self.ack_deadline
         if ack_deadline is not None and (when is None or ack_deadline < when):
             when = ack_deadline
+        inbox = self.inbox
+        if inbox.partials or inbox.ready:
+            stall = inbox.get_timer()
+            if stall is not None and (when is None or stall < when):
+                when = stall
         # A live heap entry stays valid while the deadline is unchanged (lazy
         # invalidation in TimerQueue), so only a moved deadline costs a push.
         if when != self.deadline:
             self.road.timers.arm(self, when)
 
     def on_timer(self, now: float) -> None:
+        self.inbox.on_timer(now)
         if self.ack_deadline is not None and self.ack_deadline <= now:
             self.ack_deadline = None
             self.ack_due = True
@@ -520,8 +536,13 @@ class Channel:
         # Authenticated from here on.  Only packets carrying data are acknowledged (an
         # ack of an ack would never end), but every counter goes into the ranges.
         try:
-            carries_data = self._frames_untrusted(plain, now)
-            self._record(counter, carries_data, now)
+            carries = self._frames_untrusted(plain, now)
+            if carries == _REFUSED:
+                # Data we could not hold: leave the packet unacknowledged, so the sender
+                # sends its frames again under new counters (this one is marked seen).
+                self.rx_window.mark(counter)
+            else:
+                self._record(counter, carries == _HELD, now)
         finally:
             self._arm()  # once per packet, whatever its frames changed
 
@@ -548,8 +569,9 @@ class Channel:
             elif self.ack_deadline is None:
                 self.ack_deadline = now + ACK_DELAY
 
-    def _frames_untrusted(self, plain: bytes, now: float) -> bool:
-        """Handle the frames of one packet; True if it carried data."""
+    def _frames_untrusted(self, plain: bytes, now: float) -> int:
+        """Handle the frames of one packet: ``_NO_DATA``, ``_HELD`` (data taken) or
+        ``_REFUSED`` (a data frame was not held)."""
         end = len(plain)
         if (
             end >= _LEAST_ACK_DATA.size
@@ -561,11 +583,12 @@ class Channel:
             (_, least, _, _, first, last, _, body_kind, seq, total, offset, length) = (
                 _LEAST_ACK_DATA.unpack_from(plain)
             )
+            inbox = self.inbox
             if (
                 length == end - _LEAST_ACK_DATA.size
                 and offset == 0
                 and length == total
-                and seq == self.next_deliver
+                and seq == inbox.next_deliver
                 and total <= self._max_message
             ):
                 # One whole message, the next in order, with a one-range ack: the same
@@ -574,13 +597,15 @@ class Channel:
                 if ranges and ranges[0][0] < least:
                     self._forget_below(least)
                 self._on_ack([(first, last)], now)
-                self.next_deliver = seq + 1
                 self._deliver(body_kind, plain[_LEAST_ACK_DATA.size :])
-                if self.ready:
-                    self._complete_ready()
-                return True
+                if inbox.waiting:
+                    inbox.delivered(seq, now)
+                else:
+                    inbox.next_deliver = seq + 1
+                return _HELD
+        inbox = self.inbox
         pos = 0
-        carries_data = False
+        carries = _NO_DATA
         try:
             while pos < end:
                 kind = plain[pos]
@@ -592,19 +617,24 @@ class Channel:
                     if (
                         offset == 0
                         and length == total
-                        and seq == self.next_deliver
+                        and seq == inbox.next_deliver
                         and total <= self._max_message
                     ):
                         # A whole message, the next in order: no reassembly, no copy
                         # beyond the slice (the common case for small messages).
-                        self.next_deliver = seq + 1
                         self._deliver(body_kind, plain[pos : pos + length])
-                        if self.ready:
-                            self._complete_ready()
+                        if inbox.waiting:
+                            inbox.delivered(seq, now)
+                        else:
+                            inbox.next_deliver = seq + 1
+                        if carries == _NO_DATA:
+                            carries = _HELD
+                    elif inbox.take(seq, body_kind, total, offset, plain, pos, length, now):
+                        if carries == _NO_DATA:
+                            carries = _HELD
                     else:
-                        self._data(seq, body_kind, total, offset, plain, pos, length)
+                        carries = _REFUSED
                     pos += length
-                    carries_data = True
                 elif kind == _LEAST_FRAME:
                     _, least = _LEAST.unpack_from(plain, pos)
                     pos += _LEAST.size
@@ -628,7 +658,7 @@ class Channel:
                     raise BadPacket("unknown native frame", DropReason.BODY.value)
         except (struct.error, IndexError) as exc:
             raise BadPacket(f"truncated native frame: {exc}", DropReason.BODY.value) from None
-        return carries_data
+        return carries
 
     def _forget_below(self, least: int) -> None:
         ranges = self.ack_ranges
@@ -637,42 +667,7 @@ class Channel:
         if ranges and ranges[0][0] < least:
             ranges[0][0] = least
 
-    def _data(
-        self, seq: int, kind: int, total: int, offset: int, plain: bytes, pos: int, length: int
-    ) -> None:
-        if seq < self.next_deliver or seq in self.ready:
-            return  # a retransmission of something already complete
-        if seq >= self.next_deliver + 65536 or total > self._max_message:
-            raise BadPacket("native message out of range", DropReason.BODY.value)
-        if offset + length > total or (length == 0 and total):
-            raise BadPacket("native frame outside its message", DropReason.BODY.value)
-        if offset == 0 and length == total:
-            self.ready[seq] = (kind, plain[pos : pos + length])
-            self._complete_ready()
-            return
-        partial = self.partials.get(seq)
-        if partial is None:
-            partial = self.partials[seq] = _Partial(total, kind, bytearray(total))
-        elif partial.total != total or partial.kind != kind:
-            raise BadPacket("native frames disagree on their message", DropReason.BODY.value)
-        if offset in partial.offsets:
-            return
-        partial.offsets.add(offset)
-        partial.buffer[offset : offset + length] = memoryview(plain)[pos : pos + length]
-        partial.received += length
-        if partial.received == total:
-            del self.partials[seq]
-            self.ready[seq] = (kind, bytes(partial.buffer))
-            self._complete_ready()
-
-    def _complete_ready(self) -> None:
-        ready = self.ready
-        while self.next_deliver in ready:
-            body_kind, data = ready.pop(self.next_deliver)
-            self.next_deliver += 1
-            self._deliver(body_kind, data)
-
-    def _deliver(self, body_kind: int, data: bytes) -> None:
+    def _deliver(self, body_kind: int, data: bytes | bytearray) -> None:
         kind = _BODY_KINDS.get(body_kind)
         try:
             if kind is None:
@@ -683,9 +678,15 @@ class Channel:
             return
         self.road.emit(MessageReceived(self.remote.name, value))
 
+    def _drop(self, reason: str, detail: str) -> None:
+        self.road.drop(reason, self.remote.ha, detail)
+
     # -- end of the session -------------------------------------------------------------
 
     def unfinished(self) -> list[Outgoing]:
-        """Messages not yet fully acknowledged, in order (to send again in a new session)."""
+        """Messages not yet fully acknowledged, in order (to send again in a new session).
+
+        Ends the channel: its reassembly reservations go back to the road's budget."""
         self.road.timers.arm(self, None)
+        self.inbox.close()
         return [m.outgoing for _, m in sorted(self.messages.items())]

@@ -51,6 +51,7 @@ from raetsalt.engine.join import (
 )
 from raetsalt.engine.message import MessageReceiver, MessageSender
 from raetsalt.engine.native import Channel, is_native, parse_prefix_untrusted
+from raetsalt.engine.reassembly import ReassemblyBudget
 from raetsalt.engine.remote import Outgoing, Remote, next_id, sid_valid
 from raetsalt.engine.timers import TimerQueue, backoff
 from raetsalt.engine.transaction import Transaction
@@ -121,6 +122,14 @@ class RoadConfig:
     """Largest native datagram to a loopback address, where the MTU is 64 KiB."""
     native_window: int = 2 * 1024 * 1024
     """Bytes a native sender may have unacknowledged (below the receiver's socket buffer)."""
+    # -- bounded reassembly (issue 10, F3; see raetsalt.engine.reassembly) --------------
+    reassembly_per_remote: int = 32 * 1024 * 1024
+    """Bytes one remote may have reserved in messages not yet delivered (each reserves its
+    announced size and an eighth); at least the charge of ``max_message_size``."""
+    reassembly_total: int = 256 * 1024 * 1024
+    """The same for all remotes together."""
+    reassembly_timeout: float = 30.0
+    """A partial message with no new piece for this long is discarded."""
 
 
 @dataclass(eq=False)
@@ -159,6 +168,11 @@ class Road:
         self._next_mid = 0
         # Lazily verifying message receivers by the stem of their segments' heads.
         self.lazy_heads: dict[bytes, MessageReceiver] = {}
+        self.reassembly = ReassemblyBudget(
+            self.config.reassembly_per_remote,
+            self.config.reassembly_total,
+            self.config.max_message_size,
+        )
         self._restore()
 
     # -- set-up ---------------------------------------------------------------------------
@@ -367,6 +381,8 @@ class Road:
         remote = self.remote(which)
         for txn in list(remote.transactions.values()):
             txn.finish()
+        if remote.channel is not None:
+            remote.channel.unfinished()  # ends it: its reassembly reservations go back
         self.timers.arm(self._housekeeping.pop(remote.uid), None)
         del self.remotes[remote.uid]
         del self.remotes_by_name[remote.name]

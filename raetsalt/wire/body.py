@@ -161,7 +161,9 @@ def _decode_msgpack(data: bytes) -> Any:
     return value
 
 
-def decode_body_untrusted(kind: BodyKind, data: bytes, *, max_size: int = MAX_BODY_SIZE) -> Any:
+def decode_body_untrusted(
+    kind: BodyKind, data: bytes | bytearray, *, max_size: int = MAX_BODY_SIZE
+) -> Any:
     """Decode a received (already decrypted) body of ``kind``.
 
     JSON and msgpack give a dict (``{}`` for an empty body), raw gives the bytes, nada
