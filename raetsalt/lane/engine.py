@@ -23,6 +23,14 @@ source may have at most ``max_books_per_yard`` open books, a book at most
 ``max_message_size`` bytes, and a book not completed within ``book_timeout`` seconds is
 discarded.  When a source's si changes (the sender restarted) its open books are dropped,
 as raet does.
+
+Memory (issue 10, F3): a book holds only the pages that came (never a slot per announced
+page), and what open books hold, ``PAGE_OVERHEAD`` per page included, is capped per source
+yard (``max_book_bytes_per_yard``) and for the whole lane (``max_book_bytes``).  A page
+that would exceed a cap ends its book at once (the lane does not retransmit, so the book
+could never complete), counted as ``yard_books_full`` or ``lane_books_full``; when the
+lane's cap is full, the oldest books of the yard holding the most are ended first, so one
+yard cannot keep the others' messages out.
 """
 
 from __future__ import annotations
@@ -48,6 +56,8 @@ from raetsalt.lane.page import (
 )
 
 SOCKET_SUFFIX = ".uxd"
+PAGE_OVERHEAD = 128
+"""Bytes a held page is charged beyond its section (object header, dict slot)."""
 
 
 def yard_file_name(lane_name: str, yard_name: str) -> str:
@@ -104,9 +114,11 @@ class _Book:
     page_count: int
     pack_kind: PackKind
     expires: float
-    sections: list[bytes | None]
-    received: int = 0
+    sections: dict[int, bytes] = field(default_factory=dict)
     size: int = 0
+    """Bytes of the sections held."""
+    held: int = 0
+    """What the book is charged: its sections and ``PAGE_OVERHEAD`` per page."""
 
 
 @dataclass(slots=True)
@@ -116,6 +128,8 @@ class _RemoteYard:
     book_id: int = 0
     remote_session: str | None = None
     books: dict[tuple[str, int], _Book] = field(default_factory=dict)
+    book_bytes: int = 0
+    """What its open books are charged (see ``_Book.held``)."""
     tx: deque[bytes] = field(default_factory=deque)
     retry_at: float | None = None
     retry_delay: float = 0.0
@@ -130,6 +144,8 @@ class Lane:
         when False only yards added with ``add_yard`` are heard.
     :param session_id: this yard's session id (random when omitted).
     :param max_tx_pages: pages that may wait per destination; ``send`` refuses more.
+    :param max_book_bytes_per_yard: what one source yard's open books may hold.
+    :param max_book_bytes: what all open books together may hold.
     """
 
     def __init__(
@@ -147,6 +163,8 @@ class Lane:
         max_tx_pages: int = 1024,
         retry_delay: float = 0.002,
         max_retry_delay: float = 0.1,
+        max_book_bytes_per_yard: int = 32 * 1024 * 1024,
+        max_book_bytes: int = 128 * 1024 * 1024,
     ) -> None:
         self.lane_name = check_name(lane_name, "lane name")
         self.yard_name = check_name(yard_name)
@@ -162,6 +180,10 @@ class Lane:
         self.max_tx_pages = max_tx_pages
         self.retry_delay = retry_delay
         self.max_retry_delay = max_retry_delay
+        self.max_book_bytes_per_yard = max_book_bytes_per_yard
+        self.max_book_bytes = max_book_bytes
+        self.book_bytes = 0
+        """What all open books are charged."""
         self.stats: Counter[str] = Counter()
         self._yards: dict[str, _RemoteYard] = {}
         self._by_path: dict[str, _RemoteYard] = {}
@@ -206,6 +228,7 @@ class Lane:
         return len(yard.tx) if yard is not None else 0
 
     def _forget(self, yard: _RemoteYard) -> None:
+        self._close_books(yard)
         del self._yards[yard.name]
         self._by_path.pop(yard.path, None)
         self._ready.pop(yard.name, None)
@@ -333,7 +356,7 @@ class Lane:
                     self._ready[yard.name] = yard
             if yard.books:
                 for key in [k for k, b in yard.books.items() if b.expires <= now]:
-                    del yard.books[key]
+                    self._close_book(yard, key)
                     self._drop(DropReason.BOOK_EXPIRED, yard.path, f"book {key[1]}")
 
     # -- receiving -----------------------------------------------------------------------
@@ -375,7 +398,7 @@ class Lane:
         if yard.remote_session != session_id:
             if yard.books:
                 self.stats[DropReason.STALE_SESSION] += len(yard.books)
-                yard.books.clear()
+                self._close_books(yard)
             yard.remote_session = session_id
         if count == 1:
             self._deliver(yard, data[offset:], kind)
@@ -423,26 +446,63 @@ class Lane:
                 page_count=page.page_count,
                 pack_kind=page.pack_kind,
                 expires=now + self.book_timeout,
-                sections=[None] * page.page_count,
             )
             yard.books[key] = book
         elif book.page_count != page.page_count or book.pack_kind != page.pack_kind:
-            del yard.books[key]
+            self._close_book(yard, key)
             self._drop(DropReason.BOOK_MISMATCH, yard.path)
             return
-        if book.sections[page.page_number] is not None:
+        sections = book.sections
+        if page.page_number in sections:
             self._drop(DropReason.DUPLICATE_PAGE, yard.path)
             return
-        book.size += len(page.section)
-        if book.size > self.max_message_size:
-            del yard.books[key]
+        size = len(page.section)
+        if book.size + size > self.max_message_size:
+            self._close_book(yard, key)
             self._drop(DropReason.BOOK_TOO_LARGE, yard.path)
             return
-        book.sections[page.page_number] = page.section
-        book.received += 1
-        if book.received == book.page_count:
-            del yard.books[key]
-            self._deliver(yard, b"".join(book.sections), book.pack_kind)  # type: ignore[arg-type]
+        cost = size + PAGE_OVERHEAD
+        if yard.book_bytes + cost > self.max_book_bytes_per_yard:
+            self._close_book(yard, key)
+            self._drop(DropReason.YARD_BOOKS_FULL, yard.path, f"book {key[1]}")
+            return
+        if self.book_bytes + cost > self.max_book_bytes and not self._make_room(yard, cost):
+            self._close_book(yard, key)
+            self._drop(DropReason.LANE_BOOKS_FULL, yard.path, f"book {key[1]}")
+            return
+        book.size += size
+        book.held += cost
+        yard.book_bytes += cost
+        self.book_bytes += cost
+        sections[page.page_number] = page.section
+        if len(sections) == book.page_count:
+            self._close_book(yard, key)
+            data = b"".join([sections[n] for n in range(book.page_count)])
+            self._deliver(yard, data, book.pack_kind)
+
+    def _make_room(self, yard: _RemoteYard, cost: int) -> bool:
+        """Free ``cost`` bytes of the lane's cap by ending the oldest books of the yard that
+        holds the most, while that is a yard holding more than ``yard`` would; False if
+        ``yard`` is the heaviest itself (then its own page is refused).  One yard filling
+        the cap cannot keep the others' messages out."""
+        while self.book_bytes + cost > self.max_book_bytes:
+            heaviest = max(self._yards.values(), key=lambda y: y.book_bytes)
+            if heaviest is yard or heaviest.book_bytes <= yard.book_bytes + cost:
+                return False
+            key = next(iter(heaviest.books))
+            self._close_book(heaviest, key)
+            self._drop(DropReason.LANE_BOOKS_FULL, heaviest.path, f"book {key[1]} evicted")
+        return True
+
+    def _close_book(self, yard: _RemoteYard, key: tuple[str, int]) -> None:
+        """Forget one open book and what it was charged."""
+        book = yard.books.pop(key)
+        yard.book_bytes -= book.held
+        self.book_bytes -= book.held
+
+    def _close_books(self, yard: _RemoteYard) -> None:
+        for key in list(yard.books):
+            self._close_book(yard, key)
 
     def _deliver(self, yard: _RemoteYard, data: bytes, pack_kind: PackKind) -> None:
         try:

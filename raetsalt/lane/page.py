@@ -81,6 +81,8 @@ class DropReason:
     TOO_MANY_BOOKS = "too_many_books"
     BOOK_TOO_LARGE = "book_too_large"
     BOOK_EXPIRED = "book_expired"
+    YARD_BOOKS_FULL = "yard_books_full"  # one source's open books hold their cap
+    LANE_BOOKS_FULL = "lane_books_full"  # all open books together hold the lane's cap
     STALE_SESSION = "stale_session"
 
 
