@@ -25,7 +25,7 @@ from raetsalt.errors import BadPacket, LocalError
 from raetsalt.wire.constants import MAX_BODY_DEPTH, MAX_BODY_SIZE
 from raetsalt.wire.enums import BodyKind
 
-__all__ = ["encode_body", "decode_body_untrusted"]
+__all__ = ["encode_body", "encode_message", "decode_body_untrusted"]
 
 # Enum members as plain module globals: cheaper to look up on every body than the class
 # attribute.
@@ -71,6 +71,20 @@ def encode_body(kind: BodyKind, value: Any) -> bytes:
     raise LocalError(f"unknown body kind {kind!r}")
 
 
+def encode_message(kind: BodyKind, body: Mapping[str, Any], max_size: int) -> bytes:
+    """A message body (a mapping) encoded as ``kind``, at most ``max_size`` bytes; raises
+    ``LocalError`` for anything else, whatever the encoder's complaint."""
+    if not isinstance(body, Mapping):
+        raise LocalError("a message body must be a mapping")
+    try:
+        encoded = encode_body(kind, body if type(body) is dict else dict(body))
+    except Exception as exc:  # noqa: BLE001 - any encoder failure is the caller's
+        raise LocalError(f"message body cannot be encoded: {exc}") from exc
+    if len(encoded) > max_size:
+        raise LocalError(f"message body of {len(encoded)} bytes exceeds max_message_size")
+    return encoded
+
+
 def nests_deeper_than(value: Any, limit: int) -> bool:
     """Lists/maps in ``value`` nest deeper than ``limit`` (an iterative walk, so a
     hostile nesting cannot hit Python's recursion limit here)."""
@@ -109,7 +123,7 @@ def _reject_ext(code: int, data: bytes) -> Any:
     raise ValueError(f"msgpack extension type {code} not accepted")
 
 
-def _decode_json(data: bytes) -> Any:
+def _decode_json(data: bytes | bytearray) -> Any:
     if not data:
         return {}
     try:
@@ -127,7 +141,7 @@ def _decode_json(data: bytes) -> Any:
     return value
 
 
-def _decode_msgpack(data: bytes) -> Any:
+def _decode_msgpack(data: bytes | bytearray) -> Any:
     if not data:
         return {}
     try:
@@ -172,14 +186,12 @@ def decode_body_untrusted(
     """
     if len(data) > max_size:
         raise BadPacket(f"body of {len(data)} bytes exceeds {max_size}", "body")
-    if type(data) is not bytes:
-        data = bytes(data)
     if kind == _MSGPACK:  # the native profile's kind first: it is the hot path
-        return _decode_msgpack(data)
+        return _decode_msgpack(data)  # bytes or bytearray alike: no copy
     if kind == _JSON:
         return _decode_json(data)
     if kind == _RAW:
-        return data
+        return bytes(data)
     if kind == _NADA:
         if data:
             raise BadPacket("body kind nada with a non-empty body", "body")
