@@ -97,10 +97,12 @@ class MessageReceived(Event):
 
 @dataclass(frozen=True, slots=True)
 class MessageDelivered(Event):
-    """The remote confirmed receipt of the message that ``send_message`` numbered ``mid``."""
+    """The remote confirmed receipt of the message that ``send_message`` numbered ``mid``
+    (and of the ``count - 1`` after it, for a batch from ``send_messages``)."""
 
     remote: str
     mid: int
+    count: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ initiator, seeing the mark, puts ``FQDN_MARK`` in the initiate's fqdn field, ins
 initiate box, which only the holder of the initiator's short-term key can make.  A raet
 0.6.8 peer never sends either mark, so it always gets the exact raet format; tampering
 with either mark breaks a box and the handshake fails (closed), it does not fall back.
+The marks name the frame format's version: ends of different versions use raet's.
 
 Packet layout (all integers big-endian)::
 
@@ -18,20 +19,25 @@ senders so nonces never repeat under the shared key.  The box authenticates ever
 (uid and counter select the key and nonce), so there is no per-packet signature.
 A counter is accepted once (sliding window), so replays are dropped.
 
-Frames inside the box::
+Frames inside the box (layouts in ``engine/scheduler.py``)::
 
-    DATA  0x01 | body kind (1) | seq (4) | total length (4) | offset (4) | length (2) | bytes
+    DATA  0x01 | body kind (1) | stream (1) | seq (4) | total (4) | offset (4) | length (2) | bytes
     ACK   0x02 | range count (1) | count x (first counter (8), last counter (8))
     LEAST 0x03 | counter (8): the sender no longer needs acks below this counter
+    BATCH 0x04 | body kind (1) | stream (1) | first seq (4) | count (2) | count x length (2)
+               | the bodies of count whole messages with consecutive seqs
+    ACK_NOW 0x05: acknowledge at once (the sender's window is full; no delayed ack)
 
-Messages get a per-session sequence number, are cut into DATA frames once, and many
-frames share one datagram (coalescing).  The receiver acknowledges packet counters in
-ranges after every batch of datagrams; the sender declares a packet lost when three later
-packets are acknowledged or it is older than the round trip allows, and queues its
-frames again; when the probe time-out fires it sends the oldest one or two again as
-probes, whose acks then reveal the real losses.  A byte window caps what is in flight, so a
-fast sender never overruns the receiver's socket buffer.  Messages are delivered in
-sequence order; a message counts as delivered when every frame of it is acknowledged.
+Messages travel on streams with their own sequence numbers: small ones on the express
+stream, large ones on the bulk stream, so a small message never waits behind bulk bytes;
+each stream is delivered in order (``engine/scheduler.py`` says what goes where and
+when).  Many frames share one datagram (coalescing).  The receiver acknowledges packet
+counters in ranges after every batch of datagrams; the sender declares a packet lost
+when three later packets are acknowledged or it is older than the round trip allows,
+and queues its frames again; when the probe time-out fires it sends the oldest one or
+two again as probes, whose acks then reveal the real losses.  What may be in flight is
+the flow gate's (``engine/flow.py``) to say.  A message counts as delivered when every
+frame of it is acknowledged.
 
 Reassembly is bounded (``engine/reassembly.py``): a message that does not fit the road's
 caps is refused, and a packet with a refused frame is not acknowledged, so the sender
@@ -41,12 +47,23 @@ sends it again later; a stalled message is discarded after a time-out.
 from __future__ import annotations
 
 import struct
-from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from raetsalt.engine.events import DropReason, MessageDelivered, MessageReceived, TransactionFailed
+from raetsalt.engine.flow import SendWindow
 from raetsalt.engine.reassembly import Reassembly
+from raetsalt.engine.remote import Outgoing
+from raetsalt.engine.scheduler import (
+    BATCH_FRAME,
+    BATCH_HEAD,
+    DATA_FRAME,
+    DATA_HEAD,
+    STREAMS,
+    Frame,
+    Scheduler,
+    lengths_struct,
+)
 from raetsalt.errors import BadPacket
 from raetsalt.wire.body import decode_body_untrusted
 from raetsalt.wire.enums import BodyKind
@@ -55,33 +72,35 @@ _BODY_KINDS = {int(k): k for k in BodyKind}
 
 if TYPE_CHECKING:
     from raetsalt.crypto import SessionBox
-    from raetsalt.engine.remote import Outgoing, Remote
+    from raetsalt.engine.remote import Remote
     from raetsalt.engine.road import Road
 
-OREO_MARK = b"RSnative"  # 8 of the oreo's 24 bytes
-FQDN_MARK = b"raetsalt-native/1"
+Datagram = bytes | bytearray
+"""What a road sends: native packets are built in place (bytearray), raet ones are bytes."""
+
+OREO_MARK = b"RSnativ2"  # 8 of the oreo's 24 bytes
+FQDN_MARK = b"raetsalt-native/2"
 MAGIC = b"\xf5\x01"
 
 _PREFIX = struct.Struct("!2sIQ")  # magic, receiver uid, counter
-_DATA = struct.Struct("!BBIIIH")
 _ACK_HEAD = struct.Struct("!BB")
 _RANGE = struct.Struct("!QQ")
 _LEAST = struct.Struct("!BQ")
 _ONE_RANGE = struct.Struct("!BBQQ")  # an ACK frame with a single range, the usual case
+_LEAST_ACK = struct.Struct("!BQBBQQ")  # LEAST and a one-range ACK, built in one go
 _NONCE = struct.Struct("!16sQ")
-# The usual request/response packet, parsed and built in one go: LEAST, an ACK of one
-# range, and the head of one DATA frame (its bytes follow).
-_LEAST_ACK_DATA = struct.Struct("!BQBBQQBBIIIH")
-_LEAST_ACK = struct.Struct("!BQBBQQ")
-_DATA_FRAME = 1
 _ACK_FRAME = 2
 _LEAST_FRAME = 3
+_ACK_NOW_FRAME = 5
+_ACK_NOW = b"\x05"
 # What the frames of one received packet amounted to.
 _NO_DATA = 0
 _HELD = 1
 _REFUSED = 2  # a data frame was not held (reassembly caps): the packet is not acked
 _TAG = 16
 MAX_ACK_RANGES = 64
+MAX_CACHED_COUNT = 1024
+"""BATCH frames of at most this many messages have their lengths layout cached."""
 PACKET_THRESHOLD = 3
 MAX_REORDER = 1024
 INITIAL_RTT = 0.05
@@ -103,15 +122,7 @@ _WINDOW_MASK = REPLAY_WINDOW - 1
 class _Sent:
     at: float
     size: int
-    frames: list[tuple[int, bytes]]  # (message seq, encoded frame)
-
-
-@dataclass(slots=True)
-class _Message:
-    mid: int
-    frames_left: int
-    expires: float
-    outgoing: Outgoing
+    frames: list[Frame]
 
 
 class _ReplayWindow:
@@ -184,6 +195,12 @@ def parse_prefix_untrusted(data: bytes) -> tuple[int, int]:
     return uid, counter
 
 
+def _lengths_untrusted(plain: bytearray, pos: int, count: int) -> tuple[int, ...]:
+    if count <= MAX_CACHED_COUNT:
+        return lengths_struct(count).unpack_from(plain, pos)
+    return struct.unpack_from(f"!{count}H", plain, pos)
+
+
 class Channel:
     """The native session with one remote: sending, acknowledging and reassembling."""
 
@@ -204,17 +221,25 @@ class Channel:
         self._rx_nonce = bytes([2 if initiator else 1]) + bytes(15)
         self.datagram_size = datagram_size
         self._limit = datagram_size - _PREFIX.size - _TAG  # plaintext bytes per datagram
-        self.chunk = self._limit - _LEAST.size - _DATA.size
-        self.window = window
+        config = road.config  # frozen
         self.deadline: float | None = None
         # sending
         self.counter = 0
-        self.next_seq = 1
-        self.queue: deque[tuple[int, bytes]] = deque()
-        self.in_flight: dict[int, _Sent] = {}
+        room = self._limit - _LEAST.size - len(_ACK_NOW)  # a datagram with one frame
+        self.scheduler = Scheduler(
+            chunk=room - DATA_HEAD.size,
+            whole_max=room - BATCH_HEAD.size - 2,
+            express_size=config.native_express_size,
+            confirm=self._confirmed,
+            fail=self._failed,
+        )
+        self.flow = SendWindow(window)
+        # Packets sent, by counter - _sent_base: a _Sent while in flight, else None.
+        self._sent: list[_Sent | None] = []
+        self._sent_base = 1
+        self._head = 0  # index of the oldest packet in flight (or len(_sent))
         self.bytes_in_flight = 0
         self.largest_acked = 0
-        self.messages: dict[int, _Message] = {}
         self.srtt = INITIAL_RTT
         self.rttvar = INITIAL_RTT / 2
         self.rtt_sampled = False
@@ -229,50 +254,52 @@ class Channel:
         self.ack_pending = 0  # data packets received and not yet acknowledged
         self.ack_due = False  # an ack must go out at the next flush, data or not
         self.ack_deadline: float | None = None
-        config = road.config  # frozen
         self._max_message = config.max_message_size
-        self.inbox = Reassembly(
-            road.reassembly,
-            remote.uid,
-            max_message=config.max_message_size,
-            timeout=config.reassembly_timeout,
-            deliver=self._deliver,
-            drop=self._drop,
-        )
+        self.inboxes = [
+            Reassembly(
+                road.reassembly,
+                remote.uid,
+                max_message=config.max_message_size,
+                timeout=config.reassembly_timeout,
+                deliver=self._deliver,
+                drop=self._drop,
+            )
+            for _ in range(STREAMS)
+        ]
 
     # -- sending ------------------------------------------------------------------------
 
     def enqueue(self, outgoing: Outgoing, kind: BodyKind) -> None:
-        seq = self.next_seq
-        self.next_seq = seq + 1
-        body = outgoing.body
-        total = len(body)
-        chunk = self.chunk
-        if total <= chunk:
-            self.queue.append((seq, _DATA.pack(_DATA_FRAME, kind, seq, total, 0, total) + body))
-            frames = 1
-        else:
-            frames = 0
-            for offset in range(0, total, chunk):
-                piece = body[offset : offset + chunk]
-                self.queue.append(
-                    (seq, _DATA.pack(_DATA_FRAME, kind, seq, total, offset, len(piece)) + piece)
-                )
-                frames += 1
-        self.messages[seq] = _Message(outgoing.mid, frames, outgoing.expires, outgoing)
+        self.scheduler.add_message(outgoing.mid, outgoing.body, kind, outgoing.expires)
         self.road.mark_dirty(self)
 
-    def flush(self, now: float, out: list[tuple[bytes, tuple[str, int]]]) -> None:
-        """Send what the window allows, coalescing frames; an owed ack rides along, or
+    def enqueue_batch(self, first_mid: int, bodies: list[bytes], expires: float) -> None:
+        """Queue msgpack ``bodies`` (mids ``first_mid`` on), confirmed by one
+        ``MessageDelivered`` whose ``count`` covers them all."""
+        self.scheduler.add_batch(first_mid, bodies, BodyKind.MSGPACK, expires)
+        self.road.mark_dirty(self)
+
+    def flush(self, now: float, out: list[tuple[Datagram, tuple[str, int]]]) -> None:
+        """Send what the flow gate allows, coalescing frames; an owed ack rides along, or
         goes alone once it is due."""
-        queue = self.queue
-        if queue and self.bytes_in_flight < self.window:
+        scheduler = self.scheduler
+        if scheduler.has_data():
             limit = self._limit
-            in_flight = self.in_flight
-            least_pack = _LEAST.pack
-            while queue and self.bytes_in_flight < self.window:
+            allowance = self.flow.allowance
+            while True:
+                first = scheduler.first_size()
+                if not first:
+                    break
+                express_only = False
+                if allowance(self.bytes_in_flight) <= 0:
+                    # The window is full: only express frames may go, a little beyond it.
+                    if not scheduler.express_first() or (
+                        allowance(self.bytes_in_flight, express=True) <= 0
+                    ):
+                        break
+                    express_only = True
                 # Tell the receiver which acks still matter, so its ranges stay few.
-                least = next(iter(in_flight)) if in_flight else self.counter + 1
+                least = self._oldest_counter()
                 with_ack = False
                 if self.ack_pending:
                     ranges = self.ack_ranges
@@ -281,60 +308,70 @@ class Channel:
                             _LEAST_FRAME, least, _ACK_FRAME, 1, ranges[0][0], ranges[0][1]
                         )
                     else:
-                        head = least_pack(_LEAST_FRAME, least) + self._ack_frame()
-                    if len(head) + len(queue[0][1]) <= limit:
+                        head = _LEAST.pack(_LEAST_FRAME, least) + self._ack_frame()
+                    if len(head) + first + len(_ACK_NOW) <= limit:
                         with_ack = True
-                    else:  # no room beside data: the ack goes alone
+                    else:  # no room beside the first frame: the ack goes alone
                         self._emit(head[_LEAST.size :], now, out, None, with_ack=True)
                         head = head[: _LEAST.size]
                 else:
-                    head = least_pack(_LEAST_FRAME, least)
-                size = len(head)
-                # ``chunk`` leaves room for LEAST and one DATA frame, so the first fits.
-                item = queue.popleft()
-                frames = [item]
-                size += len(item[1])
-                if not queue or size + len(queue[0][1]) > limit:
-                    plain = head + item[1]
-                else:
-                    parts = [head, item[1]]
-                    while queue and size + len(queue[0][1]) <= limit:
-                        item = queue.popleft()
-                        frames.append(item)
-                        parts.append(item[1])
-                        size += len(item[1])
-                    plain = b"".join(parts)
-                self._emit(plain, now, out, frames, with_ack=with_ack)
+                    head = _LEAST.pack(_LEAST_FRAME, least)
+                parts: list[bytes | memoryview] = [head]
+                frames: list[Frame] = []
+                # One byte kept for ACK_NOW: a datagram that fills the window asks for an
+                # ack at once, or the sender would idle for the receiver's ack delay.
+                room = limit - len(head) - len(_ACK_NOW)
+                used = scheduler.fill(room, parts, frames, express_only=express_only)
+                if not frames:
+                    break
+                if allowance(self.bytes_in_flight + len(head) + used + _PREFIX.size + _TAG) <= 0:
+                    parts.append(_ACK_NOW)
+                self._emit(b"".join(parts), now, out, frames, with_ack=with_ack)
         if self.ack_due and self.ack_pending:
             self._emit(self._ack_frame(), now, out, None, with_ack=True)
         self._arm()
+
+    def _oldest_counter(self) -> int:
+        if self._head < len(self._sent):
+            return self._sent_base + self._head
+        return self.counter + 1
 
     def _emit(
         self,
         plain: bytes,
         now: float,
-        out: list[tuple[bytes, tuple[str, int]]],
-        frames: list[tuple[int, bytes]] | None,
+        out: list[tuple[Datagram, tuple[str, int]]],
+        frames: list[Frame] | None,
         *,
         with_ack: bool,
     ) -> None:
         data = self.seal_packet(plain)
-        counter = self.counter
         out.append((data, self.remote.ha))
-        if frames is not None:
+        sent = self._sent
+        before = len(sent)
+        index = self.counter - self._sent_base
+        if before < index:  # counters sealed without a record (seal_packet)
+            sent.extend([None] * (index - before))
+        if frames is None:
+            sent.append(None)
+        else:
             size = len(data)
-            self.in_flight[counter] = _Sent(now, size, frames)
+            sent.append(_Sent(now, size, frames))
             self.bytes_in_flight += size
+        if self._head >= before:  # nothing was in flight: the head moves to the new end
+            self._trim()
         if with_ack:
             self.ack_pending = 0
             self.ack_due = False
             self.ack_deadline = None
 
-    def seal_packet(self, plain: bytes) -> bytes:
+    def seal_packet(self, plain: bytes) -> bytearray:
         """The datagram carrying ``plain`` (frames) under the next packet counter."""
         counter = self.counter = self.counter + 1
-        return _PREFIX.pack(MAGIC, self.remote.fuid, counter) + self.box.encrypt(
-            plain, _NONCE.pack(self._tx_nonce, counter)
+        return self.box.encrypt_after(
+            _PREFIX.pack(MAGIC, self.remote.fuid, counter),
+            plain,
+            _NONCE.pack(self._tx_nonce, counter),
         )
 
     def _ack_frame(self) -> bytes:
@@ -346,50 +383,49 @@ class Channel:
             _RANGE.pack(a, b) for a, b in ranges
         )
 
+    # -- acknowledgements, loss and time-outs ---------------------------------------------
+
     def _on_ack(self, ranges: list[tuple[int, int]], now: float) -> None:
         top = self.counter
         for first, last in ranges:
             if last < first or last > top:
                 raise BadPacket("ack range names packets never sent", DropReason.BODY.value)
         if self.declared_lost:
-            for first, last in ranges:
-                self._spurious(first, last)
-        in_flight = self.in_flight
-        if not in_flight:
+            self._spurious(ranges)
+        sent = self._sent
+        base = self._sent_base
+        head = self._head
+        if head >= len(sent):
             return
-        messages = self.messages
         newly_largest = 0
         largest_at = 0.0
         freed = 0
-        completed = False
+        acked_frames = self.scheduler.acked
         for first, last in ranges:
-            # Walk whichever is shorter: the range or what is in flight.
-            acked: range | list[int]
-            if last - first < len(in_flight):
-                acked = range(first, last + 1)
-            else:
-                acked = [c for c in in_flight if first <= c <= last]
-            for counter in acked:
-                sent = in_flight.pop(counter, None)
-                if sent is None:
+            start = first - base
+            if start < head:
+                start = head
+            stop = last - base + 1
+            if stop > len(sent):
+                stop = len(sent)
+            for index in range(start, stop):
+                record = sent[index]
+                if record is None:
                     continue
-                freed += sent.size
+                sent[index] = None
+                freed += record.size
+                acked_frames(record.frames)
+                counter = base + index
                 if counter > newly_largest:
                     newly_largest = counter
-                    largest_at = sent.at
-                for seq, _ in sent.frames:
-                    message = messages.get(seq)
-                    if message is not None:
-                        message.frames_left -= 1
-                        if not message.frames_left:
-                            completed = True
+                    largest_at = record.at
         if not newly_largest:
             return
         self.bytes_in_flight -= freed
-        if completed:
-            self._confirm()
+        self._trim()
         self.pto_count = 0
         self._probed_at = 0.0
+        sample = None
         if newly_largest > self.largest_acked:
             self.largest_acked = newly_largest
             sample = now - largest_at
@@ -399,46 +435,67 @@ class Channel:
             else:
                 self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - sample)
                 self.srtt = 0.875 * self.srtt + 0.125 * sample
+        self.flow.on_acked(freed, sample, now)
         self._pto = self._compute_pto()
         # Below the lowest range this ack reports, it says nothing (the receiver keeps
         # only so many ranges): those packets are left to later acks or the probe.
-        if in_flight:
+        if self._head < len(self._sent):
             self._detect_lost(now, floor=min(first for first, _ in ranges))
-        if self.queue:  # the window opened: send more at the next flush
+        if self.scheduler.has_data():  # the window opened: send more at the next flush
             self.road.mark_dirty(self)
 
-    def _confirm(self) -> None:
-        # The receiver delivers in sequence order, so confirm in that order too: a
-        # message counts as delivered once it and every earlier one are fully acked.
-        messages = self.messages
-        emit = self.road.emit
-        name = self.remote.name
-        while messages:
-            first = next(iter(messages))
-            if messages[first].frames_left > 0:
-                break
-            done = messages.pop(first)
-            emit(MessageDelivered(name, done.mid))
+    def _trim(self) -> None:
+        """Move ``_head`` past packets no longer in flight; drop the records behind it."""
+        sent = self._sent
+        head = self._head
+        end = len(sent)
+        while head < end and sent[head] is None:
+            head += 1
+        if head > 1024 and head * 2 > end:
+            del sent[:head]
+            self._sent_base += head
+            head = 0
+        self._head = head
 
-    def _spurious(self, first: int, last: int) -> None:
+    def _confirmed(self, mid: int, count: int) -> None:
+        self.road.emit(MessageDelivered(self.remote.name, mid, count))
+
+    def _failed(self, mid: int) -> None:
+        self.road.emit(TransactionFailed(self.remote.name, "message", "timeout", mid))
+
+    def _spurious(self, ranges: list[tuple[int, int]]) -> None:
         """Packets we declared lost were acknowledged after all: the path reorders, so
         wait for more later packets before declaring a loss (as RACK does)."""
-        late = [c for c in self.declared_lost if first <= c <= last]
+        declared = self.declared_lost
+        late: list[int] = []
+        for first, last in ranges:
+            # Walk whichever is shorter: the range or what was declared lost.
+            if last - first < len(declared):
+                late.extend(c for c in range(first, last + 1) if c in declared)
+            else:
+                late.extend(c for c in declared if first <= c <= last)
         if late:
             for counter in late:
-                del self.declared_lost[counter]
+                declared.pop(counter, None)
             self.reorder_threshold = min(self.reorder_threshold * 2, MAX_REORDER)
             self.road.stats["native_spurious_retransmit"] += len(late)
+        # Below our oldest packet in flight the receiver keeps no ranges (LEAST): no ack
+        # can come for those any more.
+        least = self._oldest_counter()
+        while declared and next(iter(declared)) < least:
+            del declared[next(iter(declared))]
 
     def _detect_lost(self, now: float, *, floor: int) -> None:
         horizon = now - 1.125 * max(self.srtt, MIN_PTO)
         threshold = self.largest_acked - self.reorder_threshold
+        sent, base = self._sent, self._sent_base
+        start = max(self._head, floor - base)
+        stop = self.largest_acked - base
         lost = []
-        for counter, sent in self.in_flight.items():
-            if counter >= self.largest_acked:
-                break  # in flight is in sending order
-            if counter >= floor and (counter <= threshold or sent.at <= horizon):
-                lost.append(counter)
+        for index in range(start, stop):
+            record = sent[index]
+            if record is not None and (base + index <= threshold or record.at <= horizon):
+                lost.append(base + index)
         if not lost:
             return
         for counter in lost:
@@ -448,14 +505,21 @@ class Channel:
         self._requeue(lost)
 
     def _requeue(self, counters: list[int]) -> None:
-        frames: list[tuple[int, bytes]] = []
-        for counter in sorted(counters):
-            sent = self.in_flight.pop(counter)
-            self.bytes_in_flight -= sent.size
-            frames.extend(f for f in sent.frames if f[0] in self.messages)
-        if frames:
-            self.road.stats["native_retransmit"] += len(frames)
-            self.queue.extendleft(reversed(frames))
+        sent, base = self._sent, self._sent_base
+        again = 0
+        lost_bytes = 0
+        for counter in counters:
+            record = sent[counter - base]
+            if record is None:
+                continue
+            sent[counter - base] = None
+            self.bytes_in_flight -= record.size
+            lost_bytes += record.size
+            again += self.scheduler.lost(record.frames)
+        self._trim()
+        if again:
+            self.road.stats["native_retransmit"] += again
+            self.flow.on_lost(lost_bytes, self.road.now)
             self.road.mark_dirty(self)
 
     def _compute_pto(self) -> float:
@@ -474,47 +538,47 @@ class Channel:
         return self._pto
 
     def _arm(self) -> None:
-        # Both dicts are in sending order, so their first entries are the oldest.
         when = None
-        if self.in_flight:
+        if self._head < len(self._sent):
+            record = self._sent[self._head]
+            assert record is not None
             # After a probe the time-out counts from the probe, not the oldest packet.
-            oldest = next(iter(self.in_flight.values())).at
+            oldest = record.at
             when = (oldest if oldest > self._probed_at else self._probed_at) + self._pto
-        if self.messages:
-            expires = next(iter(self.messages.values())).expires
-            if when is None or expires < when:
-                when = expires
+        expires = self.scheduler.next_expiry()
+        if expires is not None and (when is None or expires < when):
+            when = expires
         ack_deadline = self.ack_deadline
         if ack_deadline is not None and (when is None or ack_deadline < when):
             when = ack_deadline
-        inbox = self.inbox
-        if inbox.partials or inbox.ready:
-            stall = inbox.get_timer()
-            if stall is not None and (when is None or stall < when):
-                when = stall
+        for inbox in self.inboxes:
+            if inbox.partials or inbox.ready:
+                stall = inbox.get_timer()
+                if stall is not None and (when is None or stall < when):
+                    when = stall
         # A live heap entry stays valid while the deadline is unchanged (lazy
         # invalidation in TimerQueue), so only a moved deadline costs a push.
         if when != self.deadline:
             self.road.timers.arm(self, when)
 
     def on_timer(self, now: float) -> None:
-        self.inbox.on_timer(now)
+        for inbox in self.inboxes:
+            inbox.on_timer(now)
         if self.ack_deadline is not None and self.ack_deadline <= now:
             self.ack_deadline = None
             self.ack_due = True
-        expired = [seq for seq, m in self.messages.items() if m.expires <= now]
-        for seq in expired:
-            message = self.messages.pop(seq)
-            self.road.emit(TransactionFailed(self.remote.name, "message", "timeout", message.mid))
-        if expired:
-            self._confirm()  # a complete message may now be the oldest
+        self.scheduler.expire(now)
         # The same expression as in _arm, so float rounding cannot leave a due timer idle.
         pto, probed_at = self._pto, self._probed_at
         probes = []
-        for counter, sent in self.in_flight.items():  # oldest first
-            if (sent.at if sent.at > probed_at else probed_at) + pto > now:
+        sent, base = self._sent, self._sent_base
+        for index in range(self._head, len(sent)):  # oldest first
+            record = sent[index]
+            if record is None:
+                continue
+            if (record.at if record.at > probed_at else probed_at) + pto > now:
                 break
-            probes.append(counter)
+            probes.append(base + index)
             if len(probes) == PROBE_PACKETS:
                 break
         if probes:
@@ -530,8 +594,8 @@ class Channel:
         window = self.rx_window
         if counter <= window.highest and window.seen(counter):  # new counters: no call
             raise BadPacket("native counter already seen", DropReason.REPLAY.value)
-        plain = self.box.decrypt_untrusted(
-            data[_PREFIX.size :], _NONCE.pack(self._rx_nonce, counter)
+        plain = self.box.decrypt_untrusted_at(
+            data, _PREFIX.size, _NONCE.pack(self._rx_nonce, counter)
         )
         # Authenticated from here on.  Only packets carrying data are acknowledged (an
         # ack of an ack would never end), but every counter goes into the ranges.
@@ -569,72 +633,48 @@ class Channel:
             elif self.ack_deadline is None:
                 self.ack_deadline = now + ACK_DELAY
 
-    def _frames_untrusted(self, plain: bytes, now: float) -> int:
+    def _frames_untrusted(self, plain: bytearray, now: float) -> int:
         """Handle the frames of one packet: ``_NO_DATA``, ``_HELD`` (data taken) or
         ``_REFUSED`` (a data frame was not held)."""
         end = len(plain)
-        if (
-            end >= _LEAST_ACK_DATA.size
-            and plain[0] == _LEAST_FRAME
-            and plain[9] == _ACK_FRAME
-            and plain[10] == 1
-            and plain[27] == _DATA_FRAME
-        ):
-            (_, least, _, _, first, last, _, body_kind, seq, total, offset, length) = (
-                _LEAST_ACK_DATA.unpack_from(plain)
-            )
-            inbox = self.inbox
-            if (
-                length == end - _LEAST_ACK_DATA.size
-                and offset == 0
-                and length == total
-                and seq == inbox.next_deliver
-                and total <= self._max_message
-            ):
-                # One whole message, the next in order, with a one-range ack: the same
-                # steps as the loop below takes for these three frames, in that order.
-                ranges = self.ack_ranges
-                if ranges and ranges[0][0] < least:
-                    self._forget_below(least)
-                self._on_ack([(first, last)], now)
-                self._deliver(body_kind, plain[_LEAST_ACK_DATA.size :])
-                if inbox.waiting:
-                    inbox.delivered(seq, now)
-                else:
-                    inbox.next_deliver = seq + 1
-                return _HELD
-        inbox = self.inbox
         pos = 0
         carries = _NO_DATA
         try:
             while pos < end:
                 kind = plain[pos]
-                if kind == _DATA_FRAME:
-                    _, body_kind, seq, total, offset, length = _DATA.unpack_from(plain, pos)
-                    pos += _DATA.size
-                    if pos + length > end:
-                        raise BadPacket("truncated native data frame", DropReason.BODY.value)
-                    if (
-                        offset == 0
-                        and length == total
-                        and seq == inbox.next_deliver
-                        and total <= self._max_message
-                    ):
-                        # A whole message, the next in order: no reassembly, no copy
-                        # beyond the slice (the common case for small messages).
-                        self._deliver(body_kind, plain[pos : pos + length])
-                        if inbox.waiting:
-                            inbox.delivered(seq, now)
-                        else:
-                            inbox.next_deliver = seq + 1
-                        if carries == _NO_DATA:
-                            carries = _HELD
-                    elif inbox.take(seq, body_kind, total, offset, plain, pos, length, now):
+                if kind == BATCH_FRAME:
+                    _, body_kind, stream, first, count = BATCH_HEAD.unpack_from(plain, pos)
+                    pos += BATCH_HEAD.size
+                    if stream >= STREAMS or not count:
+                        raise BadPacket("bad native batch frame", DropReason.BODY.value)
+                    lengths = _lengths_untrusted(plain, pos, count)
+                    pos += 2 * count
+                    stop = pos + sum(lengths)
+                    if stop > end:
+                        raise BadPacket("truncated native batch frame", DropReason.BODY.value)
+                    if not self._batch(body_kind, stream, first, lengths, plain, pos, now):
+                        carries = _REFUSED
+                    elif carries == _NO_DATA:
+                        carries = _HELD
+                    pos = stop
+                elif kind == DATA_FRAME:
+                    _, body_kind, stream, seq, total, offset, length = DATA_HEAD.unpack_from(
+                        plain, pos
+                    )
+                    pos += DATA_HEAD.size
+                    if pos + length > end or stream >= STREAMS:
+                        raise BadPacket("bad native data frame", DropReason.BODY.value)
+                    inbox = self.inboxes[stream]
+                    if inbox.take(seq, body_kind, total, offset, plain, pos, length, now):
                         if carries == _NO_DATA:
                             carries = _HELD
                     else:
                         carries = _REFUSED
                     pos += length
+                elif kind == _ACK_NOW_FRAME:
+                    pos += 1
+                    self.ack_due = True
+                    self.road.mark_dirty(self)
                 elif kind == _LEAST_FRAME:
                     _, least = _LEAST.unpack_from(plain, pos)
                     pos += _LEAST.size
@@ -660,6 +700,34 @@ class Channel:
             raise BadPacket(f"truncated native frame: {exc}", DropReason.BODY.value) from None
         return carries
 
+    def _batch(
+        self,
+        body_kind: int,
+        stream: int,
+        first: int,
+        lengths: tuple[int, ...],
+        plain: bytearray,
+        pos: int,
+        now: float,
+    ) -> bool:
+        """The whole messages of one BATCH frame; False if any was refused."""
+        inbox = self.inboxes[stream]
+        if first == inbox.next_deliver and not inbox.waiting:
+            # All in line (the usual case): deliver them, no reassembly at all.
+            deliver = self._deliver
+            for length in lengths:
+                deliver(body_kind, plain[pos : pos + length])
+                pos += length
+            inbox.next_deliver = first + len(lengths)
+            return True
+        held = True
+        take = inbox.take
+        for seq, length in enumerate(lengths, start=first):
+            if not take(seq, body_kind, length, 0, plain, pos, length, now):
+                held = False
+            pos += length
+        return held
+
     def _forget_below(self, least: int) -> None:
         ranges = self.ack_ranges
         while ranges and ranges[0][1] < least:
@@ -684,9 +752,14 @@ class Channel:
     # -- end of the session -------------------------------------------------------------
 
     def unfinished(self) -> list[Outgoing]:
-        """Messages not yet fully acknowledged, in order (to send again in a new session).
+        """Messages not yet fully acknowledged, in the order they were queued (to send
+        again in a new session).
 
         Ends the channel: its reassembly reservations go back to the road's budget."""
         self.road.timers.arm(self, None)
-        self.inbox.close()
-        return [m.outgoing for _, m in sorted(self.messages.items())]
+        for inbox in self.inboxes:
+            inbox.close()
+        return [
+            Outgoing(mid, body, expires, BodyKind(kind))
+            for mid, body, expires, kind in self.scheduler.unfinished()
+        ]

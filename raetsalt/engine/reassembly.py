@@ -33,9 +33,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from raetsalt.engine.events import DropReason
 from raetsalt.errors import BadPacket
+
+if TYPE_CHECKING:
+    from raetsalt.engine.road import RoadConfig
 
 CHARGE_FLOOR = 4096
 """Bytes every held message is charged beyond its size (its bookkeeping)."""
@@ -85,6 +89,10 @@ class ReassemblyBudget:
         self.by_owner: dict[int, int] = {}
         self.waiting = 0
         self.waiting_by_owner: dict[int, int] = {}
+
+    @classmethod
+    def for_config(cls, config: RoadConfig) -> ReassemblyBudget:
+        return cls(config.reassembly_per_remote, config.reassembly_total, config.max_message_size)
 
     def held(self, owner: int) -> int:
         return self.by_owner.get(owner, 0)
@@ -137,7 +145,7 @@ class _Partial:
     """When the last new piece came (partials are kept in this order)."""
     buffer: bytearray = field(default_factory=bytearray)
     """The message from offset 0 as far as it is contiguous."""
-    early: dict[int, bytes] = field(default_factory=dict)
+    early: dict[int, Buffer] = field(default_factory=dict)
     """Pieces beyond the buffer's end, by offset."""
     early_held: int = 0
     """What the early pieces take, overhead included."""
@@ -180,7 +188,7 @@ class Reassembly:
     # -- frames -------------------------------------------------------------------------
 
     def take(
-        self, seq: int, kind: int, total: int, offset: int, plain: bytes, pos: int, length: int,
+        self, seq: int, kind: int, total: int, offset: int, plain: Buffer, pos: int, length: int,
         now: float,
     ) -> bool:
         """One DATA frame (``plain[pos:pos + length]``); False if it was refused (the

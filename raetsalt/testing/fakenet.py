@@ -20,7 +20,7 @@ from typing import Protocol
 class Engine(Protocol):
     def receive_datagram(self, data: bytes, address: tuple[str, int], now: float) -> None: ...
 
-    def datagrams_to_send(self, now: float) -> list[tuple[bytes, tuple[str, int]]]: ...
+    def datagrams_to_send(self, now: float) -> list[tuple[bytes | bytearray, tuple[str, int]]]: ...
 
     def next_timer(self) -> float | None: ...
 
@@ -51,7 +51,9 @@ class FakeNet:
         self.rng = random.Random(self.seed)
         self.hosts: dict[tuple[str, int], Engine] = {}
         self.down: set[tuple[str, int]] = set()
-        self._queue: list[tuple[float, int, bytes, tuple[str, int], tuple[str, int]]] = []
+        self._queue: list[
+            tuple[float, int, bytes | bytearray, tuple[str, int], tuple[str, int]]
+        ] = []
         self._seq = itertools.count()
         self.delivered = 0
         self.lost = 0
@@ -97,7 +99,7 @@ class FakeNet:
             engine = self.hosts.get(destination)
             if engine is not None:
                 self.delivered += 1
-                engine.receive_datagram(data, source, self.now)
+                engine.receive_datagram(bytes(data), source, self.now)  # as a socket reads it
         for engine in list(self.hosts.values()):
             when = engine.next_timer()
             if when is not None and when <= self.now:

@@ -1,7 +1,7 @@
 """Issue 10, F3 end to end: the security report's partial-message flood against a real
 raetsalt-master.
 
-An accepted estate (auto_accept) sends 200 native datagrams of ~47 B, each announcing a
+An accepted estate (auto_accept) sends 200 native datagrams of 48 B, each announcing a
 16 MiB message it never finishes.  The first version's peak RSS went from 33 MB to 3.3 GB
 (here too: its VmHWM, which also catches memory a session reset gave back later); now the
 master's peak RSS (read from /proc) barely moves and it still acknowledges the estate's
@@ -11,13 +11,13 @@ its acknowledgement means they were all processed.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator
 
 import pytest
 
 from raetsalt.drivers.udp import RoadStack
 from raetsalt.engine.events import Allowed, MessageDelivered
+from raetsalt.engine.scheduler import BULK, DATA_HEAD
 from raetsalt.keep.records import AutoMode
 from raetsalt.keep.store import FileKeep
 from raetsalt.wire.enums import BodyKind
@@ -27,7 +27,6 @@ from .helpers import World, make_world
 pytestmark = pytest.mark.integration
 
 MiB = 1024 * 1024
-_DATA = struct.Struct("!BBIIIH")  # the native DATA frame head (engine/native.py)
 
 
 @pytest.fixture
@@ -55,11 +54,11 @@ def test_partial_message_flood_leaves_the_masters_memory_alone(world: World) -> 
         channel = stack.road.remote(uid).channel
         assert channel is not None, "the session is not native"
         before = _peak_rss_kib(master.popen.pid)
-        first = channel.next_seq + 1000
+        first = channel.scheduler.streams[BULK].next_seq + 1000
         for n in range(200):
-            frame = _DATA.pack(1, BodyKind.MSGPACK, first + n, 16 * MiB, 0, 1) + b"x"
+            frame = DATA_HEAD.pack(1, BodyKind.MSGPACK, BULK, first + n, 16 * MiB, 0, 1) + b"x"
             datagram = channel.seal_packet(frame)
-            assert len(datagram) == 47
+            assert len(datagram) == 48
             stack.sock.sendto(datagram, master_ha)
         mid = stack.send(uid, {"after": "the flood"})
         stack.run_until(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import random
-import struct
 import tracemalloc
 from typing import Any
 
@@ -23,6 +22,7 @@ from hypothesis import strategies as st
 from raetsalt.engine.message import MessageSender
 from raetsalt.engine.reassembly import Reassembly, ReassemblyBudget, charge
 from raetsalt.engine.remote import Outgoing
+from raetsalt.engine.scheduler import BULK, DATA_HEAD
 from raetsalt.errors import BadPacket
 from raetsalt.keep.store import MemoryKeep
 from raetsalt.testing.fakenet import Conditions
@@ -32,11 +32,20 @@ from raetsalt.wire.enums import BodyKind
 MiB = 1024 * 1024
 NATIVE = {"native": True}
 RAET = {"native": False}
-_DATA = struct.Struct("!BBIIIH")  # the native DATA frame head (engine/native.py)
 
 
-def _frame(seq: int, total: int, offset: int, data: bytes, kind: int = BodyKind.MSGPACK) -> bytes:
-    return _DATA.pack(1, kind, seq, total, offset, len(data)) + data
+def _frame(seq: int, total: int, offset: int, data: bytes, stream: int = BULK) -> bytes:
+    """A native DATA frame (engine/scheduler.py) of message ``seq`` of ``stream``."""
+    return DATA_HEAD.pack(1, BodyKind.MSGPACK, stream, seq, total, offset, len(data)) + data
+
+
+def _claim_seq(channel: Any, stream: int = BULK) -> int:
+    """The next sequence number of ``stream``, taken for a forged message."""
+    state = channel.scheduler.streams[stream]
+    seq = state.next_seq
+    state.next_seq += 1
+    state.confirmed += 1  # the forged message needs no confirmation
+    return seq  # type: ignore[no-any-return]
 
 
 def _held(road: Any) -> int:
@@ -64,16 +73,17 @@ def _native_pair(**main: Any) -> Pair:
 
 
 def test_native_flood_of_unfinished_messages_is_bounded_and_counted() -> None:
-    """200 datagrams of ~47 B, each announcing a 16 MiB message (the report's attack)."""
+    """200 datagrams of 48 B, each announcing a 16 MiB message (the report's attack)."""
     pair = _native_pair()
     main, attacker = pair.main.road, pair.minion.road
     channel = attacker.remote("main").channel
-    ahead = channel.next_seq + 1000  # out of line: they could only wait for earlier ones
+    # Out of line: they could only wait for earlier ones.
+    ahead = channel.scheduler.streams[BULK].next_seq + 1000
     datagrams = [
         channel.seal_packet(_frame(ahead + i, 16 * MiB, (i % 7) * 1300, b"x"))
         for i in range(200)
     ]
-    assert max(len(d) for d in datagrams) <= 47
+    assert max(len(d) for d in datagrams) <= 48
 
     def attack() -> None:
         for data in datagrams:
@@ -84,28 +94,32 @@ def test_native_flood_of_unfinished_messages_is_bounded_and_counted() -> None:
     config = main.config
     assert _held(main) <= config.reassembly_per_remote
     assert main.stats["drop_reassembly_limit"] >= 199
-    # The peer's own messages still go through, at once.
-    for n in range(3):
-        attacker.send_message("main", {"n": n}, pair.net.now)
+    # The peer's own messages still go through, at once, small and bulk.
+    sent = [{"n": 0}, {"n": 1, "bulk": "b" * 100_000}, {"n": 2}]
+    for body in sent:
+        attacker.send_message("main", body, pair.net.now)
     assert pair.until(lambda: len(pair.main.received()) == 3, timeout=1.0)
-    assert pair.main.received() == [{"n": 0}, {"n": 1}, {"n": 2}]
+    assert sorted(pair.main.received(), key=repr) == sorted(sent, key=repr)
 
 
 def test_native_stalled_message_in_line_is_discarded_and_later_ones_delivered() -> None:
     pair = _native_pair(reassembly_timeout=5.0)
     main, attacker = pair.main.road, pair.minion.road
     channel = attacker.remote("main").channel
-    stalled = channel.next_seq
-    channel.next_seq += 1  # the message in line is the attacker's, never finished
+    stalled = _claim_seq(channel)  # the bulk message in line: the attacker's, never finished
     main.receive_datagram(
         channel.seal_packet(_frame(stalled, 16 * MiB, 0, b"y" * 1000)), MINION_HA, pair.net.now
     )
     assert _held(main) == charge(16 * MiB)
-    for n in range(3):
-        attacker.send_message("main", {"n": n}, pair.net.now)
-    assert not pair.until(lambda: bool(pair.main.received()), timeout=4.0)  # in order: wait
-    assert pair.until(lambda: len(pair.main.received()) == 3, timeout=2.0)
-    assert pair.main.received() == [{"n": 0}, {"n": 1}, {"n": 2}]
+    bulk = [{"n": n, "bulk": "b" * 50_000} for n in range(3)]
+    for body in bulk:
+        attacker.send_message("main", body, pair.net.now)
+    attacker.send_message("main", {"small": "not held up"}, pair.net.now)
+    assert pair.until(lambda: bool(pair.main.received()), timeout=1.0)
+    assert pair.main.received() == [{"small": "not held up"}]  # another stream: no wait
+    assert not pair.until(lambda: len(pair.main.received()) > 1, timeout=3.5)  # in line: wait
+    assert pair.until(lambda: len(pair.main.received()) == 4, timeout=2.0)
+    assert pair.main.received()[1:] == bulk
     assert main.stats["drop_reassembly_timeout"] == 1
     assert _held(main) == 0
     # A late frame of the discarded message is refused, never acknowledged.
@@ -129,14 +143,14 @@ def test_native_global_cap_holds_across_remotes() -> None:
     main = pair.main.road
     for road in [pair.minion.road] + [n.road for n in extra]:
         channel = road.remote("main").channel
-        frame = _frame(channel.next_seq, 16 * MiB, 0, b"z" * 100)
+        frame = _frame(channel.scheduler.streams[BULK].next_seq, 16 * MiB, 0, b"z" * 100)
         main.receive_datagram(channel.seal_packet(frame), road.ha, pair.net.now)
     # Two fit (each reserves its 16 MiB and an eighth), the third does not.
     assert _held(main) == 2 * charge(16 * MiB) <= 48 * MiB
     assert main.stats["drop_reassembly_limit"] == 1
     # The refused remote is still heard: its message in line needs no reservation.
-    extra[-1].road.send_message("main", {"still": "heard"}, pair.net.now)
-    assert pair.until(lambda: {"still": "heard"} in pair.main.received(), timeout=1.0)
+    extra[-1].road.send_message("main", {"still": "heard", "x": "x" * 20_000}, pair.net.now)
+    assert pair.until(lambda: len(pair.main.received()) == 1, timeout=1.0)
 
 
 @pytest.mark.parametrize("seed", range(2))
@@ -166,9 +180,8 @@ def test_ending_the_session_gives_the_reservations_back() -> None:
     pair = _native_pair()
     main, attacker = pair.main.road, pair.minion.road
     channel = attacker.remote("main").channel
-    main.receive_datagram(
-        channel.seal_packet(_frame(channel.next_seq, MiB, 0, b"w" * 500)), MINION_HA, pair.net.now
-    )
+    frame = _frame(channel.scheduler.streams[BULK].next_seq, MiB, 0, b"w" * 500)
+    main.receive_datagram(channel.seal_packet(frame), MINION_HA, pair.net.now)
     assert _held(main) > 0
     main.remove_remote("minion")
     assert _held(main) == 0
