@@ -3,9 +3,9 @@
 ``RoadStack`` owns one UDP socket (IPv4 or IPv6, chosen by the bound address) and one
 ``Road``.  Each wake-up (``service_ready``) it
 
-1. drains the socket: ``recvfrom_into`` in a loop until EAGAIN (at most ``max_drain``
-   datagrams, so a flood cannot starve timers and sends), handing every datagram to
-   ``Road.receive_datagram``;
+1. drains the socket until it is empty (at most ``max_drain`` reads and
+   ``MAX_DRAIN_BYTES``, so a flood cannot starve timers and sends), handing every
+   datagram to ``Road.receive_datagram``;
 2. fires the road's due timers;
 3. sends everything ``Road.datagrams_to_send`` returns.  On EAGAIN the rest stays queued
    in order and the socket is watched for writability; nothing ever blocks;
@@ -27,6 +27,8 @@ Socket choices and why:
 * OS errors of a single ``recvfrom``/``sendto`` (ICMP-reported ECONNREFUSED,
   EHOSTUNREACH, ENOBUFS ...) are counted in ``stats`` and the datagram is dropped; the
   road's retransmissions recover.  They never escape ``service``.
+* the system calls themselves are ``raetsalt.drivers.batching``'s: UDP GSO/GRO and
+  sendmmsg/recvmmsg where Linux has them (``batching`` turns them off one by one).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
+from raetsalt.drivers.batching import Datagram, DatagramIO
 from raetsalt.drivers.clock import Clock, monotonic
 from raetsalt.engine.events import Event, MessageReceived
 from raetsalt.engine.road import Road, RoadConfig
@@ -58,6 +61,10 @@ RECEIVE_BUFFER = 65536
 """Largest datagram read whole; anything bigger is truncated and then refused by the parser."""
 MAX_DRAIN = 4096
 """Datagrams read per wake-up before timers and sends get their turn."""
+MAX_DRAIN_BYTES = 256 * 1024
+"""Bytes read per wake-up before timers, sends and events get their turn: acks and
+replies go out (and messages reach the application) within a quarter megabyte of input,
+not after a whole socket buffer of bulk data."""
 
 Address = tuple[str, int]
 
@@ -119,10 +126,6 @@ def resolve(ha: Address, family: int = socket.AF_UNSPEC) -> tuple[int, Address]:
     raise LocalError(f"cannot resolve {format_ha(ha)}: no IPv4/IPv6 address")
 
 
-def _errname(exc: OSError) -> str:
-    return errno.errorcode.get(exc.errno or 0, str(exc.errno)).lower()
-
-
 class RoadStack:
     """A ``Road`` bound to a UDP socket.
 
@@ -149,6 +152,7 @@ class RoadStack:
         sock: socket.socket | None = None,
         buffer_size: int = SOCKET_BUFFER,
         max_drain: int = MAX_DRAIN,
+        batching: Mapping[str, bool] | None = None,
     ) -> None:
         self._keep_arg = keep
         self.bind_ha = ha
@@ -175,11 +179,12 @@ class RoadStack:
         # EAGAIN (a raised exception).  None where the platform has no poll.
         self._poll: Any = None
         self._registered: dict[selectors.BaseSelector, Any] = {}
-        self._txq: deque[tuple[bytes, Address]] = deque()
+        self._txq: deque[tuple[Datagram, Address]] = deque()
         self._want_write = False
         self._events: list[Event] = []
         self._rxbuf = bytearray(RECEIVE_BUFFER)
-        self._rxview = memoryview(self._rxbuf)
+        self._batching = dict(batching or {})
+        self._io: DatagramIO
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -204,6 +209,7 @@ class RoadStack:
             self.address = (str(sock.getsockname()[0]), int(sock.getsockname()[1]))
             self.rcvbuf = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
             self.sndbuf = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+            self._io = DatagramIO(sock, self.stats, **self._batching)
             kwargs: dict[str, Any] = {}
             if self._rng is not None:
                 kwargs["rng"] = self._rng
@@ -315,12 +321,14 @@ class RoadStack:
         as ``MessageDelivered`` or ``TransactionFailed(kind="message")``.
 
         The message goes out at the next ``service``/``service_ready`` (``timeout()`` is 0
-        until then), so messages queued between two wake-ups share datagrams.
+        until then), so messages queued between two wake-ups share datagrams; events are
+        collected there too, once per pass.
         """
-        road = self.road
-        mid = road.send_message(to, body, self.clock())
-        self._collect(road)
-        return mid
+        return self.road.send_message(to, body, self.clock())
+
+    def send_many(self, to: str | int, bodies: list[Mapping[str, Any]]) -> range:
+        """Queue many messages at once (see ``Road.send_messages``); returns their mids."""
+        return self.road.send_messages(to, bodies, self.clock())
 
     def _after_command(self) -> None:
         # Connection commands are rare and their latency matters: send them at once.
@@ -480,33 +488,22 @@ class RoadStack:
         if poll is not None and not readable and not poll.poll(0):
             return
         receive = road.receive_datagram
-        recvfrom_into = self.sock.recvfrom_into
-        buf, view = self._rxbuf, self._rxview
-        # IPv6 sources come as 4-tuples; the road stores (host, port).
-        trim = self.family == socket.AF_INET6
-        count = 0
-        try:
-            for _ in range(self.max_drain):
-                try:
-                    size, source = recvfrom_into(buf)
-                except BlockingIOError:
-                    return
-                except OSError as exc:
-                    # An ICMP error queued on the socket (ECONNREFUSED, EHOSTUNREACH ...)
-                    # is reported once by the next receive; the datagram is not lost.
-                    self.stats[f"rx_error_{_errname(exc)}"] += 1
-                    continue
-                count += 1
-                try:
-                    receive(view[:size].tobytes(), source[:2] if trim else source, now)
-                except Exception:  # noqa: BLE001 - one datagram must never stop the stack
-                    self.stats["engine_error"] += 1
-                    log.exception("road failed on a datagram from %s", format_ha(source[:2]))
-                if poll is not None and not poll.poll(0):
-                    return  # drained (poll is level-triggered), no EAGAIN needed
-        finally:
-            if count:
-                self.stats["rx"] += count
+
+        def handle(data: bytes, source: Address) -> None:
+            try:
+                receive(data, source, now)
+            except Exception:  # noqa: BLE001 - one datagram must never stop the stack
+                self.stats["engine_error"] += 1
+                log.exception("road failed on a datagram from %s", format_ha(source))
+
+        budget = MAX_DRAIN_BYTES
+        for _ in range(self.max_drain):
+            got = self._io.receive(self._rxbuf, handle, budget)
+            budget -= got
+            if budget <= 0 or (poll is not None and not poll.poll(0)):
+                return  # drained (poll is level-triggered), no EAGAIN needed
+            if not got and poll is None:
+                return
 
     def _flush(self, now: float, road: Road) -> None:
         txq = self._txq
@@ -517,41 +514,19 @@ class RoadStack:
                 self._send_list(out)
             return
         txq.extend(out)
-        sock = self.sock
-        while txq:
-            data, address = txq[0]
-            try:
-                sock.sendto(data, address)
-            except BlockingIOError:
-                self.stats["tx_blocked"] += 1
-                self._set_want_write(True)
-                return
-            except OSError as exc:
-                # Unreachable, no route, no buffers: dropped like a lost datagram.
-                self.stats[f"tx_error_{_errname(exc)}"] += 1
-            else:
-                self.stats["tx"] += 1
-            txq.popleft()
-        self._set_want_write(False)
+        pending = list(txq)
+        txq.clear()
+        self._send_list(pending)
+        if not self._txq:
+            self._set_want_write(False)
 
-    def _send_list(self, out: list[tuple[bytes, Address]]) -> None:
-        sendto = self.sock.sendto
-        sent = 0
-        for index, (data, address) in enumerate(out):
-            try:
-                sendto(data, address)
-            except BlockingIOError:
-                self.stats["tx_blocked"] += 1
-                self._txq.extend(out[index:])
-                self._set_want_write(True)
-                break
-            except OSError as exc:
-                # Unreachable, no route, no buffers: dropped like a lost datagram.
-                self.stats[f"tx_error_{_errname(exc)}"] += 1
-            else:
-                sent += 1
-        if sent:
-            self.stats["tx"] += sent
+    def _send_list(self, out: list[tuple[Datagram, Address]]) -> None:
+        """Send ``out`` (``DatagramIO``: GSO, sendmmsg or one by one); what the full
+        socket refused waits in ``_txq`` for writability, in order."""
+        index = self._io.send(out)
+        if index < len(out):
+            self._txq.extend(out[index:])
+            self._set_want_write(True)
 
     def _interest(self) -> int:
         return selectors.EVENT_READ | (selectors.EVENT_WRITE if self._want_write else 0)
