@@ -4,12 +4,17 @@
 
 KIND is ``raetsalt`` (our ``RoadStack``; ``OPTIONS["config"]`` is passed to ``RoadConfig``,
 which is how a profile variant is selected), ``raet`` (raet 0.6.8 through
-``tests/raet_shim.py``) or ``zmq`` (pyzmq with CURVE).  ROLE is one of
+``tests/raet_shim.py``) or ``zmq`` (pyzmq with CURVE; ``OPTIONS["codec"]`` is ``msgpack``,
+``json`` or ``raw``: raw sends the bodies' bytes, encoded before the clock starts, and
+the receiver compares bytes instead of decoding).  ROLE is one of
 
 * ``recv`` / ``send``: one-way messages.  ``recv`` is the server; ``send`` connects to
   ``OPTIONS["peer"]``, waits for the session, then sends ``count`` bodies keeping at most
-  ``window`` undelivered;
+  ``window`` undelivered (raetsalt: ``OPTIONS["batch"]`` queues them with
+  ``send_many``, up to ``BATCH`` at a time, else one ``send`` each);
 * ``echo`` / ``ping``: sequential 100 B request/response;
+* ``hol-echo`` / ``hol-ping`` (raetsalt): ``ping`` while ``OPTIONS["bulk"]`` 1 MiB
+  messages stay outstanding on the same road; the echo answers pings only;
 * ``main`` / ``fleet``: ``fleet`` creates ``n`` estates (clients) in this one process,
   then connects them all to ``main``, which reports when all ``n`` are allowed.
 
@@ -46,6 +51,8 @@ TESTS = os.path.join(ROOT, "tests")
 _ALPHABET = (string.ascii_letters + string.digits + "-_").encode("ascii")
 _TABLE = bytes(_ALPHABET[i % 64] for i in range(256))
 _EMPTY_BODY = len(json.dumps({"i": "00000000", "d": ""}, separators=(",", ":")))
+BATCH = 256
+"""Messages per ``send_many`` call of a batching sender."""
 
 
 def emit(event: str, **fields: Any) -> None:
@@ -259,16 +266,25 @@ def rs_send(opts: dict[str, Any]) -> None:
     stack, uid = rs_connect(opts, "sender")
     payload, count, window = Payload(opts["size"]), opts["count"], opts["window"]
     bodies = [payload.body(i) for i in range(count)]
+    batch = BATCH if opts.get("batch") else 0
     c0, t0 = cpu(), time.monotonic()
     deadline = t0 + opts["timeout"]
     sent = delivered = failed = 0
     while delivered + failed < count and time.monotonic() < deadline:
-        while sent < count and sent - delivered - failed < window:
-            stack.send(uid, bodies[sent])
-            sent += 1
+        room = min(count - sent, window - (sent - delivered - failed))
+        if batch:
+            while room > 0:
+                take = min(room, batch)
+                stack.send_many(uid, bodies[sent : sent + take])
+                sent += take
+                room -= take
+        else:
+            for body in bodies[sent : sent + max(room, 0)]:
+                stack.send(uid, body)
+                sent += 1
         for event in stack.service(deadline - time.monotonic()):
             if isinstance(event, MessageDelivered):
-                delivered += 1
+                delivered += event.count
             elif isinstance(event, TransactionFailed) and event.kind == "message":
                 failed += 1
     emit(
@@ -322,6 +338,79 @@ def rs_ping(opts: dict[str, Any]) -> None:
         rtts.append(time.perf_counter() - t)
         bad += payload.check(reply) != i
     emit("result", **rtt_result(rtts, bad, count, c0))
+    stack.close()
+
+
+def rs_hol_echo(opts: dict[str, Any]) -> None:
+    """Answer pings; count the bulk messages (they are not echoed)."""
+    from raetsalt.engine.events import MessageReceived
+
+    stack = rs_stack(opts, main=True, name="main")
+    bulk = [0]
+
+    def on_event(event: Any) -> None:
+        if isinstance(event, MessageReceived):
+            if "ping" in event.body:
+                stack.send(event.remote, event.body)
+            else:
+                bulk[0] += 1
+
+    emit("ready", ha=list(stack.address))
+    rs_serve(stack, on_event, time.monotonic() + opts["timeout"])
+    emit("final", maxrss_kib=maxrss_kib(), bulk=bulk[0])
+    stack.close()
+
+
+def rs_hol_ping(opts: dict[str, Any]) -> None:
+    """Sequential 100 B pings, first on an idle road, then while ``bulk`` 1 MiB messages
+    are kept outstanding on the same road (a new one as soon as one is delivered)."""
+    from raetsalt.engine.events import MessageDelivered, MessageReceived, TransactionFailed
+
+    stack, uid = rs_connect(opts, "pinger")
+    payload, count, outstanding_max = Payload(opts["size"]), opts["count"], opts["bulk"]
+    filler = Payload(1024 * 1024)
+    deadline = time.monotonic() + opts["timeout"]
+    state = {"outstanding": 0, "bulk_done": 0, "bulk_sent": 0}
+
+    def phase(loaded: bool) -> list[float]:
+        rtts = []
+        for i in range(count):
+            if loaded:
+                while state["outstanding"] < outstanding_max:
+                    stack.send(uid, filler.body(state["bulk_sent"]))
+                    state["bulk_sent"] += 1
+                    state["outstanding"] += 1
+            body = {"ping": i, **payload.body(i)}
+            t = time.perf_counter()
+            pings.add(stack.send(uid, body))
+            reply = None
+            while reply is None and time.monotonic() < deadline:
+                for event in stack.service(deadline - time.monotonic()):
+                    if isinstance(event, MessageReceived) and event.body.get("ping") == i:
+                        reply = event.body
+                    elif isinstance(event, MessageDelivered) and event.mid not in pings:
+                        state["outstanding"] -= event.count
+                        state["bulk_done"] += event.count
+                    elif isinstance(event, TransactionFailed):
+                        state["outstanding"] -= 1
+            if reply is None:
+                break
+            rtts.append(time.perf_counter() - t)
+        return rtts
+
+    pings: set[int] = set()
+    idle = phase(False)
+    done0, t0 = state["bulk_done"], time.monotonic()
+    loaded = phase(True)
+    elapsed = time.monotonic() - t0
+    emit(
+        "result",
+        verified=len(idle) == count and len(loaded) == count,
+        idle_p50_us=percentile(idle, 0.5) * 1e6 if idle else None,
+        p50_us=percentile(loaded, 0.5) * 1e6 if loaded else None,
+        p99_us=percentile(loaded, 0.99) * 1e6 if loaded else None,
+        bulk_mb_per_s=(state["bulk_done"] - done0) * 1.048576 / elapsed if elapsed else None,
+    )
     stack.close()
 
 
@@ -756,6 +845,42 @@ class ZmqEnv:
                 stdin.read()
 
 
+class Codec:
+    """How a ZeroMQ worker turns bodies into frames and back (``OPTIONS["codec"]``).
+
+    ``msgpack`` is what the native profile uses (the like-for-like row); ``json`` is the
+    first version's baseline; ``raw`` sends each body's JSON bytes, encoded before the
+    clock starts, and the receiver only compares bytes (libzmq CURVE without a codec).
+    """
+
+    def __init__(self, name: str, payload: Payload) -> None:
+        import msgpack
+
+        self.name, self.payload = name, payload
+        self.encode: Callable[[Any], bytes] = (
+            msgpack.packb if name == "msgpack" else _dumps  # type: ignore[assignment]
+        )
+        self.decode: Callable[[bytes], Any] = (
+            msgpack.unpackb if name == "msgpack" else json.loads  # type: ignore[assignment]
+        )
+
+    def frames(self, count: int) -> list[Any]:
+        """What the sender hands to ``send``, one per message."""
+        bodies = [self.payload.body(i) for i in range(count)]
+        return [_dumps(b) for b in bodies] if self.name == "raw" else bodies
+
+    def add(self, tally: Tally, data: bytes) -> None:
+        if self.name != "raw":
+            tally.add(self.decode(data))
+            return
+        try:
+            seq = int(data[6:14])
+        except ValueError:
+            seq = -1
+        expected = _dumps(self.payload.body(seq)) if 0 <= seq < tally.count else b""
+        tally.add(self.payload.body(seq) if data == expected else None)
+
+
 def _dumps(body: Any) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode("utf-8")
 
@@ -763,14 +888,16 @@ def _dumps(body: Any) -> bytes:
 def zmq_recv(opts: dict[str, Any]) -> None:
     env = ZmqEnv()
     sock, ha, key = env.server(env.zmq.PULL)
-    tally = Tally(Payload(opts["size"]), opts["count"])
+    payload = Payload(opts["size"])
+    tally = Tally(payload, opts["count"])
+    codec = Codec(opts.get("codec", "msgpack"), payload)
     emit("ready", ha=ha, key=key)
     c0 = cpu()
     deadline = time.monotonic() + opts["timeout"]
-    # The same application work as the road stacks: decode JSON, check the mapping.
+    # The same application work as the road stacks: decode, check the mapping.
     while not tally.complete and time.monotonic() < deadline:
         if sock.poll(100):
-            tally.add(json.loads(sock.recv(copy=False).bytes))
+            codec.add(tally, sock.recv(copy=False).bytes)
     emit("result", cpu=cpu() - c0, **tally.result())
     env.wait_eof(deadline)
     emit("final", maxrss_kib=maxrss_kib())
@@ -782,10 +909,17 @@ def zmq_send(opts: dict[str, Any]) -> None:
     sock = env.client(env.zmq.PUSH, opts)
     env.connect_and_handshake(sock, opts)
     payload, count = Payload(opts["size"]), opts["count"]
-    bodies = [payload.body(i) for i in range(count)]
+    codec = Codec(opts.get("codec", "msgpack"), payload)
+    frames = codec.frames(count)
+    copy = opts["size"] < 65536
     c0, t0 = cpu(), time.monotonic()
-    for body in bodies:
-        sock.send(_dumps(body), copy=len(body["d"]) < 65536)
+    if codec.name == "raw":
+        for frame in frames:
+            sock.send(frame, copy=copy)
+    else:
+        encode = codec.encode
+        for body in frames:
+            sock.send(encode(body), copy=copy)
     t_end = time.monotonic()
     # PUSH cannot see delivery: the receiver reports it; the I/O thread's CPU is counted
     # once the orchestrator says the receiver has everything (stdin EOF).
@@ -803,10 +937,12 @@ def zmq_echo(opts: dict[str, Any]) -> None:
     poller.register(sock, env.zmq.POLLIN)
     poller.register(stdin.fd, env.zmq.POLLIN)
     deadline = time.monotonic() + opts["timeout"]
+    codec = Codec(opts.get("codec", "msgpack"), Payload(100))
     while not stdin.eof and time.monotonic() < deadline:
         for what, _ in poller.poll(100):
             if what is sock:
-                sock.send(_dumps(json.loads(sock.recv())))
+                data = sock.recv()
+                sock.send(data if codec.name == "raw" else codec.encode(codec.decode(data)))
             else:
                 stdin.read()
     emit("final", maxrss_kib=maxrss_kib())
@@ -818,16 +954,19 @@ def zmq_ping(opts: dict[str, Any]) -> None:
     sock = env.client(env.zmq.REQ, opts)
     env.connect_and_handshake(sock, opts)
     payload, count = Payload(opts["size"]), opts["count"]
+    codec = Codec(opts.get("codec", "msgpack"), payload)
     rtts: list[float] = []
     bad = 0
     c0 = cpu()
     for i in range(count):
         body = payload.body(i)
+        raw = _dumps(body) if codec.name == "raw" else b""
         t = time.perf_counter()
-        sock.send(_dumps(body))
+        sock.send(raw or codec.encode(body))
         if not sock.poll(opts["timeout"] * 1000):
             break
-        reply = json.loads(sock.recv())
+        data = sock.recv()
+        reply = (body if data == raw else None) if raw else codec.decode(data)
         rtts.append(time.perf_counter() - t)
         bad += payload.check(reply) != i
     emit("result", **rtt_result(rtts, bad, count, c0))
@@ -880,6 +1019,8 @@ ROLES: dict[str, dict[str, Callable[[dict[str, Any]], None]]] = {
         "send": rs_send,
         "echo": rs_echo,
         "ping": rs_ping,
+        "hol-echo": rs_hol_echo,
+        "hol-ping": rs_hol_ping,
         "main": rs_main,
         "fleet": rs_fleet,
     },
