@@ -88,6 +88,7 @@ _RANGE = struct.Struct("!QQ")
 _LEAST = struct.Struct("!BQ")
 _ONE_RANGE = struct.Struct("!BBQQ")  # an ACK frame with a single range, the usual case
 _LEAST_ACK = struct.Struct("!BQBBQQ")  # LEAST and a one-range ACK, built in one go
+_LEAST_DATA = struct.Struct("!BQ" + DATA_HEAD.format[1:])  # LEAST and a DATA head, read at once
 _NONCE = struct.Struct("!16sQ")
 _ACK_FRAME = 2
 _LEAST_FRAME = 3
@@ -286,22 +287,25 @@ class Channel:
         if scheduler.has_data():
             limit = self._limit
             allowance = self.flow.allowance
-            while True:
-                first = scheduler.first_size()
-                if not first:
-                    break
+            while scheduler.has_data():
+                if not self.ack_pending and self._burst(now, out):
+                    continue
                 express_only = False
-                if allowance(self.bytes_in_flight) <= 0:
+                if allowance(self.bytes_in_flight, now) <= 0:
                     # The window is full: only express frames may go, a little beyond it.
                     if not scheduler.express_first() or (
-                        allowance(self.bytes_in_flight, express=True) <= 0
+                        allowance(self.bytes_in_flight, now, express=True) <= 0
                     ):
                         break
                     express_only = True
                 # Tell the receiver which acks still matter, so its ranges stay few.
-                least = self._oldest_counter()
+                sent = self._sent
+                least = self._sent_base + self._head if self._head < len(sent) else self.counter + 1
                 with_ack = False
                 if self.ack_pending:
+                    first = scheduler.first_size()
+                    if not first:
+                        break
                     ranges = self.ack_ranges
                     if len(ranges) == 1:  # the usual case: both frames in one pack
                         head = _LEAST_ACK.pack(
@@ -321,20 +325,62 @@ class Channel:
                 # One byte kept for ACK_NOW: a datagram that fills the window asks for an
                 # ack at once, or the sender would idle for the receiver's ack delay.
                 room = limit - len(head) - len(_ACK_NOW)
-                used = scheduler.fill(room, parts, frames, express_only=express_only)
+                used, express = scheduler.fill(room, parts, frames, express_only=express_only)
                 if not frames:
                     break
-                if allowance(self.bytes_in_flight + len(head) + used + _PREFIX.size + _TAG) <= 0:
+                size = len(head) + used + _PREFIX.size + _TAG
+                if express:
+                    self.flow.on_sent(now, express=True)
+                if allowance(self.bytes_in_flight + size, now) <= 0:
                     parts.append(_ACK_NOW)
                 self._emit(b"".join(parts), now, out, frames, with_ack=with_ack)
         if self.ack_due and self.ack_pending:
             self._emit(self._ack_frame(), now, out, None, with_ack=True)
         self._arm()
 
+    def _burst(self, now: float, out: list[tuple[Datagram, tuple[str, int]]]) -> bool:
+        """The pieces of a bulk transfer, one per datagram, in a tight loop: what ``flush``
+        does for them one by one, without its per-datagram choices (nothing else is
+        waiting and no ack is owed; ``Scheduler.burst`` checks).  False: not now."""
+        size = self.datagram_size - len(_ACK_NOW)  # a datagram with one whole piece
+        room = self.flow.allowance(self.bytes_in_flight, now)
+        item, count = self.scheduler.burst(-(-room // size) if room > 0 else 0)
+        if item is None or count < 2:
+            return False
+        sent = self._sent
+        if len(sent) < self.counter - self._sent_base:  # counters sealed without a record
+            sent.extend([None] * (self.counter - self._sent_base - len(sent)))
+        least = _LEAST.pack(_LEAST_FRAME, self._oldest_counter())
+        chunk, view, total, stream = self.scheduler.chunk, item.view, len(item.body), item.stream
+        head, prefix, nonce = DATA_HEAD.pack, _PREFIX.pack, _NONCE.pack
+        encrypt, tx_nonce = self.box.encrypt_after, self._tx_nonce
+        fuid, ha = self.remote.fuid, self.remote.ha
+        counter = self.counter
+        offset = item.sent
+        flying = 0
+        for last in range(count - 1, -1, -1):
+            counter += 1
+            parts: list[bytes | memoryview] = [
+                least,
+                head(DATA_FRAME, item.kind, stream, item.first_seq, total, offset, chunk),
+                view[offset : offset + chunk],
+            ]
+            if not last and room - flying - size <= 0:
+                parts.append(_ACK_NOW)  # the window is full after this one
+            data = encrypt(prefix(MAGIC, fuid, counter), b"".join(parts), nonce(tx_nonce, counter))
+            out.append((data, ha))
+            sent.append(_Sent(now, len(data), [(item, offset, chunk)]))
+            flying += len(data)
+            offset += chunk
+        if self._head >= len(sent) - count:
+            self._trim()
+        self.counter = counter
+        self.bytes_in_flight += flying
+        self.scheduler.took(item, count)
+        return True
+
     def _oldest_counter(self) -> int:
-        if self._head < len(self._sent):
-            return self._sent_base + self._head
-        return self.counter + 1
+        return self._sent_base + self._head if self._head < len(self._sent) else self.counter + 1
 
     def _emit(
         self,
@@ -637,6 +683,24 @@ class Channel:
         """Handle the frames of one packet: ``_NO_DATA``, ``_HELD`` (data taken) or
         ``_REFUSED`` (a data frame was not held)."""
         end = len(plain)
+        if end > _LEAST_DATA.size and plain[0] == _LEAST_FRAME and plain[9] == DATA_FRAME:
+            # One piece of a bulk transfer (maybe with ACK_NOW): the frames at one go.
+            _, least, _, body_kind, stream, seq, total, offset, length = (
+                _LEAST_DATA.unpack_from(plain)
+            )
+            rest = end - _LEAST_DATA.size - length
+            if stream < STREAMS and (rest == 0 or (rest == 1 and plain[-1] == _ACK_NOW_FRAME)):
+                ranges = self.ack_ranges
+                if ranges and ranges[0][0] < least:
+                    self._forget_below(least)
+                if rest:
+                    self.ack_due = True
+                    self.road.mark_dirty(self)
+                if self.inboxes[stream].take(
+                    seq, body_kind, total, offset, plain, _LEAST_DATA.size, length, now
+                ):
+                    return _HELD
+                return _REFUSED
         pos = 0
         carries = _NO_DATA
         try:

@@ -142,7 +142,7 @@ class _Partial:
     waiting: bool
     """Admitted while it had to wait for an earlier message (how it was reserved)."""
     touched: float
-    """When the last new piece came (partials are kept in this order)."""
+    """When the last new piece came."""
     buffer: bytearray = field(default_factory=bytearray)
     """The message from offset 0 as far as it is contiguous."""
     early: dict[int, Buffer] = field(default_factory=dict)
@@ -184,6 +184,8 @@ class Reassembly:
         self.abandoned: dict[int, None] = {}
         self.head_since = 0.0
         """Since when the next message has been awaited while later ones wait."""
+        self.stall_check: float | None = None
+        """No partial message can have stalled before this (None: there are none)."""
 
     # -- frames -------------------------------------------------------------------------
 
@@ -219,6 +221,8 @@ class Reassembly:
                 )
                 return False
             partial = self.partials[seq] = _Partial(kind, total, size, waiting, now)
+            if self.stall_check is None or len(self.partials) == 1:
+                self.stall_check = now + self.timeout
         elif partial.total != total or partial.kind != kind:
             raise BadPacket("native frames disagree on their message", DropReason.BODY.value)
         buffer = partial.buffer
@@ -252,8 +256,6 @@ class Reassembly:
                 self._complete(seq, partial, now)
                 return True
         partial.touched = now
-        del self.partials[seq]  # to the end: partials stay in the order of progress
-        self.partials[seq] = partial
         return True
 
     def _whole(self, seq: int, kind: int, data: Buffer, now: float) -> bool:
@@ -320,9 +322,7 @@ class Reassembly:
 
     def get_timer(self) -> float | None:
         """When a stalled message or gap is due to be discarded (None: nothing held)."""
-        when = None
-        if self.partials:
-            when = next(iter(self.partials.values())).touched + self.timeout
+        when = self.stall_check if self.partials else None
         if self.ready and self.next_deliver not in self.partials:
             gap = self.head_since + self.timeout
             if when is None or gap < when:
@@ -332,14 +332,14 @@ class Reassembly:
     def on_timer(self, now: float) -> None:
         limit = now - self.timeout
         partials = self.partials
-        while partials:
-            seq, partial = next(iter(partials.items()))
-            if partial.touched > limit:
-                break
-            del partials[seq]
-            self.budget.release(self.owner, partial.charge, waiting=partial.waiting)
-            self._discard(seq, now, f"message {seq}: {len(partial.buffer)} of {partial.total} "
-                          f"bytes, no progress for {self.timeout:g} s")
+        if self.stall_check is not None and self.stall_check <= now:
+            for seq in [s for s, p in partials.items() if p.touched <= limit]:
+                partial = partials.pop(seq)
+                self.budget.release(self.owner, partial.charge, waiting=partial.waiting)
+                self._discard(seq, now, f"message {seq}: {len(partial.buffer)} of "
+                              f"{partial.total} bytes, no progress for {self.timeout:g} s")
+            touched = [p.touched for p in partials.values()]
+            self.stall_check = min(touched) + self.timeout if touched else None
         if self.ready and self.next_deliver not in partials and self.head_since <= limit:
             seq = self.next_deliver
             self._discard(seq, now, f"message {seq} never came; {len(self.ready)} wait for it")
@@ -367,3 +367,4 @@ class Reassembly:
         self.partials.clear()
         self.ready.clear()
         self.skip.clear()
+        self.stall_check = None

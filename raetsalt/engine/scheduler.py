@@ -208,6 +208,30 @@ class Scheduler:
         retx = self.retx
         return bool(express.queue or bulk.queue or retx[EXPRESS] or retx[BULK])
 
+    def burst(self, most: int) -> tuple[Bulk | None, int]:
+        """The bulk message whose whole pieces, one per datagram, are all ``fill`` would
+        send next (nothing to send again, no express message waiting), and how many of
+        them (at most ``most``); (None, 0) when that is not the case.  The caller frames
+        them itself (``Channel``'s tight loop) and then calls ``took``."""
+        retx = self.retx
+        if retx[EXPRESS] or retx[BULK] or self.streams[EXPRESS].queue:
+            return None, 0
+        queue = self.streams[BULK].queue
+        if not queue:
+            return None, 0
+        item = queue[0]
+        if not isinstance(item, Bulk) or item.dead:
+            return None, 0
+        count = (len(item.body) - item.sent) // self.chunk
+        return item, count if count < most else most
+
+    def took(self, item: Bulk, count: int) -> None:
+        """``count`` whole pieces of ``item`` (from ``burst``) were framed."""
+        self._turn += count
+        item.sent += count * self.chunk
+        if item.sent >= len(item.body):
+            self.streams[item.stream].queue.popleft()
+
     def express_first(self) -> bool:
         """Whether the next datagram would start with an express frame."""
         return bool(self.retx[EXPRESS] or self.streams[EXPRESS].queue)
@@ -248,23 +272,32 @@ class Scheduler:
         frames: list[Frame],
         *,
         express_only: bool = False,
-    ) -> int:
+    ) -> tuple[int, bool]:
         """Append frames for one datagram with ``room`` bytes to ``parts`` (and what they
         are to ``frames``): frames to send again first, then new ones (see the module
-        docstring); ``express_only``: nothing of the bulk stream.  Returns bytes used."""
+        docstring); ``express_only``: nothing of the bulk stream.  Returns the bytes used
+        and whether any express frame went in."""
         self._turn += 1
         order = (EXPRESS,) if express_only else self._order()
         used = 0
+        express = 0
+        full = False
         for stream_id in order:
             used, full = self._fill_retx(self.retx[stream_id], room, used, parts, frames)
+            if stream_id == EXPRESS:
+                express = len(frames)
             if full:
-                return used
-        for stream_id in order:
-            queue = self.streams[stream_id].queue
-            used, full = self._fill_queue(queue, room, used, parts, frames)
-            if full:
-                return used
-        return used
+                break
+        if not full:
+            for stream_id in order:
+                queue = self.streams[stream_id].queue
+                before = len(frames)
+                used, full = self._fill_queue(queue, room, used, parts, frames)
+                if stream_id == EXPRESS:
+                    express += len(frames) - before
+                if full:
+                    break
+        return used, express > 0
 
     def _fill_retx(
         self,
