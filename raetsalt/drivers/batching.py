@@ -207,13 +207,8 @@ class _Mmsg:
 
     @classmethod
     def load(cls, sock: socket.socket) -> _Mmsg | None:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.sendmmsg.restype = ctypes.c_int
-            libc.recvmmsg.restype = ctypes.c_int
-        except (OSError, AttributeError):
-            return None
-        return cls(libc, sock)
+        libc = _libc()
+        return None if libc is None else cls(libc, sock)
 
     def _name(self, address: Address) -> Any:
         name = self._names.get(address)
@@ -272,6 +267,22 @@ class _Mmsg:
             total += size
             handle(arrays.views[n][:size].tobytes(), arrays.source(n, trim))
         return total
+
+
+_LIBC: list[Any] = []
+
+
+def _libc() -> Any:
+    """The C library with sendmmsg and recvmmsg (loaded once), or None."""
+    if not _LIBC:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.sendmmsg.restype = ctypes.c_int
+            libc.recvmmsg.restype = ctypes.c_int
+        except (OSError, AttributeError):
+            libc = None
+        _LIBC.append(libc)
+    return _LIBC[0]
 
 
 class _IoVec(ctypes.Structure):

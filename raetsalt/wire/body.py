@@ -74,10 +74,12 @@ def encode_body(kind: BodyKind, value: Any) -> bytes:
 def encode_message(kind: BodyKind, body: Mapping[str, Any], max_size: int) -> bytes:
     """A message body (a mapping) encoded as ``kind``, at most ``max_size`` bytes; raises
     ``LocalError`` for anything else, whatever the encoder's complaint."""
-    if not isinstance(body, Mapping):
-        raise LocalError("a message body must be a mapping")
+    if type(body) is not dict:
+        if not isinstance(body, Mapping):
+            raise LocalError("a message body must be a mapping")
+        body = dict(body)
     try:
-        encoded = encode_body(kind, body if type(body) is dict else dict(body))
+        encoded = encode_body(kind, body)
     except Exception as exc:  # noqa: BLE001 - any encoder failure is the caller's
         raise LocalError(f"message body cannot be encoded: {exc}") from exc
     if len(encoded) > max_size:
@@ -98,6 +100,17 @@ def nests_deeper_than(value: Any, limit: int) -> bool:
         elif isinstance(item, list | tuple):
             stack.extend((child, depth + 1) for child in item if _is_container(child))
     return False
+
+
+_CONTAINERS = (dict, list)
+
+
+def _flat(value: dict[Any, Any]) -> bool:
+    """No value of the map is a container (most bodies): its depth is 1, nothing to count."""
+    for item in value.values():
+        if type(item) in _CONTAINERS:
+            return False
+    return True
 
 
 def _is_container(value: Any) -> bool:
@@ -160,11 +173,12 @@ def _decode_msgpack(data: bytes | bytearray) -> Any:
     # input is untrusted, so every failure means the same thing: a bad body.
     except Exception:
         raise BadPacket("body is not valid msgpack", "body") from None
-    if not isinstance(value, dict):
+    if type(value) is not dict:
         raise BadPacket("msgpack body is not a map", "body")
     size = len(data)
     if (
         size > MAX_BODY_DEPTH
+        and not _flat(value)
         and (
             size >= _COUNT_BELOW
             or size - len(data.translate(None, _MSGPACK_CONTAINER_BYTES)) > MAX_BODY_DEPTH
