@@ -100,6 +100,10 @@ _HELD = 1
 _REFUSED = 2  # a data frame was not held (reassembly caps): the packet is not acked
 _TAG = 16
 MAX_ACK_RANGES = 64
+FLUSH_BYTES = 256 * 1024
+"""Bytes of datagrams one ``flush`` makes while packets are in flight: then the driver
+reads (acks, replies) before it sends more, so a reply does not wait behind the
+encryption of a whole window."""
 MAX_CACHED_COUNT = 1024
 """BATCH frames of at most this many messages have their lengths layout cached."""
 PACKET_THRESHOLD = 3
@@ -222,6 +226,7 @@ class Channel:
         self._rx_nonce = bytes([2 if initiator else 1]) + bytes(15)
         self.datagram_size = datagram_size
         self._limit = datagram_size - _PREFIX.size - _TAG  # plaintext bytes per datagram
+        self._flush_most = max(2, FLUSH_BYTES // datagram_size)  # datagrams per flush
         config = road.config  # frozen
         self.deadline: float | None = None
         # sending
@@ -287,7 +292,12 @@ class Channel:
         if scheduler.has_data():
             limit = self._limit
             allowance = self.flow.allowance
+            end = len(out)  # what this flush sends is out[end:]
             while scheduler.has_data():
+                if self.bytes_in_flight and len(out) - end >= self._flush_most:
+                    # Enough for one pass: the driver reads (acks, replies) before more.
+                    self.road.mark_dirty(self)
+                    break
                 if not self.ack_pending and self._burst(now, out):
                     continue
                 express_only = False
@@ -344,7 +354,8 @@ class Channel:
         waiting and no ack is owed; ``Scheduler.burst`` checks).  False: not now."""
         size = self.datagram_size - len(_ACK_NOW)  # a datagram with one whole piece
         room = self.flow.allowance(self.bytes_in_flight, now)
-        item, count = self.scheduler.burst(-(-room // size) if room > 0 else 0)
+        most = min(-(-room // size) if room > 0 else 0, self._flush_most)
+        item, count = self.scheduler.burst(most)
         if item is None or count < 2:
             return False
         sent = self._sent
