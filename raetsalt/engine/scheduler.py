@@ -283,9 +283,10 @@ class Scheduler:
         express = 0
         full = False
         for stream_id in order:
+            before = len(frames)
             used, full = self._fill_retx(self.retx[stream_id], room, used, parts, frames)
             if stream_id == EXPRESS:
-                express = len(frames)
+                express += len(frames) - before
             if full:
                 break
         if not full:
