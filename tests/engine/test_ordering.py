@@ -145,9 +145,13 @@ def test_an_expired_message_fails_and_later_ones_of_its_stream_still_arrive() ->
 def test_bulk_retransmissions_are_not_taken_for_express_traffic(seed: int) -> None:
     """Only express frames make the flow gate hold bulk to its quiet window; frames of a
     bulk transfer sent again (first on every eighth datagram) must not."""
-    pair = _pair("loss30", seed, native=True)
-    pair.minion.road.send_message("main", {"bulk": "b" * (1024 * 1024)}, pair.net.now)
-    assert pair.until(lambda: bool(pair.main.received()), timeout=300)
+    # A small window keeps bulk queued while losses are being repaired.
+    settings = {"native": True, "native_window": 128 * 1024}
+    pair = road_pair(NETWORKS["loss30"], seed=seed, main_config=settings, minion_config=settings)
+    assert pair.connect()
+    for n in range(2):
+        pair.minion.road.send_message("main", {"bulk": str(n) * (512 * 1024)}, pair.net.now)
+    assert pair.until(lambda: len(pair.main.received()) == 2, timeout=300)
     channel = pair.minion.road.remote("main").channel
     assert pair.minion.road.stats["native_retransmit"] > 8
     assert channel.flow.express_at < 0  # never set: no express frame was sent
