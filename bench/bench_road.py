@@ -289,19 +289,23 @@ def run_messages(
     }
 
 
-def run_rtt(variant: Variant, tmp: str, count: int) -> dict[str, Any]:
+def request_response(
+    variant: Variant, tmp: str, roles: tuple[str, str], options: dict[str, Any]
+) -> dict[str, Any]:
+    """Run a server role and a client role against it; the client's result."""
+    server_role, client_role = roles
     with processes() as procs:
-        server = worker("echo", variant, {"tmp": tmp}, "echo")
+        server = worker(server_role, variant, {"tmp": tmp}, server_role)
         procs.append(server)
         ready = server.expect("ready", 30)
-        client = worker(
-            "ping",
-            variant,
-            {"tmp": tmp, "size": 100, "count": count, "peer": ready["ha"], "key": ready.get("key")},
-            "ping",
-        )
+        options = {"tmp": tmp, "peer": ready["ha"], "key": ready.get("key"), **options}
+        client = worker(client_role, variant, options, client_role)
         procs.append(client)
-        result = client.expect("result", RUN_TIMEOUT + 20)
+        return client.expect("result", RUN_TIMEOUT + 20)
+
+
+def run_rtt(variant: Variant, tmp: str, count: int) -> dict[str, Any]:
+    result = request_response(variant, tmp, ("echo", "ping"), {"size": 100, "count": count})
     return {
         "ok": bool(result["verified"]),
         "p50_us": result["p50_us"],
@@ -311,21 +315,10 @@ def run_rtt(variant: Variant, tmp: str, count: int) -> dict[str, Any]:
 
 
 def run_hol(variant: Variant, tmp: str, count: int) -> dict[str, Any]:
-    with processes() as procs:
-        server = worker("hol-echo", variant, {"tmp": tmp}, "hol echo")
-        procs.append(server)
-        ready = server.expect("ready", 30)
-        options = {"tmp": tmp, "size": 100, "count": count, "peer": ready["ha"], "bulk": HOL_BULK}
-        client = worker("hol-ping", variant, options, "hol ping")
-        procs.append(client)
-        result = client.expect("result", RUN_TIMEOUT + 20)
-    return {
-        "ok": bool(result["verified"]),
-        "idle_p50_us": result["idle_p50_us"],
-        "p50_us": result["p50_us"],
-        "p99_us": result["p99_us"],
-        "bulk_mb_per_s": result["bulk_mb_per_s"],
-    }
+    options = {"size": 100, "count": count, "bulk": HOL_BULK}
+    result = request_response(variant, tmp, ("hol-echo", "hol-ping"), options)
+    keys = ("idle_p50_us", "p50_us", "p99_us", "bulk_mb_per_s")
+    return {"ok": bool(result["verified"]), **{key: result[key] for key in keys}}
 
 
 def run_join(variant: Variant, tmp: str, n: int) -> dict[str, Any]:
