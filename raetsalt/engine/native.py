@@ -36,7 +36,11 @@ counters in ranges after every batch of datagrams; the sender declares a packet 
 when three later packets are acknowledged or it is older than the round trip allows,
 and queues its frames again; when the probe time-out fires it sends the oldest one or
 two again as probes, whose acks then reveal the real losses.  What may be in flight is
-the flow gate's (``engine/flow.py``) to say.  A message counts as delivered when every
+the flow gate's (``engine/flow.py``) to say; a datagram after which it is full asks for
+an ack at once (ACK_NOW), so the window never idles for the receiver's ack delay.  One
+``flush`` sends at most ``FLUSH_BYTES`` while packets are in flight, so the driver reads
+acks and replies between bursts, and the pieces of a bulk transfer with nothing else to
+send are framed in a tight loop (``_burst``).  A message counts as delivered when every
 frame of it is acknowledged.
 
 Reassembly is bounded (``engine/reassembly.py``): a message that does not fit the road's
