@@ -122,8 +122,7 @@ class RoadConfig:
     """Largest native datagram to a loopback address, where the MTU is 64 KiB."""
     native_window: int = 2 * 1024 * 1024
     """Bytes a native sender may have unacknowledged (below the receiver's socket buffer)."""
-    # Reserved bytes of undelivered messages per remote / in all, a partial one's time-out
-    # (engine.reassembly); the largest native message on the express stream (scheduler).
+    # Reassembly caps and time-out (engine.reassembly); the largest express message.
     reassembly_per_remote: int = 32 * 1024 * 1024
     reassembly_total: int = 256 * 1024 * 1024
     reassembly_timeout: float = 30.0
