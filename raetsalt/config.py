@@ -1,8 +1,9 @@
-"""Master and minion configuration: one schema table, YAML loading, validation.
+"""Master and minion configuration: YAML loading and validation against the schema.
 
 ``master_config(path)`` and ``minion_config(path)`` return a plain ``dict`` of options
 ("opts") with every key of the schema present, the way ``salt.config`` does, so scripts
 written for Salt (``opts = ...minion_config(path)`` then ``MinionEvent(**opts)``) work.
+The keys themselves, their types, defaults and docs are in ``raetsalt.config_schema``.
 
 Loading order, as in Salt:
 
@@ -31,27 +32,49 @@ from __future__ import annotations
 import difflib
 import glob
 import ipaddress
-import math
 import os
 import re
 import socket
 import sys
 import textwrap
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
+from raetsalt.config_schema import (
+    BY_NAME,
+    DEFAULT_MASTER_PORT,
+    DEFAULT_MINION_RAET_PORT,
+    DERIVED_KEYS,
+    LOG_LEVELS,
+    NODES,
+    PATH_KEYS,
+    ROOTS_KEYS,
+    SALTENV_RE,
+    SCHEMA,
+    SUPPORTED_TRANSPORTS,
+    Option,
+    Opts,
+    SpecMismatch,
+    check_node,
+    default_opts,
+    id_problem,
+    options_for,
+)
 from raetsalt.errors import ConfigError
 
 __all__ = [
     "DEFAULT_MASTER_PORT",
     "DEFAULT_MINION_RAET_PORT",
     "DERIVED_KEYS",
+    "LOG_LEVELS",
     "NODES",
     "Option",
     "PATH_KEYS",
+    "ROOTS_KEYS",
+    "SALTENV_RE",
     "SCHEMA",
     "SUPPORTED_TRANSPORTS",
     "default_opts",
@@ -62,961 +85,6 @@ __all__ = [
     "options_for",
     "parse_master_address",
 ]
-
-Opts = dict[str, Any]
-
-NODES: tuple[str, ...] = ("master", "minion")
-SUPPORTED_TRANSPORTS: tuple[str, ...] = ("raet",)
-DEFAULT_MASTER_PORT = 4506
-DEFAULT_MINION_RAET_PORT = 4510
-
-# Keys the loader sets itself; a config file may not set them.
-DERIVED_KEYS: frozenset[str] = frozenset({"conf_file", "conf_dir", "__role"})
-
-# Salt's log levels, least to most severe, plus ``quiet``.
-LOG_LEVELS: tuple[str, ...] = (
-    "all",
-    "garbage",
-    "trace",
-    "debug",
-    "profile",
-    "info",
-    "warning",
-    "error",
-    "critical",
-    "quiet",
-)
-EVENT_MATCH_TYPES: tuple[str, ...] = ("startswith", "endswith", "find", "regex", "fnmatch")
-
-
-# --------------------------------------------------------------------------- value specs
-
-
-class _Mismatch(Exception):
-    """A value does not fit its spec; ``detail`` optionally says more than the spec text."""
-
-    def __init__(self, detail: str = "") -> None:
-        super().__init__(detail)
-        self.detail = detail
-
-
-@dataclass(frozen=True, slots=True)
-class Spec:
-    """What a key accepts.  ``describe`` completes "key 'x' must be ..."."""
-
-    describe: str
-    check: Callable[[Any], Any]
-
-
-def _is_int(value: Any) -> bool:
-    # bool is a subclass of int; ``raet_port: yes`` must not pass as 1.
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _string(*, nonempty: bool = False, nullable: bool = False) -> Spec:
-    def check(value: Any) -> Any:
-        if value is None and nullable:
-            return None
-        if not isinstance(value, str):
-            raise _Mismatch()
-        if nonempty and not value.strip():
-            raise _Mismatch("an empty string is not allowed")
-        return value
-
-    describe = "a non-empty string" if nonempty else "a string"
-    if nullable:
-        describe += " or null"
-    return Spec(describe, check)
-
-
-def _integer(lo: int | None = None, hi: int | None = None) -> Spec:
-    def check(value: Any) -> Any:
-        if not _is_int(value):
-            raise _Mismatch()
-        if (lo is not None and value < lo) or (hi is not None and value > hi):
-            raise _Mismatch()
-        return value
-
-    if lo is not None and hi is not None:
-        describe = f"an integer from {lo} to {hi}"
-    elif lo is not None:
-        describe = f"an integer >= {lo}"
-    else:
-        describe = "an integer"
-    return Spec(describe, check)
-
-
-def _number(lo: float = 0.0) -> Spec:
-    def check(value: Any) -> Any:
-        if not (_is_int(value) or isinstance(value, float)) or value < lo:
-            raise _Mismatch()
-        if not math.isfinite(value):  # YAML's .inf and .nan
-            raise _Mismatch("it is not a finite number")
-        return float(value)
-
-    return Spec(f"a number >= {lo:g}", check)
-
-
-def _boolean() -> Spec:
-    def check(value: Any) -> Any:
-        if not isinstance(value, bool):
-            raise _Mismatch()
-        return value
-
-    return Spec("true or false", check)
-
-
-def _choice(values: tuple[str, ...], *, why: str = "", nullable: bool = False) -> Spec:
-    def check(value: Any) -> Any:
-        if value is None and nullable:
-            return None
-        if value not in values:
-            raise _Mismatch(why)
-        return value
-
-    shown = ", ".join(repr(v) for v in values)
-    describe = shown if len(values) == 1 else f"one of {shown}"
-    if nullable:
-        describe += " or null"
-    return Spec(describe, check)
-
-
-def _string_list() -> Spec:
-    def check(value: Any) -> Any:
-        # ``key:`` followed only by comments parses as null; read it as "empty".
-        if value is None:
-            return []
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise _Mismatch()
-        return list(value)
-
-    return Spec("a list of strings", check)
-
-
-def _string_or_list() -> Spec:
-    def check(value: Any) -> Any:
-        if value is None:
-            return []
-        if isinstance(value, str):
-            return [value]
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return list(value)
-        raise _Mismatch()
-
-    return Spec("a string or a list of strings", check)
-
-
-def _mapping() -> Spec:
-    def check(value: Any) -> Any:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise _Mismatch()
-        return value
-
-    return Spec("a mapping", check)
-
-
-def _rule_mapping() -> Spec:
-    """``peer``/``peer_run``/``publisher_acl``: name or regex -> list of rules."""
-
-    def check(value: Any) -> Any:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise _Mismatch()
-        for name, rules in value.items():
-            if not isinstance(name, str):
-                raise _Mismatch(f"entry {name!r} is not a string")
-            if not isinstance(rules, list):
-                raise _Mismatch(f"the rules of {name!r} are not a list")
-        return value
-
-    return Spec("a mapping of names or regexes to lists of rules", check)
-
-
-def _external_auth() -> Spec:
-    def check(value: Any) -> Any:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise _Mismatch()
-        for backend, users in value.items():
-            if not isinstance(backend, str) or not isinstance(users, dict):
-                raise _Mismatch(f"backend {backend!r} must map to a mapping of users")
-            for user, rules in users.items():
-                if isinstance(user, str) and user.startswith("^"):
-                    continue  # a backend setting (^filename...), checked at master start
-                if not isinstance(rules, list):
-                    raise _Mismatch(f"the rules of {backend}:{user} are not a list")
-        return value
-
-    return Spec("a mapping of auth backends to mappings of users", check)
-
-
-def _blacklist() -> Spec:
-    def check(value: Any) -> Any:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise _Mismatch()
-        for name, items in value.items():
-            if name not in ("users", "modules"):
-                raise _Mismatch(f"unknown entry {name!r} (allowed: 'users', 'modules')")
-            if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
-                raise _Mismatch(f"{name!r} must be a list of strings")
-        return value
-
-    return Spec("a mapping with 'users' and/or 'modules' lists", check)
-
-
-def _nodegroups() -> Spec:
-    def check(value: Any) -> Any:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise _Mismatch()
-        for name, target in value.items():
-            ok = isinstance(target, str) or (
-                isinstance(target, list) and all(isinstance(t, str) for t in target)
-            )
-            if not isinstance(name, str) or not ok:
-                raise _Mismatch(f"group {name!r} must map to a target string or list")
-        return value
-
-    return Spec("a mapping of group names to compound targets", check)
-
-
-def _ip_address() -> Spec:
-    def check(value: Any) -> Any:
-        if not isinstance(value, str):
-            raise _Mismatch()
-        try:
-            ipaddress.ip_address(value)
-        except ValueError:
-            raise _Mismatch("it is not an IP address") from None
-        return value
-
-    return Spec("an IPv4 or IPv6 address", check)
-
-
-def _minion_id() -> Spec:
-    def check(value: Any) -> Any:
-        if value is None:
-            return None
-        # Salt turns a numeric id (``id: 123``) into its string form.
-        if _is_int(value) or isinstance(value, float):
-            value = str(value)
-        if not isinstance(value, str):
-            raise _Mismatch()
-        problem = _id_problem(value)
-        if problem:
-            raise _Mismatch(problem)
-        return value
-
-    return Spec("a valid id string", check)
-
-
-def _id_problem(value: str) -> str:
-    # The id names files under pki_dir and the estate on the road, so it must be a
-    # single safe path component (Salt's valid_id forbids the same characters).
-    if not value.strip():
-        return "it is empty"
-    if any(c in value for c in "/\\\0"):
-        return "it contains '/', '\\' or a NUL"
-    if value in (".", ".."):
-        return "it is '.' or '..'"
-    if value != value.strip():
-        return "it has leading or trailing white space"
-    return ""
-
-
-# --------------------------------------------------------------------------- the schema
-
-
-@dataclass(frozen=True, slots=True)
-class Option:
-    """One row of the schema.
-
-    ``defaults`` maps each node the key is valid for to its default.  ``default_doc``
-    replaces the printed default when the real one is computed (``id``).  ``path``
-    keys are resolved against ``root_dir``.  ``example`` lines are printed, commented
-    out, under the key in the example files.
-    """
-
-    name: str
-    spec: Spec
-    defaults: Mapping[str, Any]
-    doc: str
-    section: str
-    path: bool = False
-    default_doc: Mapping[str, str] = field(default_factory=dict)
-    example: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def nodes(self) -> frozenset[str]:
-        return frozenset(self.defaults)
-
-
-def _both(value: Any) -> dict[str, Any]:
-    return {"master": value, "minion": value}
-
-
-_PORT = _integer(0, 65535)
-
-SCHEMA: tuple[Option, ...] = (
-    # ---------------------------------------------------------------- identity
-    Option(
-        "id",
-        _minion_id(),
-        _both(None),
-        "The node id.  For a minion it is the name its key is filed under on the "
-        "master and what targets match; for the master it names its estate.  When "
-        "unset a minion uses the host's fully qualified domain name (as Salt does) "
-        "and the master uses '<hostname>_master' (as Salt's RAET master did).",
-        "Identity and transport",
-        default_doc={"minion": "the host's FQDN", "master": "'<hostname>_master'"},
-    ),
-    Option(
-        "transport",
-        _choice(SUPPORTED_TRANSPORTS, why="raetsalt only speaks RAET"),
-        _both("raet"),
-        "Transport between master and minions.  Only 'raet' is supported.",
-        "Identity and transport",
-    ),
-    Option(
-        "user",
-        _string(nonempty=True, nullable=True),
-        _both(None),
-        "User the daemon switches to after start-up.  null keeps the user that started it.",
-        "Identity and transport",
-    ),
-    # ---------------------------------------------------------------- network
-    Option(
-        "interface",
-        _ip_address(),
-        _both("0.0.0.0"),
-        "Local address the road (UDP) socket binds to.  With ipv6 true the default becomes '::'.",
-        "Network (RAET road)",
-    ),
-    Option(
-        "ipv6",
-        _boolean(),
-        _both(False),
-        "Use IPv6: bind to '::' when interface is left at its default, and "
-        "prefer IPv6 addresses when resolving the master's host name.",
-        "Network (RAET road)",
-    ),
-    Option(
-        "raet_port",
-        _PORT,
-        {"master": DEFAULT_MASTER_PORT, "minion": DEFAULT_MINION_RAET_PORT},
-        "UDP port of this node's road estate (Salt's RAET-era defaults: 4506 on "
-        "the master, 4510 on a minion).  0 lets the system pick one (tests).",
-        "Network (RAET road)",
-    ),
-    Option(
-        "raet_alt_port",
-        _PORT,
-        {"minion": 4511},
-        "UDP port of the caller estate that raetsalt-call uses when no minion daemon is running.",
-        "Network (RAET road)",
-    ),
-    Option(
-        "master",
-        _string(nonempty=True),
-        {"minion": "salt"},
-        "Where the master's road is: a host name or address, 'host:port', or "
-        "'[ipv6]:port'.  A port given here overrides master_port.  After loading, "
-        "opts['master'] holds the host alone and opts['master_port'] the port, "
-        "as in Salt.",
-        "Network (RAET road)",
-    ),
-    Option(
-        "master_port",
-        _integer(1, 65535),
-        {"minion": DEFAULT_MASTER_PORT},
-        "UDP port of the master's road when master does not name one.",
-        "Network (RAET road)",
-    ),
-    Option(
-        "max_datagram_size",
-        _integer(576, 65507),
-        _both(1024),
-        "Largest UDP datagram sent or accepted, in bytes.  RAET's 1024 keeps every "
-        "packet under the IPv6 minimum MTU; both ends must agree.",
-        "Network (RAET road)",
-    ),
-    Option(
-        "raet_road_bufcnt",
-        _integer(1, 10000),
-        _both(2),
-        "Socket send/receive buffers are sized to at least this many maximum-size "
-        "datagrams (RAET's bufcnt).",
-        "Network (RAET road)",
-    ),
-    Option(
-        "raet_alive_period",
-        _number(0.0),
-        _both(3.0),
-        "Seconds between alive (keep-alive/presence) probes to each joined "
-        "remote; also keeps NAT mappings open.  0 turns probing off.",
-        "Presence and reconnection",
-    ),
-    Option(
-        "raet_reap_interim",
-        _number(0.0),
-        {"master": 3600.0},
-        "Seconds a remote may stay silent before the master reaps it (stops "
-        "probing it and reports it as reaped).  0 never reaps.",
-        "Presence and reconnection",
-    ),
-    Option(
-        "presence_events",
-        _boolean(),
-        {"master": False},
-        "Fire salt/presence/present and salt/presence/change events.",
-        "Presence and reconnection",
-    ),
-    Option(
-        "random_reauth_delay",
-        _number(0.0),
-        {"minion": 10.0},
-        "Upper bound, in seconds, of the random delay before a minion re-joins "
-        "after losing the master, so that a restarted master is not flooded.",
-        "Presence and reconnection",
-    ),
-    Option(
-        "acceptance_wait_time",
-        _number(0.0),
-        {"minion": 10.0},
-        "Seconds a minion waits before retrying while its key is pending.",
-        "Presence and reconnection",
-    ),
-    Option(
-        "acceptance_wait_time_max",
-        _number(0.0),
-        {"minion": 0.0},
-        "Ceiling for the doubling retry wait while pending; 0 means the wait does not grow.",
-        "Presence and reconnection",
-    ),
-    Option(
-        "rejected_retry",
-        _boolean(),
-        {"minion": False},
-        "When the master rejects this minion's key: false exits (code 77, as Salt "
-        "does); true keeps retrying as if pending.",
-        "Presence and reconnection",
-    ),
-    # ---------------------------------------------------------------- paths
-    Option(
-        "root_dir",
-        _string(nonempty=True),
-        _both("/"),
-        "Directory the relative paths below are joined to.  A relative root_dir "
-        "is taken relative to the directory of this config file (Salt uses the "
-        "working directory).",
-        "Paths",
-    ),
-    Option(
-        "pki_dir",
-        _string(nonempty=True),
-        {"master": "etc/raetsalt/pki/master", "minion": "etc/raetsalt/pki/minion"},
-        "Key store: this node's keys and, on the master, the accepted, pending, "
-        "rejected and denied minion keys.",
-        "Paths",
-        path=True,
-    ),
-    Option(
-        "cachedir",
-        _string(nonempty=True),
-        {"master": "var/cache/raetsalt/master", "minion": "var/cache/raetsalt/minion"},
-        "Cache directory (job cache under <cachedir>/jobs on the master, remote "
-        "estate state, minion data).",
-        "Paths",
-        path=True,
-    ),
-    Option(
-        "sock_dir",
-        _string(nonempty=True),
-        {"master": "var/run/raetsalt/master", "minion": "var/run/raetsalt/minion"},
-        "Directory of the local yard (Unix datagram) sockets: the event bus and "
-        "local clients.  Keep it short: a socket path must fit in 107 bytes.",
-        "Paths",
-        path=True,
-    ),
-    Option(
-        "sock_dir_group",
-        _string(nonempty=True, nullable=True),
-        _both(None),
-        "Group whose members may use the event bus and local clients without "
-        "being root: sock_dir gets mode 0750 and this group, the bus socket 0660.  "
-        "null: only the daemon's user (sock_dir 0700, sockets 0600).",
-        "Paths",
-    ),
-    Option(
-        "pidfile",
-        _string(nonempty=True),
-        {"master": "var/run/raetsalt-master.pid", "minion": "var/run/raetsalt-minion.pid"},
-        "File the daemon writes its process id to.",
-        "Paths",
-        path=True,
-    ),
-    Option(
-        "module_dirs",
-        _string_list(),
-        {"minion": []},
-        "Extra directories searched for execution modules; relative entries are "
-        "joined to root_dir.",
-        "Paths",
-    ),
-    # ---------------------------------------------------------------- includes
-    Option(
-        "default_include",
-        _string(nonempty=True),
-        {"master": "master.d/*.conf", "minion": "minion.d/*.conf"},
-        "Glob of extra config files, relative to this file's directory, read after "
-        "this file in sorted order.",
-        "Includes",
-    ),
-    Option(
-        "include",
-        _string_or_list(),
-        _both([]),
-        "Further config files or globs (relative to the including file's "
-        "directory) read after default_include.  A plain path that does not exist "
-        "is an error; a glob may match nothing.",
-        "Includes",
-        example=("include:", "  - extra.conf", "  - site.d/*.conf"),
-    ),
-    # ---------------------------------------------------------------- logging
-    Option(
-        "log_file",
-        _string(nonempty=True),
-        {"master": "var/log/raetsalt/master", "minion": "var/log/raetsalt/minion"},
-        "Log file.",
-        "Logging",
-        path=True,
-    ),
-    Option(
-        "log_level",
-        _choice(LOG_LEVELS),
-        _both("warning"),
-        "Level of messages written to the console.",
-        "Logging",
-    ),
-    Option(
-        "log_level_logfile",
-        _choice(LOG_LEVELS, nullable=True),
-        _both(None),
-        "Level of messages written to log_file; null means the same as log_level.",
-        "Logging",
-    ),
-    # ---------------------------------------------------------------- events
-    Option(
-        "event_match_type",
-        _choice(EVENT_MATCH_TYPES),
-        _both("startswith"),
-        "Default way get_event matches a tag when the caller gives no match_type.",
-        "Event bus",
-    ),
-    Option(
-        "max_event_size",
-        _integer(1024),
-        _both(1048576),
-        "Largest event payload, in bytes; larger data is trimmed.",
-        "Event bus",
-    ),
-    # ---------------------------------------------------------------- keys
-    Option(
-        "auto_accept",
-        _boolean(),
-        {"master": False},
-        "Accept every new minion key at once.  Only for closed test networks.",
-        "Minion keys",
-    ),
-    Option(
-        "open_mode",
-        _boolean(),
-        {"master": False},
-        "Accept every minion, even one whose key changed (overwrites the stored "
-        "key).  Only for closed test networks.",
-        "Minion keys",
-    ),
-    Option(
-        "autosign_file",
-        _string(nonempty=True, nullable=True),
-        {"master": None},
-        "File of minion ids (globs or anchored regexes, one per line) whose new "
-        "keys are accepted automatically.  Ignored when group- or world-writable "
-        "unless permissive_pki_access is true.",
-        "Minion keys",
-        path=True,
-    ),
-    Option(
-        "autoreject_file",
-        _string(nonempty=True, nullable=True),
-        {"master": None},
-        "Like autosign_file, but matching ids are rejected; checked first.",
-        "Minion keys",
-        path=True,
-    ),
-    Option(
-        "permissive_pki_access",
-        _boolean(),
-        {"master": False},
-        "Allow group-writable autosign/autoreject files.",
-        "Minion keys",
-    ),
-    Option(
-        "auth_events",
-        _boolean(),
-        {"master": True},
-        "Fire a salt/auth event for every key decision.",
-        "Minion keys",
-    ),
-    # ---------------------------------------------------------------- jobs
-    Option(
-        "timeout",
-        _integer(1),
-        {"master": 5},
-        "Seconds the raetsalt CLI waits for returns when -t is not given.",
-        "Jobs",
-    ),
-    Option(
-        "master_job_cache",
-        _choice(("local_cache",)),
-        {"master": "local_cache"},
-        "Job cache backend.  Only Salt's 'local_cache' exists: jobs are stored "
-        "under <cachedir>/jobs.",
-        "Jobs",
-    ),
-    Option(
-        "keep_jobs",
-        _integer(0),
-        {"master": 24},
-        "Hours a job and its returns stay in the job cache; 0 keeps them forever.",
-        "Jobs",
-    ),
-    Option(
-        "nodegroups",
-        _nodegroups(),
-        {"master": {}},
-        "Named compound targets for -N.",
-        "Jobs",
-        example=("nodegroups:", "  web: 'web* or G@role:web'", "  db: [db1, db2]"),
-    ),
-    Option(
-        "grains",
-        _mapping(),
-        {"minion": {}},
-        "Static grains of this minion, merged over the detected ones.",
-        "Jobs",
-        example=("grains:", "  roles: [web]", "  datacenter: east"),
-    ),
-    # ---------------------------------------------------------------- access control
-    Option(
-        "peer",
-        _rule_mapping(),
-        {"master": {}},
-        "Which minions may publish which functions to other minions (publish.*): "
-        "minion-id regex -> list of function regexes or {target: [functions]} "
-        "(Salt's peer; regexes match at the start only, add $ for exact).  Empty: "
-        "no peer publishing.  Checked when the master starts.",
-        "Access control",
-        example=("peer:", "  '.*\\.example\\.com':", "    - test.*"),
-    ),
-    Option(
-        "peer_run",
-        _rule_mapping(),
-        {"master": {}},
-        "Which minions may run which runners on the master (publish.runner): "
-        "minion-id regex -> list of runner regexes.",
-        "Access control",
-        example=("peer_run:", "  'web.*':", "    - manage.up"),
-    ),
-    Option(
-        "publisher_acl",
-        _rule_mapping(),
-        {"master": {}},
-        "What local non-root users may run through the raetsalt CLI: user (or "
-        "regex) -> list of functions or {target: [functions]}; '@runner' or "
-        "'@<module>' entries for raetsalt-run.  When set, the master opens a "
-        "command socket <sock_dir>_cmd/master.sock for those users.",
-        "Access control",
-        example=("publisher_acl:", "  fred:", "    - test.*", "    - 'web*':", "      - pkg.*"),
-    ),
-    Option(
-        "publisher_acl_blacklist",
-        _blacklist(),
-        {"master": {}},
-        "Users and modules (regexes) that publisher_acl and external_auth never allow.",
-        "Access control",
-        example=("publisher_acl_blacklist:", "  users: [root]", "  modules: [cmd.*]"),
-    ),
-    Option(
-        "external_auth",
-        _external_auth(),
-        {"master": {}},
-        "External authentication (raetsalt -a file|pam): backend -> user -> rules, "
-        "as in Salt; the file backend takes ^filename, ^filetype (text, htpasswd, "
-        "htdigest), ^hashtype...",
-        "Access control",
-        example=("external_auth:", "  pam:", "    fred:", "      - test.*"),
-    ),
-    Option(
-        "token_expire",
-        _integer(1),
-        {"master": 43200},
-        "Seconds an eauth token stays valid.",
-        "Access control",
-    ),
-    Option(
-        "keep_acl_in_token",
-        _boolean(),
-        {"master": False},
-        "Store the user's allowed functions in the token at login instead of "
-        "looking them up on every call.",
-        "Access control",
-    ),
-    # ------------------------------------------------- road reassembly limits (issue 10 F3)
-    Option(
-        "raet_reassembly_per_remote",
-        _integer(1024 * 1024),
-        _both(32 * 1024 * 1024),
-        "Bytes one remote estate may make this node hold in messages it has not "
-        "delivered yet (partial ones, or complete ones waiting for an earlier one).  "
-        "Each message reserves its announced size plus an eighth; below the 16 MiB "
-        "message limit, larger messages from one remote cannot be received.  Beyond "
-        "it frames are refused (the sender retries) and counted as reassembly_limit.",
-        "Limits (road reassembly)",
-    ),
-    Option(
-        "raet_reassembly_total",
-        _integer(1024 * 1024),
-        _both(256 * 1024 * 1024),
-        "The same cap for all remote estates together.",
-        "Limits (road reassembly)",
-    ),
-    Option(
-        "raet_reassembly_timeout",
-        _number(1.0),
-        _both(30.0),
-        "Seconds a partial message may go without a new piece before it is "
-        "discarded (counted as reassembly_timeout); its sender's message then fails.",
-        "Limits (road reassembly)",
-    ),
-)
-
-# --------------------------------------------------------------------------- Salt bridge
-# Keys of the Salt bridge (issue 14: Salt's loader, file server and pillar over RAET;
-# raetsalt.saltbridge).  Kept in one block so the schema/loader split can move it whole.
-
-SALTENV_RE = re.compile(r"(?!\.+\Z)[A-Za-z0-9_.@+-]{1,64}\Z")
-"""A saltenv (file_roots/pillar_roots key) as raetsalt accepts it, from a config file or
-a minion's request: no '/', not only dots, at most 64 characters."""
-ROOTS_KEYS: tuple[str, ...] = ("file_roots", "pillar_roots")
-"""Mappings of saltenv -> directories; relative directories are joined to root_dir."""
-
-
-def _roots() -> Spec:
-    def check(value: Any) -> Any:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise _Mismatch()
-        for env, dirs in value.items():
-            if not isinstance(env, str) or not SALTENV_RE.match(env):
-                raise _Mismatch(f"saltenv {env!r} must match {SALTENV_RE.pattern}")
-            if not isinstance(dirs, list) or not all(isinstance(d, str) and d for d in dirs):
-                raise _Mismatch(f"saltenv {env!r} must map to a list of directories")
-        return value
-
-    return Spec("a mapping of saltenvs to lists of directories", check)
-
-
-def _resolve_roots(root: str, roots: Mapping[str, list[str]]) -> dict[str, list[str]]:
-    return {env: [os.path.normpath(os.path.join(root, d)) for d in dirs]
-            for env, dirs in roots.items()}
-
-
-_SALT_SECTION = "Salt modules, states, files and pillar"
-SALTBRIDGE_OPTIONS: tuple[Option, ...] = (
-    Option(
-        "execution_mode",
-        _choice(("auto", "native", "salt")),
-        {"minion": "auto"},
-        "Which functions the minion runs: 'auto' runs raetsalt's built-in functions "
-        "natively and everything else through Salt's loader when the salt package is "
-        "importable (Salt's grains too); 'native' never uses Salt (module_dirs hold "
-        "raetsalt-style modules); 'salt' runs every function Salt has through Salt's "
-        "loader (only publish.*, event.* and the job-control saltutil functions stay "
-        "raetsalt's) and refuses to start without salt.",
-        _SALT_SECTION,
-    ),
-    Option(
-        "file_client",
-        _choice(("remote", "local")),
-        {"minion": "remote"},
-        "Where Salt's file client and pillar come from: 'remote' asks the master over "
-        "the road (salt:// from its file_roots, pillar compiled there); 'local' uses "
-        "this minion's own file_roots and pillar_roots (masterless states).",
-        _SALT_SECTION,
-    ),
-    Option(
-        "file_roots",
-        _roots(),
-        _both({"base": ["srv/salt"]}),
-        "Salt's file_roots: saltenv -> directories served as salt:// (on the master; on "
-        "a minion only with file_client: local).  Only files inside these directories "
-        "are served: '..' and symlinks that lead out are refused.",
-        _SALT_SECTION,
-        example=("file_roots:", "  base: [/srv/salt]", "  dev: [/srv/salt-dev]"),
-    ),
-    Option(
-        "pillar_roots",
-        _roots(),
-        _both({"base": ["srv/pillar"]}),
-        "Salt's pillar_roots: saltenv -> directories with top.sls and pillar sls "
-        "files, compiled on the master for each minion (with Salt's renderers when "
-        "salt is importable there, else YAML only).",
-        _SALT_SECTION,
-        example=("pillar_roots:", "  base: [/srv/pillar]"),
-    ),
-    Option(
-        "state_top",
-        _string(nonempty=True),
-        {"master": "top.sls"},
-        "The top file of the states, relative to each saltenv's file_roots.",
-        _SALT_SECTION,
-    ),
-    Option(
-        "renderer",
-        _string(nonempty=True),
-        {"master": "jinja|yaml"},
-        "Salt's default render pipe for sls files (sent to minions with the states).",
-        _SALT_SECTION,
-    ),
-    Option(
-        "hash_type",
-        _choice(("md5", "sha1", "sha224", "sha256", "sha384", "sha512")),
-        {"master": "sha256"},
-        "Hash of the files the master serves; minions compare it with their cache.",
-        _SALT_SECTION,
-    ),
-    Option(
-        "file_buffer_size",
-        _integer(4096, 1048576),
-        {"master": 65536},
-        "Largest piece of a file sent in one road message (Salt's key; Salt's master "
-        "default is 1 MiB).  A minion fetches a file piece by piece, so other messages "
-        "to it are never queued behind more than one piece.",
-        _SALT_SECTION,
-    ),
-)
-SCHEMA = SCHEMA + SALTBRIDGE_OPTIONS
-
-# ---------------------------------------------------------------- security limits
-# Limits against local users starving the command socket and guessing eauth passwords
-# (issue #10 F4/F5; read by raetsalt.drivers.cmdsock.Limits and
-# raetsalt.auth.limits.LoginPolicy).  Kept as one block apart from the table above.
-SCHEMA += (
-    Option(
-        "command_socket_max_connections",
-        _integer(1, 100000),
-        {"master": 64},
-        "Connections the command socket (local users other than root) holds at once, "
-        "all users together.  When it is full, a user with fewer connections takes the "
-        "oldest one of the user holding the most.",
-        "Security limits",
-    ),
-    Option(
-        "command_socket_max_per_uid",
-        _integer(1, 100000),
-        {"master": 8},
-        "Connections one local user (uid) may hold on the command socket; more are "
-        "closed at once.",
-        "Security limits",
-    ),
-    Option(
-        "command_socket_frame_timeout",
-        _number(0.1),
-        {"master": 5.0},
-        "Seconds a command-socket client has to send its first request after "
-        "connecting, and to finish any request it has begun; slower connections are "
-        "closed.",
-        "Security limits",
-    ),
-    Option(
-        "command_socket_idle_timeout",
-        _number(1.0),
-        {"master": 60.0},
-        "Seconds a command-socket connection may stay open with nothing in flight (no "
-        "returns or answers still due to it).",
-        "Security limits",
-    ),
-    Option(
-        "eauth_fail_delay",
-        _number(0.0),
-        {"master": 1.0},
-        "Seconds the answer to a failed external_auth login is held back; it doubles "
-        "with every further failure in a row of the same user name or calling uid.  "
-        "Other users and the master are not slowed.  0 turns the delay off.",
-        "Security limits",
-    ),
-    Option(
-        "eauth_fail_delay_max",
-        _number(0.0),
-        {"master": 16.0},
-        "Longest hold-back of a failed login's answer, in seconds (keep it well under "
-        "the 30 s the raetsalt CLI waits for a login's answer).",
-        "Security limits",
-    ),
-    Option(
-        "eauth_lockout_after",
-        _integer(0),
-        {"master": 5},
-        "Failed logins in a row after which a user name, or a calling uid, is locked "
-        "out for eauth_lockout_time (every login refused unchecked).  0: never.",
-        "Security limits",
-    ),
-    Option(
-        "eauth_lockout_time",
-        _number(1.0),
-        {"master": 600.0},
-        "Seconds a lockout lasts; failures are forgotten this long after the last one.",
-        "Security limits",
-    ),
-)
-
-_BY_NAME: dict[str, Option] = {opt.name: opt for opt in SCHEMA}
-PATH_KEYS: tuple[str, ...] = tuple(opt.name for opt in SCHEMA if opt.path)
-
-
-def options_for(node: str) -> tuple[Option, ...]:
-    """The schema rows valid on ``node`` ('master' or 'minion'), in table order."""
-    _check_node(node)
-    return tuple(opt for opt in SCHEMA if node in opt.defaults)
-
-
-def default_opts(node: str) -> Opts:
-    """The defaults of ``node`` as an opts dict, before paths and ``id`` are filled in."""
-    _check_node(node)
-    # Copy containers so that callers mutating opts cannot change the table.
-    return {opt.name: _copy(opt.defaults[node]) for opt in SCHEMA if node in opt.defaults}
-
-
-def _copy(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy(v) for v in value]
-    return value
-
-
-def _check_node(node: str) -> None:
-    if node not in NODES:
-        raise ValueError(f"node must be 'master' or 'minion', got {node!r}")
 
 
 # --------------------------------------------------------------------------- YAML reading
@@ -1106,12 +174,12 @@ def _validate_file(path: str, raw: Mapping[Any, Any], node: str) -> Opts:
             raise ConfigError(f"{path}: option names must be strings, got {_show(key)}")
         if key in DERIVED_KEYS:
             raise ConfigError(f"{path}: key '{key}' is set by raetsalt and cannot be configured")
-        opt = _BY_NAME.get(key)
+        opt = BY_NAME.get(key)
         if opt is None or node not in opt.defaults:
             raise ConfigError(_unknown_key_message(path, key, node, other, opt))
         try:
             checked[key] = opt.spec.check(value)
-        except _Mismatch as exc:
+        except SpecMismatch as exc:
             message = f"{path}: key '{key}' must be {opt.spec.describe}, got {_show(value)}"
             if exc.detail:
                 message += f" ({exc.detail})"
@@ -1269,6 +337,11 @@ def _load(path: str | os.PathLike[str], node: str) -> Opts:
     return opts
 
 
+def _resolve_roots(root: str, roots: Mapping[str, list[str]]) -> dict[str, list[str]]:
+    return {env: [os.path.normpath(os.path.join(root, d)) for d in dirs]
+            for env, dirs in roots.items()}
+
+
 def _finish(opts: Opts, node: str, path: str, source: Mapping[str, str]) -> None:
     """Cross-key checks and computed values, after all files are merged."""
 
@@ -1315,7 +388,7 @@ def _default_id(node: str) -> str:
     # Salt prefers the FQDN; when the resolver only knows "localhost" the plain host
     # name is more useful than an id every unconfigured minion would share.
     fqdn = socket.getfqdn()
-    if not fqdn or fqdn.startswith("localhost") or _id_problem(fqdn):
+    if not fqdn or fqdn.startswith("localhost") or id_problem(fqdn):
         fqdn = socket.gethostname() or "localhost"
     return fqdn
 
@@ -1344,7 +417,7 @@ def load_node_config(confdir: str | os.PathLike[str], node: str) -> Opts:
     ``ConfigError``: a daemon started with a mistyped ``-c`` must not run on defaults.
     A missing file inside an existing directory still means defaults.
     """
-    _check_node(node)
+    check_node(node)
     confdir = os.fspath(confdir)
     if not os.path.exists(confdir):
         raise ConfigError(f"{confdir}: config directory does not exist")
@@ -1370,7 +443,7 @@ _EXAMPLE_HEADER = """\
 # install set root_dir to / (the default) or remove it.  On a shared machine
 # pick a private root_dir instead of /tmp/raetsalt.
 #
-# This file is generated from the schema in raetsalt/config.py:
+# This file is generated from the schema in raetsalt/config_schema.py:
 #   python -m raetsalt.config {node} > conf/{node}
 
 """
@@ -1393,7 +466,7 @@ def _yaml_line(key: str, value: Any) -> str:
 
 def example_config(node: str) -> str:
     """Text of the example config file of ``node`` (what ``conf/<node>`` holds)."""
-    _check_node(node)
+    check_node(node)
     settings = EXAMPLE_SETTINGS[node]
     out = [_EXAMPLE_HEADER.format(node=node)]
     section = ""

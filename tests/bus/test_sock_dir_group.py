@@ -1,4 +1,4 @@
-"""``sock_dir_group`` means what raetsalt/config.py documents: null keeps the bus to the
+"""``sock_dir_group`` means what raetsalt/config_schema.py documents: null keeps the bus to the
 daemon's user (0700/0600), a group name opens it to that group (0750/0660)."""
 
 from __future__ import annotations
