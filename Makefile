@@ -1,6 +1,7 @@
 # Two commands set everything up on a machine with only Python 3.11+:
 #   make demo   - master + minions on loopback, step by step
-#   make test   - create .venv, install with test extras, run the suite
+#   make test   - create .venv, install with test extras, lint (ruff), type-check
+#                 (mypy --strict) and run the suite; any finding fails it
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -12,10 +13,10 @@ venv: $(STAMP)
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench,salt]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench,lint,salt]'
 	touch $(STAMP)
 
-test: $(STAMP)
+test: lint type
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 demo: $(STAMP)
@@ -25,11 +26,10 @@ bench: $(STAMP)
 	$(PY) -m bench
 
 lint: $(STAMP)
-	$(PY) -m pip install -q ruff
 	$(VENV)/bin/ruff check raetsalt tests bench
 
+# strict mode and the per-module exceptions are in setup.cfg [mypy]
 type: $(STAMP)
-	$(PY) -m pip install -q mypy
 	$(VENV)/bin/mypy raetsalt
 
 clean:

@@ -21,7 +21,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -85,7 +84,8 @@ remote = yarding.RemoteYard(stack=stack, lanename="bench", name="listener", dirp
 stack.addRemote(remote)
 start = time.monotonic()
 for n in range(count):
-    stack.transmit({"tag": "bench", "data": {"n": n, "message": "a drop in the bucket"}}, remote.uid)
+    body = {"tag": "bench", "data": {"n": n, "message": "a drop in the bucket"}}
+    stack.transmit(body, remote.uid)
     if n % 64 == 63:
         stack.serviceAll()
 while stack.txMsgs or stack.txes:
@@ -100,7 +100,9 @@ def _python(code: str, *args: str) -> subprocess.Popen[str]:
                             text=True, cwd=ROOT)
 
 
-def _run_pair(listener_code: str, emitter_code: str, sock_dir: str, count: int) -> tuple[float, int]:
+def _run_pair(
+    listener_code: str, emitter_code: str, sock_dir: str, count: int
+) -> tuple[float, int]:
     listener = _python(listener_code, sock_dir, str(count))
     assert listener.stdout is not None
     try:

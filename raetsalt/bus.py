@@ -116,7 +116,8 @@ def expand_fire_master(data: Mapping[str, Any], minion_id: str | None) -> list[d
 
 def encode_event(tag: str, data: Mapping[str, Any]) -> bytes:
     """One event as msgpack ``[tag, data]``: encoded once, shared by every listener."""
-    return msgpack.packb([tag, data], use_bin_type=True)
+    packed: bytes = msgpack.packb([tag, data], use_bin_type=True)
+    return packed
 
 
 def encode_batch(route: Mapping[str, Any], encoded_events: Iterable[bytes], count: int) -> bytes:

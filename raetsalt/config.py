@@ -461,7 +461,8 @@ EXAMPLE_SETTINGS: dict[str, dict[str, Any]] = {
 
 
 def _yaml_line(key: str, value: Any) -> str:
-    return yaml.safe_dump({key: value}, default_flow_style=True, width=1000).strip()[1:-1]
+    text: str = yaml.safe_dump({key: value}, default_flow_style=True, width=1000)
+    return text.strip()[1:-1]
 
 
 def example_config(node: str) -> str:

@@ -131,7 +131,7 @@ _YamlDumper.add_multi_representer(object, _represent_other)
 
 def _yaml(data: Any, *, color: bool, indent: int | None, retcode: int) -> str:
     # Block style, sorted keys, unicode kept: what Salt's yaml outputter asks PyYAML for.
-    text = yaml.dump(
+    text: str = yaml.dump(
         data,
         Dumper=_YamlDumper,
         default_flow_style=False,

@@ -1,8 +1,7 @@
 """Drive a real raet 0.6.8 peer (tests/raetpeer.py) in a subprocess from tests and benchmarks.
 
-Typical use in a test module::
-
-    from raetpeer_client import raet_peer  # noqa: F401  (pytest fixture)
+Typical use in a test module (tests/conftest.py registers this module as a plugin, so
+the ``raet_peer`` fixture needs no import)::
 
     def test_x(raet_peer):
         main = raet_peer("main", main=True, auto="once")

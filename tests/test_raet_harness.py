@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable
 
 import pytest
-from raetpeer_client import RaetPeer, raet_peer  # noqa: F401  (raet_peer is a fixture)
+from raetpeer_client import RaetPeer
 
 pytestmark = pytest.mark.interop
 

@@ -30,6 +30,10 @@ SHARE_MK_TOKEN = "mk_token"
 SHARE_TOKEN_RET = "token_ret"
 
 
+MasterClient = CommandClient | StreamClient
+"""How a CLI talks to the master: its lane, or its command socket."""
+
+
 class AuthProblem(Exception):
     """Logging in failed; the message is for the user."""
 
@@ -44,7 +48,7 @@ def add_auth_options(parser: argparse.ArgumentParser) -> None:
                         help=f"keep an eauth token in {TOKEN_FILE} for later calls")
 
 
-def open_master(opts: dict[str, Any]) -> CommandClient | StreamClient:
+def open_master(opts: dict[str, Any]) -> MasterClient:
     """The lane when this user may use it, else the command socket."""
     sock_dir = opts["sock_dir"]
     if os.access(sock_dir, os.W_OK | os.X_OK):
@@ -61,8 +65,7 @@ def token_path() -> str:
     return os.path.expanduser(TOKEN_FILE)
 
 
-def credentials(args: argparse.Namespace, client: CommandClient | StreamClient
-                ) -> dict[str, Any]:
+def credentials(args: argparse.Namespace, client: MasterClient) -> dict[str, Any]:
     """The fields that say who we are, for every request (empty: the socket says it)."""
     if args.eauth:
         username = args.username or _ask("Username: ", secret=False)
@@ -89,7 +92,7 @@ def _ask(prompt: str, *, secret: bool) -> str:
     return getpass.getpass(prompt) if secret else input(prompt)
 
 
-def _make_token(client: CommandClient | StreamClient, backend: str, username: str,
+def _make_token(client: MasterClient, backend: str, username: str,
                 password: str) -> str:
     req = client.request(SHARE_MK_TOKEN, eauth=backend, username=username, password=password)
     deadline = time.monotonic() + 30.0

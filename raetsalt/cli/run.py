@@ -21,7 +21,7 @@ from raetsalt.execution.args import parse_cli_args
 from raetsalt.services import protocol as p
 from raetsalt.services.client import DaemonUnavailable
 
-from ._auth import AuthProblem, add_auth_options, credentials, open_master
+from ._auth import AuthProblem, MasterClient, add_auth_options, credentials, open_master
 from ._common import EX_CLIENT, EX_GENERIC, EX_OK, add_common, load_opts, show, wire_safe
 
 PROG = "raetsalt-run"
@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return EX_OK
 
 
-def _wait(client: Any, req: str, timeout: float) -> dict[str, Any]:
+def _wait(client: MasterClient, req: str, timeout: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while (remaining := deadline - time.monotonic()) > 0:
         for body in client.receive(remaining):

@@ -42,7 +42,7 @@ from raetsalt.services import protocol as p
 from raetsalt.services.client import DaemonUnavailable
 from raetsalt.targeting import CLI_FLAGS
 
-from ._auth import AuthProblem, add_auth_options, credentials, open_master
+from ._auth import AuthProblem, MasterClient, add_auth_options, credentials, open_master
 from ._common import EX_CLIENT, EX_GENERIC, EX_OK, add_common, load_opts, show, wire_safe
 
 PROG = "raetsalt"
@@ -135,7 +135,7 @@ def _summary(returned: dict[str, dict[str, Any]], silent: list[str], verbose: bo
     print("\n".join(lines), flush=True)
 
 
-def _wait_for(client: Any, req: str, share: str, timeout: float) -> dict[str, Any]:
+def _wait_for(client: MasterClient, req: str, share: str, timeout: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
         remaining = deadline - time.monotonic()
@@ -181,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         client.close()
 
 
-def _run(client: Any, args: argparse.Namespace, tgt: Any, tgt_type: str,
+def _run(client: MasterClient, args: argparse.Namespace, tgt: Any, tgt_type: str,
          positional: list[Any], kwargs: dict[str, Any], timeout: float,
          auth: dict[str, Any]) -> int:
     req = client.request(p.SHARE_PUBLISH, tgt=tgt, tgt_type=tgt_type, fun=args.fun,

@@ -38,7 +38,6 @@ from raetsalt.services.master import (
     MasterJobs,
     MinionDataCache,
     MinionState,
-    ToClient,
     ToMinion,
 )
 from raetsalt.services.minion import (
@@ -53,6 +52,7 @@ from raetsalt.services.minion import (
     execute,
 )
 from raetsalt.services.peer import PeerRelay
+from raetsalt.services.protocol import ToClient
 
 log = logging.getLogger("raetsalt.daemon")
 

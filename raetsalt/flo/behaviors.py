@@ -107,7 +107,8 @@ class _RaetsaltDoer(Doer):
             self.exit.value = code
 
     def current_node(self) -> Node | None:
-        return self.node.value
+        node: Node | None = self.node.value
+        return node
 
 
 class RaetsaltNodeOpen(_RaetsaltDoer):

@@ -229,7 +229,8 @@ def encode_body(value: Mapping[str, Any], pack_kind: PackKind = PackKind.MSGPACK
     if not value:
         return b""
     if pack_kind is PackKind.MSGPACK:
-        return msgpack.packb(value, use_bin_type=True)
+        packed: bytes = msgpack.packb(value, use_bin_type=True)
+        return packed
     return json.dumps(value, separators=(",", ":")).encode("utf-8")
 
 
@@ -246,7 +247,8 @@ def decode_body_untrusted(data: bytes, pack_kind: PackKind) -> dict[str, Any]:
         else:
             value = json.loads(data)
     except Exception as exc:  # noqa: BLE001 - see comment above
-        raise BadPacket(f"undecodable body: {exc.__class__.__name__}", DropReason.BAD_BODY) from None
+        reason = f"undecodable body: {exc.__class__.__name__}"
+        raise BadPacket(reason, DropReason.BAD_BODY) from None
     if not isinstance(value, dict):
         raise BadPacket("body is not a mapping", DropReason.BAD_BODY)
     return value

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import protocol as p
-from .minion import ToClient, ToMaster
+from .minion import ToMaster
+from .protocol import ToClient
 
 log = logging.getLogger(__name__)
 

@@ -164,10 +164,10 @@ def _result(master: MasterJobs, jid: str) -> dict[str, dict[str, Any]]:
 
 
 def _check_jid(jid: Any) -> str:
-    jid = str(jid)
-    if not (len(jid) == 20 and jid.isdigit()):
-        raise ValueError(f"not a jid: {jid!r}")
-    return jid
+    text = str(jid)
+    if not (len(text) == 20 and text.isdigit()):
+        raise ValueError(f"not a jid: {text!r}")
+    return text
 
 
 def _globs(value: Any) -> list[str]:

@@ -174,13 +174,17 @@ def run_emitter(procs: list[Proc], path: str, env: dict[str, str] | None = None)
 def test_minion_bus_listen_and_emit(procs: list[Proc], short_dir: str) -> None:
     sock_dir, env = minion_env(short_dir)
     start_bus(procs, "minion", sock_dir, "web1.example.com")
-    listener = start_script(procs, write(short_dir, "l1.py", LISTEN_MINION.format(tag="mytag")), env)
+    listener = start_script(
+        procs, write(short_dir, "l1.py", LISTEN_MINION.format(tag="mytag")), env
+    )
     listener.expect("Listening for events tagged 'mytag' on Salt Minion bus.")
-    other = start_script(procs, write(short_dir, "l2.py", LISTEN_MINION.format(tag="othertag")), env)
+    other = start_script(
+        procs, write(short_dir, "l2.py", LISTEN_MINION.format(tag="othertag")), env
+    )
     other.expect("Listening for events tagged 'othertag'")
 
-    emitter = run_emitter(procs, write(short_dir, "e1.py",
-                                       EMIT_MINION.format(tag="mytag", message="a drop in the bucket")), env)
+    first = EMIT_MINION.format(tag="mytag", message="a drop in the bucket")
+    emitter = run_emitter(procs, write(short_dir, "e1.py", first), env)
     assert emitter.readline(5) is not None  # the payload print
     assert emitter.readline(5) == "True"
     got = received(listener)
@@ -188,10 +192,12 @@ def test_minion_bus_listen_and_emit(procs: list[Proc], short_dir: str) -> None:
     assert got["tag"] == "mytag" and got["id"] == "web1.example.com" and "_stamp" in got
 
     # Exactly once: the next thing the listener prints is the next event, not a repeat.
-    run_emitter(procs, write(short_dir, "e2.py", EMIT_MINION.format(tag="mytag", message="second")), env)
+    second = EMIT_MINION.format(tag="mytag", message="second")
+    run_emitter(procs, write(short_dir, "e2.py", second), env)
     assert received(listener)["data"] == {"message": "second"}
     # The other listener saw none of the above: its first line is its own marker event.
-    run_emitter(procs, write(short_dir, "e3.py", EMIT_MINION.format(tag="othertag", message="mark")), env)
+    mark = EMIT_MINION.format(tag="othertag", message="mark")
+    run_emitter(procs, write(short_dir, "e3.py", mark), env)
     assert received(other)["data"] == {"message": "mark"}
 
 
@@ -220,7 +226,9 @@ def test_master_bus_listen_and_emit(procs: list[Proc], short_dir: str) -> None:
 def test_multi_event_fire_master_payload_is_accepted(procs: list[Proc], short_dir: str) -> None:
     sock_dir, env = minion_env(short_dir)
     start_bus(procs, "minion", sock_dir, "web1.example.com")
-    listener = start_script(procs, write(short_dir, "l.py", LISTEN_MINION.format(tag="fire_master")), env)
+    listener = start_script(
+        procs, write(short_dir, "l.py", LISTEN_MINION.format(tag="fire_master")), env
+    )
     listener.expect("Listening for events tagged 'fire_master'")
     emitter = run_emitter(procs, write(short_dir, "f.py", EMIT_FORWARD), env)
     assert emitter.readline(5) is not None

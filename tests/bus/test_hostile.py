@@ -62,7 +62,9 @@ def test_garbage_and_spoofed_pages_do_not_hurt_the_bus(procs: list[Proc], short_
         assert got is not None and got["tag"] == "after"
 
 
-def test_listener_that_stops_reading_does_not_block_emitter(procs: list[Proc], short_dir: str) -> None:
+def test_listener_that_stops_reading_does_not_block_emitter(
+    procs: list[Proc], short_dir: str
+) -> None:
     sock_dir = os.path.join(short_dir, "s")
     manor = start_bus(procs, "master", sock_dir)
     lane = lane_name_for("master", None)

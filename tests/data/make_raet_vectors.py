@@ -46,9 +46,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # tests/, for raet_shim
 
-import raet_shim  # noqa: E402  (must precede raet/ioflo)
-
 import libnacl  # noqa: E402
+import raet_shim  # noqa: E402  (must precede raet/ioflo)
 
 RNG_LABEL = b"raetsalt-vectors:rng:v1:"
 KEY_LABEL = "raetsalt-vectors:{name}:{kind}"
@@ -259,7 +258,7 @@ class Collector:
         if len(captured) != len(names):
             summary = [(c["sender"], split_packet(c["data"])["head"]) for c in captured]
             raise AssertionError(f"{road.scenario}: expected {names}, got {summary}")
-        for rec, name in zip(captured, names):
+        for rec, name in zip(captured, names, strict=True):
             full = f"{road.scenario}.{name}"
             assert full not in self.names, full
             self.names.add(full)
@@ -376,7 +375,7 @@ def message_records(road: Road, captured: list[dict[str, Any]], names: list[str]
                     short: dict[str, tuple[bytes, bytes]]) -> dict[str, dict[str, Any]]:
     """Crypto record for the message packets (one box over the whole body)."""
     receiver = next(n for n in road.stacks if n != sender)
-    segments = [(n, c) for n, c in zip(names, captured)
+    segments = [(n, c) for n, c in zip(names, captured, strict=False)
                 if c["sender"] == sender
                 and split_packet(c["data"])["head"].get("pk", 0) == 0]
     stream = b"".join(split_packet(c["data"])["coat"] for _, c in segments)

@@ -20,8 +20,8 @@ from raetsalt.engine.events import (
     MessageReceived,
     PacketDropped,
 )
-from raetsalt.errors import LocalError
 from raetsalt.engine.road import RoadConfig
+from raetsalt.errors import LocalError
 from raetsalt.keep.records import AutoMode
 
 pytestmark = pytest.mark.integration
@@ -90,7 +90,9 @@ def exchange(pump: Pump, sender: RoadStack, receiver: RoadStack, to: str, body: 
 
 
 @pytest.fixture(params=["raet", "native"])
-def pair(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Pump, RoadStack, RoadStack]]:
+def pair(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[Pump, RoadStack, RoadStack]]:
     config = RoadConfig(native=request.param == "native")
     main = RoadStack(tmp_path / "main", ("127.0.0.1", 0), name="main", main=True,
                      auto=AutoMode.ONCE, config=config)
@@ -108,7 +110,7 @@ def test_session_and_messages_of_every_size_both_ways(pair) -> None:
     assert main.address[1] != 0 and main.address[0] == "127.0.0.1"
     # 4 MiB asked; the kernel caps (and doubles) it, but never below its default
     assert main.rcvbuf >= 200_000 and main.sndbuf >= 200_000
-    uid = connect(pump, main, minion)
+    connect(pump, main, minion)
     for size in (100, 64 * 1024, 1024 * 1024):
         exchange(pump, minion, main, "main", pattern_body(size, f"up{size}"))
         exchange(pump, main, minion, "minion", pattern_body(size, f"down{size}"))

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from raetpeer_client import RaetPeer, raet_available, raet_peer  # noqa: F401  (fixture)
+from raetpeer_client import RaetPeer, raet_available
 
 from raetsalt.drivers.udp import RoadStack, format_ha
 from raetsalt.engine.events import (

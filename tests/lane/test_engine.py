@@ -51,7 +51,8 @@ def test_message_round_trip_and_learning() -> None:
     a, b = pair()
     assert a.send({"hello": "world"}, "beta")
     [event] = transfer(a, path("alpha"), b)
-    assert event == MessageReceived(body={"hello": "world"}, source="alpha", source_path=path("alpha"))
+    expected = MessageReceived(body={"hello": "world"}, source="alpha", source_path=path("alpha"))
+    assert event == expected
     assert b.has_yard("alpha")
 
 

@@ -140,7 +140,8 @@ def test_allow_hello_d_head_and_signed_bytes() -> None:
 
     datagram = pack_packet(header, body, sign)
     assert len(datagram) == 339
-    head = b"ri RAET\npl 0153\nhl 4b\nfg 00\npk 6\nse 2\nde 2\nsi 1\nti 2\ntk 3\nbk 2\nfk 1\nfl 40\n\n"
+    head = (b"ri RAET\npl 0153\nhl 4b\nfg 00\npk 6\nse 2\nde 2\nsi 1\nti 2\ntk 3\nbk 2\nfk 1\n"
+            b"fl 40\n\n")
     assert datagram == head + body + SIGNATURE
     assert signed == [head + body + bytes(64)]
     packet = parse_packet_untrusted(datagram)

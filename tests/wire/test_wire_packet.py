@@ -155,7 +155,8 @@ def test_head_over_255_bytes_is_refused_by_json_packer() -> None:
 
 def test_segment_payload_size_ignores_segment_fields() -> None:
     base = Header(source_uid=2, destination_uid=2, session_id=2, transaction_id=3,
-                  body_kind=BodyKind.JSON, coat_kind=CoatKind.NACL, foot_kind=FootKind.NACL)  # fmt: skip
+                  body_kind=BodyKind.JSON, coat_kind=CoatKind.NACL,
+                  foot_kind=FootKind.NACL)  # fmt: skip
     segment = Header(
         source_uid=2,
         destination_uid=2,
@@ -175,7 +176,8 @@ def test_segment_payload_size_ignores_segment_fields() -> None:
     assert len(pack_packet(segment, bytes(size), lambda m: SIGNATURE)) <= 1024
     # one more hex digit in an id costs one payload byte
     wider = Header(source_uid=0x20, destination_uid=2, session_id=2, transaction_id=3,
-                   body_kind=BodyKind.JSON, coat_kind=CoatKind.NACL, foot_kind=FootKind.NACL)  # fmt: skip
+                   body_kind=BodyKind.JSON, coat_kind=CoatKind.NACL,
+                  foot_kind=FootKind.NACL)  # fmt: skip
     assert segment_payload_size(wider) == 862
 
 
