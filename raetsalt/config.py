@@ -16,7 +16,8 @@ A top-level key set by an included file replaces the main file's value.  When se
 included files set the same mapping or list key, their values are merged (mappings
 recursively, lists concatenated), again as Salt does.
 
-Every key of every file is checked against ``SCHEMA``: an unknown key, a wrong type or a
+Files are read with Salt's YAML rules (``raetsalt.saltyaml``: ``017`` is 17, dates stay
+text, a duplicate key is an error).  Every key of every file is checked against ``SCHEMA``: an unknown key, a wrong type or a
 bad value raises ``ConfigError`` whose message starts with the file it came from, for
 example ``conf/minion: key 'raet_port' must be an integer from 0 to 65535, got 'abc'``.
 
@@ -43,6 +44,7 @@ from typing import Any
 
 import yaml
 
+from raetsalt import saltyaml
 from raetsalt.config_schema import (
     BY_NAME,
     DEFAULT_MASTER_PORT,
@@ -90,32 +92,6 @@ __all__ = [
 # --------------------------------------------------------------------------- YAML reading
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys in a mapping (Salt's loader does too)."""
-
-
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    loader.flatten_mapping(node)
-    result: dict[Any, Any] = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        try:
-            hash(key)
-        except TypeError:
-            raise yaml.constructor.ConstructorError(
-                None, None, "a mapping key must be a scalar", key_node.start_mark
-            ) from None
-        if key in result:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
-        result[key] = loader.construct_object(value_node, deep=True)
-    return result
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
 def _read_yaml(path: str) -> dict[Any, Any]:
     """Read one config file into a dict; an empty file is an empty dict."""
     try:
@@ -128,7 +104,7 @@ def _read_yaml(path: str) -> dict[Any, Any]:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        data = saltyaml.load(text)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from raetsalt.execution.args import parse_cli_args
+from raetsalt.execution.args import parse_input
 from raetsalt.services import protocol as p
 from raetsalt.services.client import CommandClient, DaemonUnavailable
 
@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     opts = load_opts(PROG, args.config_dir, "minion")
     if args.minion_id:
         opts["id"] = args.minion_id
-    positional, kwargs = wire_safe(parse_cli_args(args.arg))
+    positional, kwargs = wire_safe(parse_input(args.arg))
     arg = p.pack_args(positional, kwargs)
     if args.local:
         record, missing = _run_local(opts, args.fun, arg)

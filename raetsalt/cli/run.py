@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from raetsalt.execution.args import parse_cli_args
+from raetsalt.execution.args import parse_input
 from raetsalt.services import protocol as p
 from raetsalt.services.client import DaemonUnavailable
 
@@ -43,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_intermixed_args(list(argv) if argv is not None else None)
     opts = load_opts(PROG, args.config_dir, "master")
     timeout = args.timeout if args.timeout and args.timeout > 0 else float(opts["timeout"]) + 10
-    positional, kwargs = wire_safe(parse_cli_args(args.arg))
+    positional, kwargs = wire_safe(parse_input(args.arg))
     try:
         with open_master(opts) as client:
             auth = credentials(args, client)

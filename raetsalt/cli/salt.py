@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from raetsalt.errors import TargetError
-from raetsalt.execution.args import parse_cli_args
+from raetsalt.execution.args import parse_input
 from raetsalt.services import protocol as p
 from raetsalt.services.client import DaemonUnavailable
 from raetsalt.targeting import CLI_FLAGS
@@ -158,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     assert tgt_type in CLI_FLAGS.values() or tgt_type == "glob"
     opts = load_opts(PROG, args.config_dir, "master")
     timeout = args.timeout if args.timeout and args.timeout > 0 else float(opts["timeout"])
-    positional, kwargs = wire_safe(parse_cli_args(args.arg))
+    positional, kwargs = wire_safe(parse_input(args.arg))
     tgt: Any = args.target
     try:
         client = open_master(opts)

@@ -2,5 +2,5 @@
 
 ``loader.Loader`` finds them (built-in ones in ``raetsalt/execution/modules`` and the
 user's in the minion's ``module_dirs``) and calls them with Salt-style arguments
-(``args.parse_cli_args``).  The only code in raetsalt with side effects on the host.
+(``args.parse_input``).  The only code in raetsalt with side effects on the host.
 """

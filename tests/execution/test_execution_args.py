@@ -1,4 +1,5 @@
-"""Salt's command-line argument rules (k=v kwargs, YAML-typed values)."""
+"""Salt's command-line argument rules (k=v kwargs, YAML-typed values), without Salt installed;
+test_args_oracle.py compares the same rules with Salt itself."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from raetsalt.execution.args import parse_cli_args, yamlify
+from raetsalt.execution.args import parse_input, yamlify
 
 
 @pytest.mark.parametrize(
@@ -24,15 +25,21 @@ from raetsalt.execution.args import parse_cli_args, yamlify
         (["foo,1020,1020"], ["foo,1020,1020"], {}),  # no comma splitting (Salt 3008)
         (["x.y=1", "a-b=2"], [], {"x.y": 1, "a-b": 2}),
         (["text # comment"], ["text # comment"], {}),
-        (["'quoted'"], ["'quoted'"], {}),  # the user's text is kept
+        (["[1] # comment"], [[1]], {}),
+        (["'123'", '"x"'], ["123", "x"], {}),  # YAML quotes are removed, as in Salt
         (["2024-01-01"], ["2024-01-01"], {}),  # dates stay strings
-        (["  padded"], ["  padded"], {}),
+        (["  padded", "a= b"], ["padded"], {"a": "b"}),
+        (["017", "-017", "0x10"], [17, -15, 16], {}),  # Salt's leading-zero rule
+        (["1_2_3", "foo: bar", "- foo"], ["1_2_3", "foo: bar", "- foo"], {}),
+        (["x=None", "None", "none"], [None, "none"], {"x": None}),
+        (["12345678901234567890"], ["12345678901234567890"], {}),  # a jid stays text
+        (["{a: 1, a: 2}"], ["{a: 1, a: 2}"], {}),  # duplicate keys: not a mapping
         (["cmd=ls -l /tmp"], [], {"cmd": "ls -l /tmp"}),
         (["[unclosed"], ["[unclosed"], {}),
     ],
 )
-def test_parse_cli_args(words: list[str], args: list[Any], kwargs: dict[str, Any]) -> None:
-    assert parse_cli_args(words) == (args, kwargs)
+def test_parse_input(words: list[str], args: list[Any], kwargs: dict[str, Any]) -> None:
+    assert parse_input(words) == (args, kwargs)
 
 
 def test_non_strings_pass_through() -> None:

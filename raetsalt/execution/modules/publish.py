@@ -14,39 +14,26 @@ request over its road session (``raetsalt.services.peer``).
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
-from raetsalt.execution.args import yamlify
+from raetsalt.execution.args import parse_input, yamlify
 from raetsalt.execution.loader import CommandExecutionError, Context
 from raetsalt.services import protocol as p
-
-_KWARG_RE = re.compile(r"([^\d\W][\w.-]*)=(?!=)(.*)\Z", re.DOTALL)
 
 MASTERLESS = "No access to master. If using salt-call with --local, please remove."
 
 
 def _parse_arg(arg: Any) -> list[Any]:
     """Salt's publish argument rules: a string is YAML (``'[a, b]'`` is two arguments),
-    anything not a list becomes one argument, ``name=value`` strings are keyword
-    arguments (their values YAML too)."""
+    anything not a list becomes one argument; then each item goes through the command
+    line's rules (``name=value`` strings are keyword arguments, strings are typed)."""
     if arg is None:
         return []
     if isinstance(arg, str):
         arg = yamlify(arg)
     items = arg if isinstance(arg, list) else [arg]
-    args: list[Any] = []
-    kwargs: dict[str, Any] = {}
-    for item in items:
-        match = _KWARG_RE.match(item) if isinstance(item, str) else None
-        if match:
-            kwargs[match.group(1)] = yamlify(match.group(2))
-        elif isinstance(item, dict) and item.get(p.KWARG_MARK) is True:
-            kwargs.update({k: v for k, v in item.items() if k != p.KWARG_MARK})
-        else:
-            args.append(item)
-    return p.pack_args(args, kwargs)
+    return p.pack_args(*parse_input(items))
 
 
 class _Answers:
