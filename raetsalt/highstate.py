@@ -264,7 +264,8 @@ class _Highstate:
             return changed, text
         from raetsalt.output import render as render_output
 
-        nested = render_output(dict(changes), "nested", color=self.c is _COLORS, indent=14)
+        nested = render_output(dict(changes), "nested", color=self.c is _COLORS,
+                               nested_indent=14)
         return True, "\n" + nested.rstrip()
 
     def summary(self, host: str, counts: dict[Any, int], nchanges: int,

@@ -1,4 +1,5 @@
-"""Outputters: exact texts for test.ping (salt-semantics 8.3) and the nested layout."""
+"""Outputters: exact texts for test.ping (salt-semantics 8.3) and the nested layout, without
+Salt installed; test_output_oracle.py compares every outputter with Salt itself."""
 
 from __future__ import annotations
 
@@ -98,40 +99,43 @@ def test_nested_empty_string_and_list_print_nothing() -> None:
     assert render({"m": "", "n": []}) == "m:\nn:"
 
 
-def test_nested_unsortable_keys_keep_order() -> None:
+def test_nested_unsortable_keys_sort_as_text() -> None:
     assert (
-        render({"m": {2: "a", "x": "b"}})
+        render({"m": {"x": "b", 2: "a"}})
         == "m:\n    ----------\n    2:\n        a\n    x:\n        b"
     )
 
 
-def test_nested_ordered_dict_sorted_and_unknown_objects() -> None:
-    assert render(OrderedDict([("b", 1), ("a", 2)])) == "a:\n    2\nb:\n    1"
-    assert render({"m": frozenset()}) == "m:\n    frozenset()"
+def test_nested_ordered_dict_keeps_its_order_and_unknown_objects_print_nothing() -> None:
+    assert render(OrderedDict([("b", 1), ("a", 2)])) == "b:\n    1\na:\n    2"
+    assert render({"m": frozenset()}) == "m:"
 
 
 def test_nested_bytes() -> None:
     assert render({"m": b"text"}) == "m:\n    text"
-    assert render({"m": b"\xff"}) == "m:\n    b'\\xff'"
+    assert render({"m": b"\xff"}) == "m:"
 
 
-def test_nested_indent() -> None:
-    # Salt's nested_indent: a shifted top-level mapping gets the separator too.
-    assert render(PING, indent=2) == "  ----------\n  local:\n      True"
+def test_nested_ignores_out_indent() -> None:
+    assert render(PING, indent=2) == render(PING) == "local:\n    True"
 
 
 def test_nested_color() -> None:
     text = render({"m": {"a": 1, "s": "x", "l": ["y"]}}, color=True)
     assert text == (
-        "\x1b[0;36mm\x1b[0m:\n"
-        "    \x1b[0;36m----------\x1b[0m\n"
-        "    \x1b[0;36ma\x1b[0m:\n"
-        "        \x1b[1;33m1\x1b[0m\n"
-        "    \x1b[0;36ml\x1b[0m:\n"
-        "        \x1b[0;32m- y\x1b[0m\n"
-        "    \x1b[0;36ms\x1b[0m:\n"
-        "        \x1b[0;32mx\x1b[0m"
+        "\x1b[0;36mm\x1b[0;0m:\n"
+        "    \x1b[0;36m----------\x1b[0;0m\n"
+        "    \x1b[0;36ma\x1b[0;0m:\n"
+        "        \x1b[0;1;33m1\x1b[0;0m\n"
+        "    \x1b[0;36ml\x1b[0;0m:\n"
+        "        \x1b[0;32m- y\x1b[0;0m\n"
+        "    \x1b[0;36ms\x1b[0;0m:\n"
+        "        \x1b[0;32mx\x1b[0;0m"
     )
+
+
+def test_nested_escape_characters_in_text_are_neutralised() -> None:
+    assert render({"m": "\x1b[2Jboom"}) == "m:\n    ?[2Jboom"
 
 
 def test_nested_color_failed_retcode_is_red() -> None:
@@ -145,13 +149,20 @@ def test_color_only_changes_nested() -> None:
         assert render(NESTED_DATA, fmt, color=True) == render(NESTED_DATA, fmt)
 
 
+def test_trailing_white_space_is_stripped() -> None:
+    assert render({"m": "text  \n\n"}) == "m:\n    text"
+    assert render("x \n", "raw") == "x"
+
+
 def test_json_keeps_order_and_unicode_and_reprs_unknown() -> None:
     text = render({"b": 1, "a": "é", "s": {1}}, "json")
     assert text == '{\n    "b": 1,\n    "a": "é",\n    "s": "{1}"\n}'
+    assert render({b"k": 1}, "json") == "{}"  # a key JSON cannot have
 
 
 def test_json_indent() -> None:
     assert render({"a": [1]}, "json", indent=-1) == '{"a": [1]}'
+    assert render({"a": [1]}, "json", indent=0) == '{\n"a": [\n1\n]\n}'
     assert render({"a": [1]}, "json", indent=2) == '{\n  "a": [\n    1\n  ]\n}'
 
 
@@ -166,7 +177,13 @@ def test_yaml_unknown_object_and_tuple() -> None:
         def __repr__(self) -> str:
             return "<thing>"
 
-    assert render({"a": Thing(), "t": (1, 2)}, "yaml") == "a: <thing>\nt:\n- 1\n- 2"
+    assert render({"a": Thing(), "t": (1, 2)}, "yaml") == "a: NULL\nt:\n- 1\n- 2"
+
+
+def test_yaml_negative_indent_is_flow_style_and_bare_values_are_bare() -> None:
+    assert render({"a": [1, {"b": "c"}]}, "yaml", indent=-1) == "{a: [1, {b: c}]}"
+    assert render(True, "yaml") == "true"  # no document end marker (libyaml, as Salt)
+    assert render("x", "raw") == "x"
 
 
 def test_txt_lines() -> None:

@@ -4,10 +4,12 @@ Salt is the oracle: for every word, ``parse_input`` (with ``yamlify_arg``) run i
 process must give exactly what ``raetsalt.execution.args.parse_input`` gives, type for
 type (compared by ``repr``, so that 1, 1.0 and True differ and NaN equals NaN).
 Skipped only when Salt cannot be imported (the ``salt`` extra is not installed).
+``RAETSALT_ORACLE_EXAMPLES=N`` runs N generated cases instead of the default.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -15,6 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raetsalt.execution.args import parse_input
+
+MAX_EXAMPLES = int(os.environ.get("RAETSALT_ORACLE_EXAMPLES", "1500"))
 
 salt_args = pytest.importorskip("salt.utils.args", reason="Salt (the oracle) is not installed")
 
@@ -87,7 +91,7 @@ words = st.one_of(
 )
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=MAX_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(words, max_size=4))
 def test_generated_words_as_salt(generated: list[str]) -> None:
     assert we_say(generated) == salt_says(generated)
