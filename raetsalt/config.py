@@ -17,9 +17,10 @@ included files set the same mapping or list key, their values are merged (mappin
 recursively, lists concatenated), again as Salt does.
 
 Files are read with Salt's YAML rules (``raetsalt.saltyaml``: ``017`` is 17, dates stay
-text, a duplicate key is an error).  Every key of every file is checked against ``SCHEMA``: an unknown key, a wrong type or a
-bad value raises ``ConfigError`` whose message starts with the file it came from, for
-example ``conf/minion: key 'raet_port' must be an integer from 0 to 65535, got 'abc'``.
+text, a duplicate key is an error).  Every key of every file is checked against
+``SCHEMA``: an unknown key, a wrong type or a bad value raises ``ConfigError`` whose
+message starts with the file it came from, for example
+``conf/minion: key 'raet_port' must be an integer from 0 to 65535, got 'abc'``.
 
 Paths (``PATH_KEYS``) that are relative are joined to ``root_dir``; ``root_dir`` itself,
 when relative, is taken relative to the directory of the main config file.
@@ -66,6 +67,7 @@ from raetsalt.config_schema import (
     options_for,
 )
 from raetsalt.errors import ConfigError
+from raetsalt.execution.grains import fqdn as host_fqdn
 
 __all__ = [
     "DEFAULT_MASTER_PORT",
@@ -363,7 +365,7 @@ def _default_id(node: str) -> str:
         return f"{socket.gethostname() or 'localhost'}_master"
     # Salt prefers the FQDN; when the resolver only knows "localhost" the plain host
     # name is more useful than an id every unconfigured minion would share.
-    fqdn = socket.getfqdn()
+    fqdn = host_fqdn()
     if not fqdn or fqdn.startswith("localhost") or id_problem(fqdn):
         fqdn = socket.gethostname() or "localhost"
     return fqdn

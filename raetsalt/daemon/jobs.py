@@ -283,7 +283,7 @@ def static_grains_path(opts: Mapping[str, Any]) -> str:
 def load_grains(opts: Mapping[str, Any]) -> dict[str, Any]:
     """Core grains, overlaid with the saved static grains, then the config's ``grains``
     (which win, as in Salt)."""
-    grains = core_grains(str(opts.get("id", "")))
+    grains = core_grains(str(opts.get("id", "")), master=opts.get("master"))
     try:
         with open(static_grains_path(opts), encoding="utf-8") as handle:
             saved = yaml.safe_load(handle)

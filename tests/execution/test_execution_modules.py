@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from raetsalt import __version__
-from raetsalt.execution.grains import core_grains, minion_grains
 from raetsalt.execution.loader import (
     CommandExecutionError,
     Context,
@@ -185,25 +184,3 @@ def test_user_modules_from_module_dirs(tmp_path: Path) -> None:
     assert any("broken.py" in path for path in loader.errors)
 
 
-def test_core_grains() -> None:
-    grains = minion_grains({"id": "m9", "grains": {"roles": ["web"]}})
-    for key in (
-        "id",
-        "host",
-        "fqdn",
-        "os",
-        "os_family",
-        "osrelease",
-        "kernel",
-        "kernelrelease",
-        "cpuarch",
-        "num_cpus",
-        "mem_total",
-        "ipv4",
-        "ipv6",
-        "pythonversion",
-        "saltversion",
-    ):
-        assert key in grains, key
-    assert grains["id"] == "m9" and grains["roles"] == ["web"] and "127.0.0.1" in grains["ipv4"]
-    assert core_grains("x")["kernel"] == "Linux"
