@@ -18,9 +18,13 @@ recursively, lists concatenated), again as Salt does.
 
 Files are read with Salt's YAML rules (``raetsalt.saltyaml``: ``017`` is 17, dates stay
 text, a duplicate key is an error).  Every key of every file is checked against
-``SCHEMA``: an unknown key, a wrong type or a bad value raises ``ConfigError`` whose
-message starts with the file it came from, for example
+``SCHEMA``: a wrong type or a bad value raises ``ConfigError`` whose message starts with
+the file it came from, for example
 ``conf/minion: key 'raet_port' must be an integer from 0 to 65535, got 'abc'``.
+Keys no option of this node takes are gathered over all the files: those Salt knows
+(``raetsalt.config_salt_keys``), module settings (``mysql.host``) and the other node's
+options are ignored, and ``load_node_config`` reports them in one warning line; any
+other key is unknown, and all of them make one ``ConfigError`` with suggestions.
 
 Paths (``PATH_KEYS``) that are relative are joined to ``root_dir``; ``root_dir`` itself,
 when relative, is taken relative to the directory of the main config file.
@@ -39,13 +43,14 @@ import re
 import socket
 import sys
 import textwrap
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 from raetsalt import saltyaml
+from raetsalt.config_salt_keys import SALT_KEYS
 from raetsalt.config_schema import (
     BY_NAME,
     DEFAULT_MASTER_PORT,
@@ -143,9 +148,18 @@ def _show(value: Any) -> str:
 # --------------------------------------------------------------------------- validation
 
 
-def _validate_file(path: str, raw: Mapping[Any, Any], node: str) -> Opts:
+@dataclass(slots=True)
+class _Leftovers:
+    """Keys no raetsalt option of this node takes, gathered over every file so that each
+    kind is reported once: ``ignored`` ones (Salt's keys, module settings such as
+    ``mysql.host``, the other node's raetsalt options) and ``unknown`` ones."""
+
+    ignored: list[tuple[str, str]] = field(default_factory=list)  # (file, key)
+    unknown: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _validate_file(path: str, raw: Mapping[Any, Any], node: str, left: _Leftovers) -> Opts:
     """Check every key of one file against the schema; return the checked values."""
-    other = "minion" if node == "master" else "master"
     checked: Opts = {}
     for key, value in raw.items():
         if not isinstance(key, str):
@@ -154,7 +168,9 @@ def _validate_file(path: str, raw: Mapping[Any, Any], node: str) -> Opts:
             raise ConfigError(f"{path}: key '{key}' is set by raetsalt and cannot be configured")
         opt = BY_NAME.get(key)
         if opt is None or node not in opt.defaults:
-            raise ConfigError(_unknown_key_message(path, key, node, other, opt))
+            known = opt is not None or key in SALT_KEYS or "." in key.strip(".")
+            (left.ignored if known else left.unknown).append((path, key))
+            continue
         try:
             checked[key] = opt.spec.check(value)
         except SpecMismatch as exc:
@@ -165,14 +181,45 @@ def _validate_file(path: str, raw: Mapping[Any, Any], node: str) -> Opts:
     return checked
 
 
-def _unknown_key_message(path: str, key: str, node: str, other: str, opt: Option | None) -> str:
-    if opt is not None:
-        return f"{path}: key '{key}' is a {other} option; it has no meaning in a {node} config"
-    message = f"{path}: unknown key '{key}'"
-    close = difflib.get_close_matches(key, [o.name for o in options_for(node)], n=1, cutoff=0.6)
-    if close:
-        message += f" (did you mean '{close[0]}'?)"
-    return message
+_MAX_LISTED = 20
+
+
+def _listed(keys: list[tuple[str, str]], main: str, describe: Callable[[str], str]) -> str:
+    """``'a', 'b' in other.conf, ...`` with each key described (at most ``_MAX_LISTED``);
+    a file is named only when it is not the one the message starts with."""
+    shown = []
+    for path, key in keys[:_MAX_LISTED]:
+        where = "" if path == main else f" in {path}"
+        shown.append(f"{_show(key)}{where}{describe(key)}")
+    if len(keys) > _MAX_LISTED:
+        shown.append(f"and {len(keys) - _MAX_LISTED} more")
+    return ", ".join(shown)
+
+
+def _suggestion(key: str, node: str) -> str:
+    candidates = [o.name for o in options_for(node)] + sorted(SALT_KEYS)
+    close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.75)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _report_leftovers(left: _Leftovers, main: str, node: str,
+                      warnings: list[str] | None) -> None:
+    """Raise one ConfigError naming every unknown key; add one warning line naming every
+    ignored one."""
+    if left.unknown:
+        first = left.unknown[0][0]
+        word = "key" if len(left.unknown) == 1 else "keys"
+        raise ConfigError(f"{first}: unknown {word} "
+                          + _listed(left.unknown, first, lambda k: _suggestion(k, node)))
+    if left.ignored and warnings is not None:
+        first = left.ignored[0][0]
+        other = "minion" if node == "master" else "master"
+
+        def describe(key: str) -> str:
+            return f" (a raetsalt {other} option)" if key in BY_NAME else ""
+
+        warnings.append(f"{first}: ignoring {len(left.ignored)} key(s) raetsalt does not use "
+                        f"in a {node} config: {_listed(left.ignored, first, describe)}")
 
 
 def parse_master_address(value: str, default_port: int = DEFAULT_MASTER_PORT) -> tuple[str, int]:
@@ -271,6 +318,7 @@ def _load_includes(
     node: str,
     into: _Loaded,
     seen: set[str],
+    left: _Leftovers,
     *,
     strict: bool,
 ) -> None:
@@ -281,30 +329,32 @@ def _load_includes(
                 # An include cycle (or the same file twice) adds nothing new.
                 continue
             seen.add(real)
-            values = _validate_file(path, _read_yaml(path), node)
+            values = _validate_file(path, _read_yaml(path), node, left)
             nested = values.pop("include", [])
             _merge_into(into.values, values)
             into.source.update({key: path for key in values})
-            _load_includes(path, nested, node, into, seen, strict=True)
+            _load_includes(path, nested, node, into, seen, left, strict=True)
 
 
 # --------------------------------------------------------------------------- public loaders
 
 
-def _load(path: str | os.PathLike[str], node: str) -> Opts:
+def _load(path: str | os.PathLike[str], node: str, warnings: list[str] | None = None) -> Opts:
     path = os.fspath(path)
     opts = default_opts(node)
     source: dict[str, str] = {}
+    left = _Leftovers()
     if os.path.exists(path):
-        main = _validate_file(path, _read_yaml(path), node)
+        main = _validate_file(path, _read_yaml(path), node, left)
         opts.update(main)
         source.update({key: path for key in main})
     # else: like Salt, a missing file means "all defaults" (includes beside it still apply).
 
     included = _Loaded()
     seen = {os.path.realpath(path)}
-    _load_includes(path, [opts["default_include"]], node, included, seen, strict=False)
-    _load_includes(path, opts["include"], node, included, seen, strict=True)
+    _load_includes(path, [opts["default_include"]], node, included, seen, left, strict=False)
+    _load_includes(path, opts["include"], node, included, seen, left, strict=True)
+    _report_leftovers(left, path, node, warnings)
     opts.update(included.values)
     source.update(included.source)
 
@@ -388,12 +438,16 @@ def minion_config(path: str | os.PathLike[str]) -> Opts:
     return _load(path, "minion")
 
 
-def load_node_config(confdir: str | os.PathLike[str], node: str) -> Opts:
+def load_node_config(
+    confdir: str | os.PathLike[str], node: str, warnings: list[str] | None = None
+) -> Opts:
     """Load ``<confdir>/<node>`` plus ``<confdir>/<node>.d/*.conf`` for a daemon.
 
     Unlike the two functions above, a missing or non-directory ``confdir`` is a
     ``ConfigError``: a daemon started with a mistyped ``-c`` must not run on defaults.
-    A missing file inside an existing directory still means defaults.
+    A missing file inside an existing directory still means defaults.  ``warnings``, when
+    given, receives the one line naming the keys that were ignored (Salt's keys raetsalt
+    does not use), for the caller to log.
     """
     check_node(node)
     confdir = os.fspath(confdir)
@@ -401,7 +455,7 @@ def load_node_config(confdir: str | os.PathLike[str], node: str) -> Opts:
         raise ConfigError(f"{confdir}: config directory does not exist")
     if not os.path.isdir(confdir):
         raise ConfigError(f"{confdir}: is not a directory (give the config directory, not a file)")
-    return _load(os.path.join(confdir, node), node)
+    return _load(os.path.join(confdir, node), node, warnings)
 
 
 # --------------------------------------------------------------------------- example files
@@ -411,7 +465,9 @@ _EXAMPLE_HEADER = """\
 #
 # Every option raetsalt knows is listed below with its default.  A commented
 # '#key: value' line shows the default; an uncommented line is a setting this
-# example changes.  Unknown keys and wrong types are errors that name this file.
+# example changes.  Keys Salt knows that raetsalt does not use (file_roots,
+# worker_threads, ...) are ignored with one warning line; unknown keys and wrong
+# types are errors that name this file.
 #
 # Also read: {node}.d/*.conf beside this file (see default_include), in sorted
 # order; a key set there replaces the value here.

@@ -17,6 +17,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from raetsalt.errors import KeepError
+from raetsalt.keep.records import validate_name
+
 __all__ = [
     "BY_NAME",
     "DEFAULT_MASTER_PORT",
@@ -294,9 +297,16 @@ def _minion_id() -> Spec:
     return Spec("a valid id string", check)
 
 
+MAX_ID_LENGTH = 128
+"""The longest estate name the road carries (RAET's)."""
+
+
 def id_problem(value: str) -> str:
-    # The id names files under pki_dir and the estate on the road, so it must be a
-    # single safe path component (Salt's valid_id forbids the same characters).
+    """Why ``value`` cannot be a node id, or "".
+
+    The id names the node's key files in the keep and its estate on the road, so it must
+    be a name both accept (Salt's own rule, no '/', '\\' or NUL, is looser: Salt allows
+    spaces, which the road cannot carry)."""
     if not value.strip():
         return "it is empty"
     if any(c in value for c in "/\\\0"):
@@ -305,6 +315,15 @@ def id_problem(value: str) -> str:
         return "it is '.' or '..'"
     if value != value.strip():
         return "it has leading or trailing white space"
+    if len(value) > MAX_ID_LENGTH:
+        return f"it is longer than {MAX_ID_LENGTH} characters"
+    try:
+        validate_name(value, "id")
+        if "~" in value:  # the keep takes it, the road does not
+            raise KeepError(value)
+    except KeepError:
+        return ("only letters, digits and _.@+=- are allowed, the first a letter, digit or _, "
+                "and no '..'")
     return ""
 
 

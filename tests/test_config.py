@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -266,11 +267,65 @@ def test_unknown_key_without_suggestion(tmp_path: Path) -> None:
     assert error_of(minion_config, path) == f"{path}: unknown key 'zzzzzz'"
 
 
-def test_key_of_other_node(tmp_path: Path) -> None:
-    path = write(tmp_path / "minion", "peer: {}\n")
-    assert error_of(minion_config, path) == (
-        f"{path}: key 'peer' is a master option; it has no meaning in a minion config"
+def test_salt_keys_load_with_one_warning_line(tmp_path: Path) -> None:
+    # The walkthrough's master: 14 common Salt keys were fatal, one per run.
+    salt_master = (
+        "file_roots: {base: [/srv/salt]}\npillar_roots: {base: [/srv/pillar]}\n"
+        "worker_threads: 5\nhash_type: sha256\nstate_top: top.sls\nret_port: 4506\n"
+        "publish_port: 4505\nfileserver_backend: [roots]\next_pillar: []\nreactor: []\n"
+        "master_sign_pubkey: false\nfile_recv: false\ngather_job_timeout: 10\n"
+        "cli_summary: false\nenable_gpu_grains: true\ntimeout: 7\n"
     )
+    path = write(tmp_path / "master", salt_master)
+    write(tmp_path / "master.d" / "mods.conf", "mysql.host: db\nminion_id_caching: true\n")
+    warnings: list[str] = []
+    opts = load_node_config(tmp_path, "master", warnings)
+    # file_roots, pillar_roots, hash_type, state_top are raetsalt's (the Salt bridge)
+    assert opts["timeout"] == 7 and opts["state_top"] == "top.sls"
+    assert "worker_threads" not in opts
+    assert len(warnings) == 1
+    line = warnings[0]
+    assert line.startswith(f"{path}: ignoring 13 key(s) raetsalt does not use in a master "
+                           "config: 'worker_threads', 'ret_port', 'publish_port',")
+    assert f"'mysql.host' in {tmp_path / 'master.d' / 'mods.conf'}" in line
+    assert "\n" not in line
+    # the Salt-compatible loaders accept the file without a word
+    assert master_config(path)["timeout"] == 7
+
+
+def test_minion_salt_keys_and_master_options_are_ignored(tmp_path: Path) -> None:
+    write(tmp_path / "minion", "master_finger: 'ab:cd'\nfile_client: local\n"
+                               "startup_states: highstate\nmine_functions: {}\n"
+                               "hash_type: sha256\nschedule: {}\npeer: {}\n")
+    warnings: list[str] = []
+    load_node_config(tmp_path, "minion", warnings)
+    assert warnings[0].endswith("'hash_type' (a raetsalt master option), 'schedule', "
+                                "'peer' (a raetsalt master option)")
+    assert "ignoring 6 key(s)" in warnings[0]  # file_client is a minion option
+
+
+def test_all_unknown_keys_in_one_error(tmp_path: Path) -> None:
+    path = write(tmp_path / "master", "file_rots: {}\nworker_thread: 2\nzzzzzz: 1\n"
+                                      "file_roots: {}\n")
+    write(tmp_path / "master.d" / "x.conf", "publsh_port: 1\n")
+    message = error_of(lambda p: load_node_config(p, "master"), tmp_path)
+    assert message == (
+        f"{path}: unknown keys 'file_rots' (did you mean 'file_roots'?), 'worker_thread' "
+        f"(did you mean 'worker_threads'?), 'zzzzzz', 'publsh_port' in "
+        f"{tmp_path / 'master.d' / 'x.conf'} (did you mean 'publish_port'?)"
+    )
+
+
+def test_unknown_keys_message_is_bounded(tmp_path: Path) -> None:
+    text = "".join(f"bogus_{i}_{'x' * 200}: 1\n" for i in range(5000))
+    message = error_of(minion_config, write(tmp_path / "minion", text))
+    assert message.endswith("and 4980 more") and len(message) < 2500 and "\n" not in message
+
+
+@pytest.mark.parametrize("bad", ["web 1", "web\t1", "a~b", "-x", "a..b", "é"])
+def test_ids_the_road_cannot_carry_are_config_errors(tmp_path: Path, bad: str) -> None:
+    path = write(tmp_path / "minion", f"id: {json.dumps(bad)}\n")
+    assert error_of(minion_config, path).startswith(f"{path}: key 'id' must be a valid id")
 
 
 def test_derived_key_cannot_be_set(tmp_path: Path) -> None:

@@ -193,17 +193,17 @@ def main(node: str, argv: Sequence[str] | None = None) -> int:
     """Run the ``node`` ('master' or 'minion') daemon; returns the exit code."""
     args = parse_args(node, argv)
     prog = f"raetsalt-{node}"
+    warnings: list[str] = []  # logged once logging is set up
     try:
-        opts = load_node_config(args.config_dir, node)
+        opts = load_node_config(args.config_dir, node, warnings)
     except ConfigError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    warnings: list[str] = []
     if node == "master":
         from raetsalt.auth import check_access_config
 
         try:
-            warnings = check_access_config(opts)
+            warnings += check_access_config(opts)
         except ConfigError as exc:
             print(f"{prog}: {opts['conf_file']}: {exc}", file=sys.stderr)
             return EXIT_CONFIG

@@ -188,6 +188,9 @@ def _run(node: str, confdir: Path) -> subprocess.CompletedProcess[str]:
         ("id: [unclosed\n", "YAML error at line 2"),
         ("raet_port: lots\n", "key 'raet_port' must be an integer"),
         ("transport: zeromq\n", "key 'transport' must be 'raet'"),
+        ("id: web 1\n", "key 'id' must be a valid id string, got 'web 1'"),
+        ("file_rots: {}\nbogus: 1\nfile_roots: {}\n",
+         "unknown keys 'file_rots' (did you mean 'file_roots'?), 'bogus'"),
     ],
 )
 def test_a_bad_config_file_is_one_line_naming_file_and_problem(
@@ -200,6 +203,17 @@ def test_a_bad_config_file_is_one_line_naming_file_and_problem(
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(f"raetsalt-master: {tmp_path / 'master'}: ")
     assert problem in lines[0]
+
+
+def test_salt_keys_start_the_daemon_with_one_warning_line(world: World) -> None:
+    confdir = world.master_dir(extra="worker_threads: 5\nreactor: []\nret_port: 4506\n")
+    master = world.start("master", confdir)
+    line = master.expect("ignoring 3 key(s)")
+    assert line.startswith("[WARNING ]") and line.endswith(
+        "raetsalt does not use in a master config: 'worker_threads', 'reactor', 'ret_port'")
+    master.expect("starting")
+    assert master.terminate_within(5.0) == 0
+    assert sum("ignoring" in entry for entry in master.drain()) == 1
 
 
 def test_a_missing_config_dir_is_a_clear_message(tmp_path: Path) -> None:
