@@ -196,6 +196,8 @@ class MasterService:
                     minion = _remote_role(self.node, event.remote)
                     actions.extend(self.salt.on_pillar_refresh(minion,
                                                                self.jobs.grains.get(minion)))
+                elif share == p.SHARE_CLOCK_REQ:
+                    actions.extend(self.jobs.on_clock_req(_remote_role(self.node, event.remote)))
                 elif share == p.SHARE_PEER_PUBLISH:
                     actions.extend(self.jobs.on_peer_publish(
                         _remote_role(self.node, event.remote), event.body, now))
@@ -361,18 +363,27 @@ class MinionService:
 
     def timeout(self) -> float | None:
         waits = [w for w in (self.executor.timeout(),
-                             self.bridge.timeout() if self.bridge else None) if w is not None]
+                             self.bridge.timeout() if self.bridge else None,
+                             self._timer_wait()) if w is not None]
         return min(waits, default=None)
+
+    def _timer_wait(self) -> float | None:
+        timer = self.jobs.get_timer()
+        return None if timer is None else max(0.0, timer - self.node.clock())
 
     def handle(self, events: Iterable[NodeEvent]) -> list[NodeEvent]:
         left: list[NodeEvent] = []
         actions: list[Any] = []
         master = self._master_name()
+        now = self.node.clock()
+        now_wall = self.utcnow().timestamp()
         for event in events:
             if type(event) is MessageReceived:
                 share = p.share_of(event.body) if isinstance(event.body, dict) else None
                 if share == p.SHARE_FUN and event.remote == master:
-                    actions.extend(self.jobs.on_publish(event.body))
+                    actions.extend(self.jobs.on_publish(event.body, now, now_wall))
+                elif share == p.SHARE_CLOCK and event.remote == master:
+                    actions.extend(self.jobs.on_clock(event.body, now, now_wall))
                 elif share in p.LANE_ANSWERS and event.remote == master:
                     actions.extend(self.relay.on_answer(share, event.body))
                 elif share == p.SHARE_PILLAR and event.remote == master:
@@ -388,10 +399,14 @@ class MinionService:
                                                      self.node.clock(), self.connected()))
             else:
                 if type(event) is Allowed and event.remote == master:
+                    actions.extend(self.jobs.ask_clock(now_wall))
                     actions.extend(self._connected())
                 left.append(event)
         if self.bridge is not None:
             actions.extend(self.bridge.poll(self.jobs))
+        timer = self.jobs.get_timer()
+        if timer is not None and timer <= now:
+            actions.extend(self.jobs.handle_timer(now, now_wall))
         for jid, data in self.executor.poll():
             outcome = None
             if data is not None:

@@ -456,14 +456,14 @@ class StreamClient:
         self._alive = True
         self._token = os.urandom(4).hex()
 
-    def request(self, share: str, timeout: float = 5.0, **fields: Any) -> str:
+    def request(self, share: str, *, send_timeout: float = 5.0, **fields: Any) -> str:
         from raetsalt.services.client import DaemonUnavailable
 
         self._counter += 1
         req = f"{self._token}-{self._counter}"
         body = {"route": {"src": [None, None, None], "dst": [None, "manor", share]},
                 "req": req, **fields}
-        self._sock.settimeout(timeout)
+        self._sock.settimeout(send_timeout)
         try:
             self._sock.sendall(encode_frame(body))
         except OSError as exc:

@@ -166,6 +166,18 @@ class RaetsaltMinionConnect(_RaetsaltDoer):
         self.status.update(state=link.state)
 
 
+def _serve_jobs(jobs: Any, node: Node, events: list[Any]) -> list[Any]:
+    """Give ``events`` to the job service (if any); road messages it queued leave now,
+    with one more service round, rather than at the next wake-up (an alive period away)."""
+    if jobs is None:
+        return events
+    events = jobs.handle(events)
+    if jobs.sent_road:
+        jobs.sent_road = False
+        events.extend(jobs.handle(node.service_ready()))
+    return events
+
+
 class RaetsaltNodeService(_RaetsaltDoer):
     def action(self, **kwa: Any) -> None:
         node = self.current_node()
@@ -174,20 +186,13 @@ class RaetsaltNodeService(_RaetsaltDoer):
         watch = self.watch.value
         jobs = self.jobs.value
         try:
-            events = node.service_ready()
-            if jobs is not None:
-                events = jobs.handle(events)
-                # Road messages the service queued leave now rather than next iteration.
-                if jobs.sent_road:
-                    jobs.sent_road = False
-                    events.extend(jobs.handle(node.service_ready()))
+            events = _serve_jobs(jobs, node, node.service_ready())
             if isinstance(watch, MasterWatch):
                 # Events the watcher fires on the bus leave with one more service round.
                 rounds = 0
                 while watch.handle(events) and rounds < 3:
-                    events = node.service_ready()
-                    if jobs is not None:  # its messages arrive in these rounds too
-                        events = jobs.handle(events)
+                    # the job service's messages arrive in these rounds too
+                    events = _serve_jobs(jobs, node, node.service_ready())
                     rounds += 1
             elif isinstance(watch, MinionLink):
                 watch.handle(events)

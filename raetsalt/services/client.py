@@ -70,7 +70,7 @@ class CommandClient:
         self._counter = 0
         self._inbox: list[dict[str, Any]] = []
 
-    def request(self, share: str, timeout: float = 5.0, **fields: Any) -> str:
+    def request(self, share: str, *, send_timeout: float = 5.0, **fields: Any) -> str:
         """Send a request to the daemon's ``share``; returns its ``req``.  Raises
         ``DaemonUnavailable`` when the daemon is gone or does not take it in time."""
         self._counter += 1
@@ -78,7 +78,7 @@ class CommandClient:
         body = {"route": {"src": [None, self.yard, None], "dst": [None, MANOR, share]},
                 "req": req, **fields}
         pages = self._lane.pack(body, MANOR)
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + send_timeout
         try:
             for page in pages:
                 if not self._sock.send_waiting(page, max(0.0, deadline - time.monotonic())):

@@ -273,6 +273,12 @@ class MasterJobs:
         }
         return [Fire(tag, data)]
 
+    def on_clock_req(self, minion: str) -> list[Action]:
+        """The master's clock for ``minion`` (the answer to its ``clock_req``), so that it
+        can judge publication deadlines."""
+        return [ToMinion(minion, p.road_message(self.estate, None, p.SHARE_CLOCK,
+                                                time=self.utcnow().timestamp()))]
+
     def on_return(self, minion: str, body: Mapping[str, Any]) -> list[Action]:
         """A minion's job return.  The id is the road's, never the payload's."""
         try:
@@ -409,20 +415,23 @@ class MasterJobs:
         self._jobs[jid] = now
         actions: list[Action] = [Fire(f"salt/job/{jid}/new",
                                       {"jid": jid, **load, "_stamp": _stamp(self.utcnow())})]
-        pub = {"jid": jid, "tgt": sent_tgt, "tgt_type": sent_type, "fun": fun, "arg": arg,
-               "delimiter": delimiter, "user": user, "ret": ret_to}
-        not_connected = []
-        states = {m: self.roster.state(m) for m in bounds.possible}
-        for minion in sorted(bounds.possible):
-            state = states[minion]
-            if state.known:
-                actions.append(ToMinion(minion, p.road_message(self.estate, None, p.SHARE_FUN,
-                                                               **pub)))
-            if minion in bounds.definite and not state.up:
-                not_connected.append(minion)
         timeout = body.get("timeout")
         wait = float(timeout) if isinstance(timeout, int | float) and timeout > 0 else float(
             self.opts.get("timeout", 5))
+        wait = min(wait, p.MAX_JOB_TTL)
+        pub = {"jid": jid, "tgt": sent_tgt, "tgt_type": sent_type, "fun": fun, "arg": arg,
+               "delimiter": delimiter, "user": user, "ret": ret_to,
+               **self._deadline(wait)}
+        not_connected = []
+        for minion in sorted(bounds.possible):
+            # Only a minion that is connected now gets the job: the road would otherwise
+            # hold it and deliver it when the minion comes back, after the client has
+            # reported it as not connected (Salt's minion misses such a job too).
+            if self.roster.state(minion).up:
+                actions.append(ToMinion(minion, p.road_message(self.estate, None, p.SHARE_FUN,
+                                                               **pub)))
+            elif minion in bounds.definite:
+                not_connected.append(minion)
         self._watches[jid] = _Watch(sink, set(minions), now + wait + _WATCH_GRACE)
         actions.append(sink.answer(self.estate, p.SHARE_PUB_ACK, jid=jid, minions=minions,
                                    missing=missing, not_connected=not_connected))
@@ -582,6 +591,11 @@ class MasterJobs:
 
     # -- internals ----------------------------------------------------------------------
 
+    def _deadline(self, ttl: float) -> dict[str, float]:
+        """A publication's deadline: ``ttl`` (how long the publisher waits) and
+        ``expires``, the master's wall-clock time (Unix seconds) when that wait ends."""
+        return {"ttl": ttl, "expires": self.utcnow().timestamp() + ttl}
+
     def _new_jid(self) -> str:
         jid = new_jid(self.utcnow(), self.last_jid)
         self.last_jid = jid
@@ -599,7 +613,8 @@ class MasterJobs:
         self._gatherings[jid] = _Gathering(gather, sink, expected,
                                            now + float(self.opts.get("timeout", 5)))
         pub = {"jid": jid, "tgt": sorted(expected), "tgt_type": "list", "fun": gather.fun,
-               "arg": gather.arg, "delimiter": ":", "user": "root", "ret": ""}
+               "arg": gather.arg, "delimiter": ":", "user": "root", "ret": "",
+               **self._deadline(float(self.opts.get("timeout", 5)))}
         return [ToMinion(m, p.road_message(self.estate, None, p.SHARE_FUN, **pub))
                 for m in sorted(expected)]
 

@@ -7,7 +7,12 @@ is ignored, as in Salt), the daemon starts the job in its own process
 (``raetsalt.services.executor``) and reports back ``on_started``/``on_finished``, which
 answer with ``ToMaster`` (the return) or ``ToClient`` (the ``raetsalt-call`` reply).
 After every (re)connection, and whenever its grains change, the minion says hello to the
-master with its grains (``on_connected``, ``set_grains``).
+master with its grains (``on_connected``, ``set_grains``).  After every (re)connection it
+also asks for the master's clock (``ask_clock``): the answer bounds how far the master's
+clock is from the minion's (``MasterClock``).  A publication
+whose deadline has passed is dropped, never run late (``raetsalt.services.protocol``,
+"Job deadlines"): each drop is counted in ``MinionJobs.dropped`` and logged (at most one
+line per ``DROP_LOG_INTERVAL``).
 
 ``execute`` runs one job in the current process and builds Salt's return:
 ``{return, retcode, success}``; a failure is ``success: False`` with ``out: 'nested'`` and
@@ -22,9 +27,12 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import traceback
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 
 from raetsalt.errors import BadPacket, TargetError
@@ -43,6 +51,29 @@ from .protocol import ToClient
 log = logging.getLogger(__name__)
 
 EX_GENERIC = 1
+
+HOLD_MAX = 5.0
+"""Longest wait (s) of a publication for the master's first ``clock`` answer."""
+MAX_HELD = 64
+"""Publications held at once; beyond, a new one is judged by the minion's own clock."""
+LATE_TOLERANCE = 0.5
+"""Seconds a publication may be late, on the most favourable reading of the clocks."""
+CLOCK_GOOD = 0.2
+"""Below this uncertainty (s) the minion stops asking the master for its clock."""
+CLOCK_PROBES = 3
+"""Extra ``clock_req`` per connection while the estimate is worse than ``CLOCK_GOOD``."""
+CLOCK_DRIFT = 1e-4
+"""How fast (s/s) two clocks may drift apart: an old estimate widens by this much."""
+DROP_LOG_INTERVAL = 10.0
+
+
+class JobDrop(StrEnum):
+    """Why the minion dropped a publication (the keys of ``MinionJobs.dropped``)."""
+
+    EXPIRED = "expired"
+    """Its deadline (``expires``, on the master's clock) had passed."""
+    TTL_RAN_OUT = "ttl_ran_out"
+    """It waited here (for the master's clock) longer than its ``ttl``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +143,70 @@ class _Running:
     pid: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class _Deadline:
+    """A publication's deadline: ``ttl`` seconds from when the master sent it, which is
+    ``expires`` on the master's wall clock."""
+
+    ttl: float
+    expires: float
+
+
+@dataclass(frozen=True, slots=True)
+class MasterClock:
+    """What the minion knows of the master's clock: ``master - ours`` lies in
+    ``[low, high]``, as measured at our wall time ``at``.
+
+    One exchange that left at ``t1`` and came back at ``t2`` with the master's time ``m``
+    says the offset is between ``m - t2`` and ``m - t1``; each new exchange narrows the
+    range (``narrowed``), and a range ages by ``CLOCK_DRIFT``.  A new range that does not
+    meet the old one means a clock was stepped: the new one is taken alone."""
+
+    low: float
+    high: float
+    at: float
+
+    @classmethod
+    def measured(cls, sent: float, received: float, master_time: float) -> MasterClock:
+        return cls(master_time - max(sent, received), master_time - sent, received)
+
+    def bounds(self, now_wall: float) -> tuple[float, float]:
+        slack = CLOCK_DRIFT * abs(now_wall - self.at)
+        return self.low - slack, self.high + slack
+
+    def narrowed(self, new: MasterClock) -> MasterClock:
+        low, high = self.bounds(new.at)
+        low, high = max(low, new.low), min(high, new.high)
+        return new if low > high else MasterClock(low, high, new.at)
+
+    @property
+    def uncertainty(self) -> float:
+        return self.high - self.low
+
+
+@dataclass(slots=True)
+class _Held:
+    """A publication waiting for the master's clock, and when (monotonic) it came."""
+
+    spec: JobSpec
+    deadline: _Deadline
+    received: float
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _deadline_untrusted(body: Mapping[str, Any]) -> _Deadline | None:
+    """The deadline of a publication; None when it has none (an older master)."""
+    ttl, expires = _finite(body.get("ttl")), _finite(body.get("expires"))
+    if ttl is None or expires is None or not 0 < ttl <= p.MAX_JOB_TTL:
+        return None
+    return _Deadline(ttl, expires)
+
+
 @dataclass(slots=True)
 class JobOutcome:
     """What a job process reports: Salt's return plus what the parent must apply."""
@@ -160,7 +255,16 @@ class MinionJobs:
         """This minion's pillar, as the master last sent it (``I@`` targets)."""
         self.estate = estate
         self.running: dict[str, _Running] = {}
+        self.dropped: Counter[JobDrop] = Counter()
+        self.clock: MasterClock | None = None
+        """The master's clock as far as it is known (kept across reconnections)."""
         self._started = False
+        self._asked_at: float | None = None
+        """When the clock_req now waiting for its answer left (wall clock)."""
+        self._probes = 0
+        self._held: dict[str, _Held] = {}
+        self._drop_log_at = -math.inf
+        self._drops_unlogged = 0
 
     # -- master ---------------------------------------------------------------------------
 
@@ -170,6 +274,32 @@ class MinionJobs:
         self._started = True
         return [ToMaster(self._hello(start))]
 
+    def ask_clock(self, now_wall: float) -> list[Action]:
+        """The session with the master is (again) up: ask for its clock (``now_wall`` is
+        ours, Unix seconds).  Publications that come before the answer wait for it."""
+        self._asked_at = now_wall
+        self._probes = 0
+        return [ToMaster(p.road_message(self.estate, None, p.SHARE_CLOCK_REQ))]
+
+    def on_clock(self, body: Mapping[str, Any], now: float, now_wall: float) -> list[Action]:
+        """The master's clock, answering our clock_req: narrow the estimate, judge the
+        held publications, ask again while the estimate is poor."""
+        master_time = _finite(body.get("time"))
+        if self._asked_at is None or master_time is None:
+            return []
+        measured = MasterClock.measured(self._asked_at, now_wall, master_time)
+        self.clock = measured if self.clock is None else self.clock.narrowed(measured)
+        self._asked_at = None
+        held, self._held = self._held, {}
+        actions: list[Action] = []
+        for job in held.values():
+            actions.extend(self._judge(job, now, now_wall))
+        if self.clock.uncertainty > CLOCK_GOOD and self._probes < CLOCK_PROBES:
+            self._probes += 1
+            self._asked_at = now_wall
+            actions.append(ToMaster(p.road_message(self.estate, None, p.SHARE_CLOCK_REQ)))
+        return actions
+
     def set_grains(self, grains: dict[str, Any]) -> list[Action]:
         """New grains; the master hears of them when they changed."""
         if grains == self.grains:
@@ -177,8 +307,10 @@ class MinionJobs:
         self.grains = grains
         return [ToMaster(self._hello(False))] if self._started else []
 
-    def on_publish(self, body: Mapping[str, Any]) -> list[Action]:
-        """A publication from the master; ``[Spawn]`` when it is meant for this minion."""
+    def on_publish(self, body: Mapping[str, Any], now: float, now_wall: float
+                   ) -> list[Action]:
+        """A publication from the master; ``[Spawn]`` when it is meant for this minion and
+        its deadline has not passed (``now`` monotonic, ``now_wall`` Unix seconds)."""
         try:
             jid = p.text_untrusted(body, "jid")
             fun = p.text_untrusted(body, "fun")
@@ -189,7 +321,7 @@ class MinionJobs:
         except BadPacket as exc:
             log.debug("bad publication ignored: %s", exc)
             return []
-        if jid in self.running:
+        if jid in self.running or jid in self._held:
             return []
         try:
             if not match_self(tgt, tgt_type, self.minion_id, self.grains, delimiter=delimiter,
@@ -199,8 +331,58 @@ class MinionJobs:
             log.debug("publication %s ignored: %s", jid, exc)
             return []
         spec = JobSpec(jid, fun, arg, tgt, tgt_type, user, ret)
-        self.running[jid] = _Running(spec)
+        deadline = _deadline_untrusted(body)
+        if deadline is None:
+            return self._start(spec)
+        job = _Held(spec, deadline, now)
+        if self.clock is None and self._asked_at is not None and len(self._held) < MAX_HELD:
+            self._held[jid] = job
+            return []
+        return self._judge(job, now, now_wall)
+
+    def get_timer(self) -> float | None:
+        """When the first held publication stops waiting for the master's clock."""
+        if not self._held:
+            return None
+        return min(j.received + min(j.deadline.ttl, HOLD_MAX) for j in self._held.values())
+
+    def handle_timer(self, now: float, now_wall: float) -> list[Action]:
+        """Judge the held publications that waited long enough, by our own clock."""
+        actions: list[Action] = []
+        for jid, job in list(self._held.items()):
+            if job.received + min(job.deadline.ttl, HOLD_MAX) <= now:
+                del self._held[jid]
+                actions.extend(self._judge(job, now, now_wall))
+        return actions
+
+    def _judge(self, job: _Held, now: float, now_wall: float) -> list[Action]:
+        low = self.clock.bounds(now_wall)[0] if self.clock is not None else 0.0
+        late = now_wall + low - job.deadline.expires  # the least it can be late
+        if now - job.received > job.deadline.ttl:
+            self._drop(job, JobDrop.TTL_RAN_OUT, now,
+                       f"it waited here longer than its time-to-live ({job.deadline.ttl:g} s)")
+            return []
+        if late > LATE_TOLERANCE:
+            self._drop(job, JobDrop.EXPIRED, now, f"its deadline passed {late:.1f} s ago "
+                       "(the master could not reach this minion in time)")
+            return []
+        return self._start(job.spec)
+
+    def _start(self, spec: JobSpec) -> list[Action]:
+        self.running[spec.jid] = _Running(spec)
         return [Spawn(spec)]
+
+    def _drop(self, job: _Held, reason: JobDrop, now: float, why: str) -> None:
+        self.dropped[reason] += 1
+        if now < self._drop_log_at + DROP_LOG_INTERVAL:
+            self._drops_unlogged += 1
+            return
+        more = f" ({self._drops_unlogged} more dropped since the last such line)" \
+            if self._drops_unlogged else ""
+        log.warning("job %s (%s) dropped, not run: %s%s", job.spec.jid, job.spec.fun[:80], why,
+                    more)
+        self._drop_log_at = now
+        self._drops_unlogged = 0
 
     # -- raetsalt-call ----------------------------------------------------------------------
 

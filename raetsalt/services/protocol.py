@@ -68,10 +68,15 @@ Road: master <-> minion (authenticated estates)
 minion ``minion_hello`` ``{grains, start}``: after every (re)connection and whenever its
                        grains change.  ``start`` is true on the first hello of a minion
                        process; the master then fires ``salt/minion/<id>/start``.
-master ``fun``          ``{jid, tgt, tgt_type, fun, arg, delimiter, user, ret}``: Salt's
-                       publication.  Sent only to minions the target may match (nodegroups
-                       already expanded); each minion re-checks it (``match_self``) and
-                       ignores it when it does not match.
+minion ``clock_req``    ``{}``: asks for the master's clock, after every (re)connection
+                       (see "Job deadlines").
+master ``clock``        ``{time}``: the answer to a clock_req: the master's wall clock
+                       (Unix seconds) when it answered.
+master ``fun``          ``{jid, tgt, tgt_type, fun, arg, delimiter, user, ret, ttl,
+                       expires}``: Salt's publication plus its deadline.  Sent only to
+                       minions that are connected now and that the target may match
+                       (nodegroups already expanded); each minion re-checks it
+                       (``match_self``) and ignores it when it does not match.
 minion ``return``       ``{jid, fun, fun_args, return, retcode, success[, out]}``.  ``jid``
                        ``"req"``: a ``raetsalt-call`` result; the master gives it a jid.
 minion ``peer_publish`` ``{rid, tgt, tgt_type, fun, arg, ret, timeout}``: a relayed
@@ -86,6 +91,25 @@ master ``salt_ret``     ``{rid, ret}`` or ``{rid, error[, refused]}``.
 minion ``pillar_refresh`` ``{}``: compile this minion's pillar again and push it.
 master ``pillar``       ``{pillar}``: the minion's pillar, after every hello and refresh.
 =====================  ======================================================================
+
+Job deadlines
+-------------
+A publication carries its deadline: ``ttl``, the seconds the publisher waits for returns
+(``-t``, else the master's ``timeout``), and ``expires``, the master's wall-clock time
+when that wait ends.  The master never queues a job for a minion that is not connected
+(the client reports it ``[Not connected]`` at once); a minion drops a publication whose
+deadline has passed, so a job that the road delivers late (the minion was frozen, its
+link down for a while) never runs later, as in Salt.
+
+Clocks need not agree.  After every (re)connection the minion sends ``clock_req``; the
+answer ``clock`` of a round trip that left at ``t1`` and came back at ``t2`` bounds
+``master - minion`` between ``time - t2`` and ``time - t1``.  The minion narrows these
+bounds over its exchanges (asking again, at most 3 more times per connection, while they
+are wider than 0.2 s), widens old bounds by 1e-4 s per second for drift, and drops a publication
+only when even the most favourable reading says it is more than 0.5 s late.  A
+publication that arrives before the first answer waits for it (at most ``min(ttl, 5)``
+seconds; without an answer it is judged by the minion's own clock), and however it is
+judged, a job never starts later than ``ttl`` seconds after it arrived.
 
 Who is asking
 -------------
@@ -153,8 +177,13 @@ LANE_ANSWERS: dict[str, str] = {road: lane for lane, road in PEER_ANSWERS.items(
 
 # Road shares (master <-> minion).
 SHARE_HELLO = "minion_hello"
+SHARE_CLOCK_REQ = "clock_req"
+SHARE_CLOCK = "clock"
 SHARE_FUN = "fun"
 SHARE_RETURN = "return"
+
+MAX_JOB_TTL = 86400.0
+"""The longest time-to-live a publication may carry (a day; ``-t`` beyond is cut)."""
 
 KWARG_MARK = "__kwarg__"
 CALL_JID = "req"

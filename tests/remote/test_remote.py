@@ -2,13 +2,14 @@
 different static grains on loopback, driven through the raetsalt, raetsalt-run and
 raetsalt-call commands.  Waits are on log lines and master bus events, never on sleeps.
 
-The tests share one cluster and run in file order: the master restart (E) and the
-stopped minion (D) come last.
+The tests share one cluster and run in file order: the master restart (E), the
+stopped minion (D) and the late jobs (a stopped, then a frozen minion) come last.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -209,3 +210,45 @@ def test_a_stopped_minion_is_down_and_named(cluster: Cluster) -> None:
     assert "minion1:\n    True" in done.stdout and "minion2:\n    True" in done.stdout
     assert "minion3:\n    Minion did not return. [Not connected]" in done.stdout
     assert 3.0 <= took < 5.0
+
+
+def test_a_job_for_a_stopped_minion_never_runs_when_it_comes_back(cluster: Cluster) -> None:
+    """The walkthrough: ``cmd.run`` published while a minion is stopped ran 3 s (and 29 s)
+    after it came back, although the CLI had printed ``[Not connected]``."""
+    stale, later = cluster.world.root / "stale-run", cluster.world.root / "later-run"
+    assert cluster.run_json("manage.down") == ["minion3"]  # stopped by the test above
+    done = cluster.salt("minion3", "cmd.run", f"touch {stale}", "-t", "1")
+    assert done.returncode == 1
+    assert "minion3:\n    Minion did not return. [Not connected]" in done.stdout
+    cluster.minions["minion3"] = cluster.world.start("minion", cluster.confs["minion3"])
+    cluster.master.expect("minion minion3 connected", timeout=15.0)
+    # Road messages to one minion are delivered in order, so a job queued for minion3
+    # while it was away would reach it before this one (and start first).
+    done = cluster.salt("minion3", "cmd.run", f"sleep 0.5; touch {later}", "-t", "15")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert later.exists() and not stale.exists()
+
+
+def test_a_job_delivered_after_its_deadline_is_dropped_by_the_minion(cluster: Cluster) -> None:
+    """A minion that is frozen (or cut off) while the master still counts it as connected
+    gets the publication late, from the road's retransmissions: it must not run it."""
+    frozen, later = cluster.world.root / "frozen-run", cluster.world.root / "after-thaw"
+    minion = cluster.minions["minion2"]
+    minion.popen.send_signal(signal.SIGSTOP)
+    try:
+        done = cluster.salt("minion2", "cmd.run", f"touch {frozen}", "-t", "1")
+        assert done.returncode == 1
+        assert "minion2:\n    Minion did not return. [No response]" in done.stdout
+        while "minion2" not in cluster.wait_event("salt/presence/change",
+                                                  timeout=4 * ALIVE)["data"]["lost"]:
+            pass
+    finally:
+        minion.popen.send_signal(signal.SIGCONT)
+    line = minion.expect("dropped, not run", timeout=15.0)
+    assert "(cmd.run)" in line and "its deadline passed" in line
+    while "minion2" not in cluster.wait_event("salt/presence/change",
+                                              timeout=4 * ALIVE)["data"]["new"]:
+        pass
+    done = cluster.salt("minion2", "cmd.run", f"sleep 0.5; touch {later}", "-t", "15")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert later.exists() and not frozen.exists()

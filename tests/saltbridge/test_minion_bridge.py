@@ -78,7 +78,8 @@ def test_started_failed_and_a_dead_zygote(parts: Any) -> None:
     control.send(zygote, {"op": "ready"}, {"grains": {}, "version": "3008.3"})
     bridge.poll(jobs)
     for jid in ("a", "b", "c"):
-        [spawn] = jobs.on_publish({"jid": jid, "fun": "state.apply", "arg": [], "tgt": "web1"})
+        [spawn] = jobs.on_publish({"jid": jid, "fun": "state.apply", "arg": [], "tgt": "web1"},
+                                 0.0, 0.0)
         assert bridge.submit(spawn.spec, {}, {}) is None
         for fd in control.receive(zygote)[2]:
             os.close(fd)

@@ -156,9 +156,35 @@ def test_list_target_reports_ids_without_keys_as_missing(master: MasterJobs) -> 
     assert reply["minions"] == ["minion1"] and reply["missing"] == ["ghost"]
 
 
-def test_not_connected_minions_are_named(master: MasterJobs, roster: FakeRoster) -> None:
-    roster.states["minion2"] = MinionState(True, True, True, False)
-    assert ack(publish(master, "*"))["not_connected"] == ["minion2"]
+def test_not_connected_minions_are_named_and_get_no_job(
+    master: MasterJobs, roster: FakeRoster
+) -> None:
+    roster.states["minion2"] = MinionState(True, True, True, False)  # allowed, not alive
+    roster.states["minion3"] = MinionState(True, True, False, False)  # session down
+    actions = publish(master, "*")
+    assert ack(actions)["not_connected"] == ["minion2", "minion3"]
+    # nothing is queued on the road for them: it would run when they come back
+    assert [a.minion for a in actions if isinstance(a, ToMinion)] == ["minion1"]
+
+
+def test_a_publication_carries_its_deadline(master: MasterJobs) -> None:
+    actions = publish(master, "minion1", timeout=2.5)
+    pub = next(a.body for a in actions if isinstance(a, ToMinion))
+    assert pub["ttl"] == 2.5
+    sent = master.utcnow().timestamp()
+    assert sent - 0.01 < pub["expires"] - 2.5 <= sent
+    default = next(a.body for a in publish(master, "minion1") if isinstance(a, ToMinion))
+    assert default["ttl"] == 5.0  # the master's timeout
+    huge = next(a.body for a in publish(master, "minion1", timeout=1e9)
+                if isinstance(a, ToMinion))
+    assert huge["ttl"] == p.MAX_JOB_TTL
+
+
+def test_a_clock_req_is_answered_with_the_masters_clock(master: MasterJobs) -> None:
+    [answer] = master.on_clock_req("minion2")
+    assert isinstance(answer, ToMinion) and answer.minion == "minion2"
+    assert p.share_of(answer.body) == "clock"
+    assert answer.body["time"] == pytest.approx(master.utcnow().timestamp(), abs=0.01)
 
 
 def test_returns_are_stored_fired_and_forwarded_with_the_road_id(master: MasterJobs) -> None:
