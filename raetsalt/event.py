@@ -15,6 +15,10 @@ Without daemons, host a bus with::
 
     python -m raetsalt.event serve --node minion|master --sock-dir DIR [--id ID]
 
+When the bus cannot be reached (no daemon, or a ``sock_dir`` that is not the daemon's),
+``fire_event`` returns False as in Salt, and a warning names the socket path it tried
+(once per path and process), where Salt says nothing.
+
 Differences from Salt: ``SaltEvent`` subscribes on first read unless ``listen=True``
 (``MinionEvent``/``MasterEvent`` subscribe at once, as in Salt); there is no pending-tag
 cache (``subscribe`` only subscribes); events larger than the lane's 16 MiB message limit
@@ -27,6 +31,7 @@ import argparse
 import datetime
 import grp
 import hashlib
+import logging
 import os
 import selectors
 import shutil
@@ -53,6 +58,12 @@ from raetsalt.manor import (
     Manor,
 )
 from raetsalt.routing import Address, Route
+
+log = logging.getLogger(__name__)
+
+_WARNED_PATHS: set[str] = set()
+"""Bus paths already warned about in this process (bounded by _MAX_WARNED)."""
+_MAX_WARNED = 64
 
 __all__ = [
     "MasterEvent",
@@ -195,10 +206,20 @@ class SaltEvent:
                 connect_to=self.manor_path,
                 sock_dir=self.sock_dir,
             )
-        except OSError:
+        except OSError as exc:
+            self._warn_unreachable(exc)
             return False
         self._lane, self._sock = lane, sock
         return True
+
+    def _warn_unreachable(self, exc: OSError) -> None:
+        path = self.manor_path
+        if path in _WARNED_PATHS or len(_WARNED_PATHS) >= _MAX_WARNED:
+            return
+        _WARNED_PATHS.add(path)
+        log.warning("the %s event bus at %s cannot be reached (%s): is the raetsalt-%s "
+                    "daemon running, with this sock_dir?", self.node, path,
+                    exc.strerror or exc, self.node)
 
     def _disconnect(self) -> None:
         if self._sock is not None:

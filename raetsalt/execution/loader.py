@@ -6,8 +6,9 @@ public function in it (defined there, name not starting with ``_``) becomes ``NA
 and its docstring is what ``sys.doc`` shows.  A function that needs to know about the
 minion declares a keyword-only parameter ``ctx`` and receives a ``Context`` (config,
 grains, the job id, event firing).  Your modules override built-in ones of the same name,
-as in Salt.  A module that fails to import is skipped and its error kept in
-``Loader.errors`` (``sys.list_modules`` does not show it).
+as in Salt.  A module that fails to import is skipped: a warning names the file and the
+error, ``Loader.errors`` keeps it, ``sys.list_modules`` lists it as not loaded, and calling
+one of its functions answers as Salt does (``'NAME' __virtual__ returned False: <error>``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import logging
 import pkgutil
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -24,6 +26,8 @@ from types import ModuleType
 from typing import Any
 
 from raetsalt.errors import RaetSaltError
+
+log = logging.getLogger(__name__)
 
 
 class UnknownFunction(RaetSaltError):
@@ -71,6 +75,9 @@ class Loader:
     def __init__(self, module_dirs: Iterable[str | Path] = ()) -> None:
         self.functions: dict[str, Callable[..., Any]] = {}
         self.errors: dict[str, str] = {}
+        """File -> why it could not be imported."""
+        self.missing: dict[str, str] = {}
+        """Module name -> why it is not loaded (the exception's text, as Salt keeps it)."""
         from raetsalt.execution import modules as builtin
 
         for info in sorted(pkgutil.iter_modules(builtin.__path__), key=lambda i: i.name):
@@ -89,8 +96,12 @@ class Loader:
             sys.modules[name] = module
             spec.loader.exec_module(module)
         except Exception as exc:  # noqa: BLE001 - a user's broken module must not stop the minion
+            sys.modules.pop(name, None)
             self.errors[str(path)] = f"{type(exc).__name__}: {exc}"
+            self.missing[path.stem] = str(exc)
+            log.warning("custom module %s not loaded: %s", path, self.errors[str(path)])
             return
+        self.missing.pop(path.stem, None)
         self._register(module, path.stem)
 
     def _register(self, module: ModuleType, name: str) -> None:
@@ -113,6 +124,10 @@ class Loader:
         function's own exceptions through (the caller turns them into a failed return)."""
         func = self.functions.get(fun)
         if func is None:
+            module = fun.split(".", 1)[0]
+            if module in self.missing and module not in self.modules():
+                raise UnknownFunction(
+                    f"'{module}' __virtual__ returned False: {self.missing[module]}")
             raise UnknownFunction(f"'{fun}' is not available.")
         signature = inspect.signature(func)
         params = signature.parameters

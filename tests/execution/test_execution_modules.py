@@ -184,3 +184,21 @@ def test_user_modules_from_module_dirs(tmp_path: Path) -> None:
     assert any("broken.py" in path for path in loader.errors)
 
 
+
+
+def test_a_module_that_fails_to_import_is_reported(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "broken.py").write_text("import nonexistent_mod\ndef f():\n    return 1\n")
+    loader = Loader([tmp_path])
+    assert f"custom module {tmp_path / 'broken.py'} not loaded: ModuleNotFoundError: " \
+        "No module named 'nonexistent_mod'" in caplog.text
+    modules = call(loader, "sys.list_modules")
+    assert "broken (not loaded: No module named 'nonexistent_mod')" in modules
+    assert "test" in modules
+    # calling it says why, in Salt's words
+    with pytest.raises(UnknownFunction, match="^'broken' __virtual__ returned False: No module "
+                                              "named 'nonexistent_mod'$"):
+        loader.call("broken.f", [], {}, Context(opts={}, grains={}))
+    with pytest.raises(UnknownFunction, match="^'nope.f' is not available.$"):
+        loader.call("nope.f", [], {}, Context(opts={}, grains={}))

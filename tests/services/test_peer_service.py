@@ -199,7 +199,7 @@ class FakeClient:
         self.answers = answers
         self.closed = False
 
-    def request(self, share: str, timeout: float = 5.0, **fields: Any) -> str:
+    def request(self, share: str, *, send_timeout: float = 5.0, **fields: Any) -> str:
         self.sent.append((share, fields))
         return "q1"
 
@@ -248,6 +248,22 @@ def test_module_denial_is_an_error_and_masterless_is_salts(ctx: Context) -> None
     ctx.master_client = None
     assert publish_mod.publish("*", "test.ping", ctx=ctx) == {}
     assert publish_mod.runner("manage.up", ctx=ctx) == publish_mod.MASTERLESS
+
+
+def test_a_master_that_never_answers_is_a_failed_job(ctx: Context) -> None:
+    """Salt's text, but retcode 1: raetsalt-call exits 1 (Salt exits 0)."""
+    client = FakeClient([])
+    ctx.master_client = lambda: client
+    outcome = execute(Loader(), JobSpec("1", "publish.publish", ["*", "test.ping", None,
+                                                                 "glob", "", 0.05],
+                                        kind="call"), ctx, 1)
+    assert outcome.ret == {"return": "'test.ping' publish timed out", "retcode": 1,
+                           "success": False}
+    assert client.sent[0][1]["timeout"] == 0.05  # the master hears the caller's time-out
+    outcome = execute(Loader(), JobSpec("2", "publish.runner", ["manage.up", None, 0.05],
+                                        kind="call"), ctx, 1)
+    assert outcome.ret["return"] == "'manage.up' runner publish timed out"
+    assert outcome.ret["retcode"] == 1
 
 
 def test_a_denied_publish_is_a_failed_job_without_traceback(ctx: Context) -> None:

@@ -5,7 +5,9 @@ authenticated.  Unlike Salt, a refusal is not an empty ``{}``: the function fail
 ``ERROR: ... denied: <why>`` (retcode 1, so ``raetsalt-call`` exits 1) naming the function,
 the target and the reason, and the master logs it and fires
 ``raetsalt/peer/<id>/denied``.  Results come back as each minion returns; the call ends
-as soon as every expected minion answered, or at ``timeout``.
+as soon as every expected minion answered, or at ``timeout``.  When the master does not
+answer at all within ``timeout``, the return is Salt's ``'<fun>' publish timed out`` (or
+``runner publish timed out``) but with retcode 1, so ``raetsalt-call`` exits 1.
 
 How the job reaches the master: the job runs in its own process, which opens a client
 yard on its minion daemon's lane (as ``raetsalt-call`` does); the daemon relays the
@@ -78,6 +80,8 @@ def _publish(ctx: Context, tgt: Any, fun: str, arg: Any, tgt_type: str, returner
         answers = _Answers(client, req, deadline)
         ack = answers.next(p.SHARE_PUB_ACK)
         if ack is None:
+            # Salt's text, but a failure: nothing answered (our loud-denial design).
+            ctx.retcode = 1
             return f"'{fun}' publish timed out"
         if "error" in ack:
             raise CommandExecutionError(str(ack["error"]))
@@ -170,6 +174,7 @@ def runner(fun: str, arg: Any = None, timeout: Any = 5, *, ctx: Context) -> Any:
     finally:
         client.close()
     if reply is None:
+        ctx.retcode = 1
         return f"'{fun}' runner publish timed out"
     if "error" in reply:
         raise CommandExecutionError(str(reply["error"]))

@@ -37,9 +37,13 @@ def list_functions(*modules: str, ctx: Context) -> list[str]:
 
 
 def list_modules(*, ctx: Context) -> list[str]:
-    """Return the names of the loaded modules."""
+    """Return the names of the loaded modules; a custom module that failed to load is
+    listed as ``NAME (not loaded: <error>)``."""
     assert ctx.loader is not None
-    return ctx.loader.modules()
+    loaded = ctx.loader.modules()
+    failed = [f"{name} (not loaded: {why})" for name, why in sorted(ctx.loader.missing.items())
+              if name not in loaded]
+    return loaded + failed
 
 
 def doc(*names: str, ctx: Context) -> dict[str, str]:
