@@ -12,12 +12,15 @@ function runs here, in this process, with the minion's config and grains, and no
 loader runs masterless with the minion's own ``file_roots`` and ``pillar_roots``
 (``raetsalt.saltbridge.local``).
 
-Output: ``{"local": <return>}`` (``--metadata``: the whole return record).  Exit codes
-(salt-semantics.md §8.2): 0 on success, also when the function returned False; 1 for a
-non-zero retcode or an exception (with ``--retcode-passthrough``: the retcode itself);
-255 for an unknown function (``'x.y' is not available.`` on stderr); 2 when the minion
-daemon is not running or not connected to its master ("Minion failed to authenticate
-with the master, has the minion key been accepted?").
+Output: ``{"local": <return>}`` (``--metadata``: the whole return record), with Salt's
+output options (``raetsalt.cli._common``).  ``-d [FUN]`` prints the documentation of the
+functions (starting with ``FUN``) and ``-g`` the grains, both here, without the daemon.
+``--id`` replaces the config's id (checked like it).  Exit codes (salt-semantics.md
+§8.2): 0 on success, also when the function returned False; 1 for a non-zero retcode or
+an exception (with ``--retcode-passthrough``: the retcode itself); 255 for an unknown
+function (``'x.y' is not available.`` on stderr); 2 when the minion daemon is not running
+or not connected to its master ("Minion failed to authenticate with the master, has the
+minion key been accepted?"); 78 for a bad config or ``--id``.
 """
 
 from __future__ import annotations
@@ -30,20 +33,36 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from raetsalt.config_schema import id_problem
 from raetsalt.execution.args import parse_input
 from raetsalt.services import protocol as p
 from raetsalt.services.client import CommandClient, DaemonUnavailable
 
-from ._common import EX_CLIENT, EX_GENERIC, EX_OK, add_common, load_opts, show, wire_safe
+from ._common import (
+    EX_CLIENT,
+    EX_CONFIG,
+    EX_GENERIC,
+    EX_OK,
+    Parser,
+    Printer,
+    add_common,
+    load_opts,
+    start_logging,
+    wire_safe,
+)
 
 PROG = "raetsalt-call"
 EX_MISSING_FUN = 255
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="Run a function on this minion.",
-                                     usage="%(prog)s [options] FUN [ARG ...]")
+    parser = Parser(prog=PROG, description="Run a function on this minion.",
+                    usage="%(prog)s [options] <function> [arguments]")
     add_common(parser)
+    parser.add_argument("-d", "--doc", "--documentation", dest="doc", action="store_true",
+                        help="print the documentation of the functions (starting with FUN)")
+    parser.add_argument("-g", "--grains", dest="grains_run", action="store_true",
+                        help="print this minion's grains")
     parser.add_argument("--local", action="store_true",
                         help="run in this process, without the minion daemon or a master")
     parser.add_argument("--retcode-passthrough", action="store_true",
@@ -52,16 +71,34 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-t", "--timeout", type=float, default=None,
                         help="seconds to wait for the minion daemon (default: no limit)")
     parser.add_argument("--id", dest="minion_id", default=None, help="override the minion id")
-    parser.add_argument("fun")
+    parser.add_argument("fun", nargs="?", default=None)
     parser.add_argument("arg", nargs="*")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_intermixed_args(list(argv) if argv is not None else None)
+    parser = _parser()
+    args = parser.parse_intermixed_args(list(argv) if argv is not None else None)
     opts = load_opts(PROG, args.config_dir, "minion")
-    if args.minion_id:
+    start_logging(args, opts)
+    if args.minion_id is not None:
+        problem = id_problem(args.minion_id)
+        if problem:
+            print(f"{PROG}: --id {args.minion_id!r} is not a valid id ({problem})",
+                  file=sys.stderr)
+            return EX_CONFIG
         opts["id"] = args.minion_id
+    printer = Printer(args, PROG)
+    if args.doc:
+        _print_docs(opts, args.fun)
+        return EX_OK
+    if args.grains_run:
+        from raetsalt.daemon.jobs import load_grains
+
+        printer.show({"local": load_grains(opts)})
+        return EX_OK
+    if args.fun is None:
+        parser.error("a function is needed")
     positional, kwargs = wire_safe(parse_input(args.arg))
     arg = p.pack_args(positional, kwargs)
     if args.local:
@@ -82,12 +119,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     retcode = record.get("retcode", 0)
     retcode = retcode if isinstance(retcode, int) else EX_GENERIC
     if args.metadata:
-        show({"local": record}, None, args, retcode)
+        printer.show({"local": record}, None, retcode)
     else:
-        show({"local": record.get("return")}, record.get("out"), args, retcode)
+        printer.show({"local": record.get("return")}, record.get("out"), retcode)
     if retcode:
         return retcode if args.retcode_passthrough else EX_GENERIC
     return EX_OK
+
+
+def _print_docs(opts: dict[str, Any], prefix: str | None) -> None:
+    """Salt's ``salt-call -d``: each function's name and docstring, as written."""
+    from raetsalt.execution.loader import Loader
+
+    functions = Loader(opts.get("module_dirs") or ()).functions
+    for name in sorted(functions):
+        doc = functions[name].__doc__
+        if doc and name.startswith(prefix or ""):
+            print(f"{name}:\n{doc}\n", flush=True)
 
 
 class _Refused(Exception):

@@ -18,6 +18,7 @@ import sys
 from typing import Any
 
 from raetsalt.bus import MATCH_TYPES
+from raetsalt.cli._common import add_version_flags
 from raetsalt.errors import ConfigError, LocalError
 from raetsalt.event import SaltEvent
 
@@ -42,6 +43,7 @@ def _opts(args: argparse.Namespace) -> dict[str, Any]:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raetsalt-event", description=__doc__.split("\n\n")[0])
+    add_version_flags(parser)
     common = argparse.ArgumentParser(add_help=False)
     which = common.add_mutually_exclusive_group()
     which.add_argument("--master", dest="node", action="store_const", const="master")

@@ -42,6 +42,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, TextIO
 
+from raetsalt.cli._common import add_version_flags
 from raetsalt.errors import ConfigError, KeepError, LocalError, RaetSaltError
 from raetsalt.keep.records import (
     Acceptance,
@@ -514,6 +515,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=doc[doc.index("Keys live"):],
     )
+    add_version_flags(parser)
     parser.add_argument("-c", "--config-dir", dest="confdir", default=None,
                         help=f"master config directory (default {_default_confdir()})")
     acts = parser.add_argument_group("Actions").add_mutually_exclusive_group()

@@ -46,6 +46,7 @@ import tempfile
 from types import FrameType
 from typing import Any
 
+from raetsalt.cli._common import add_version_flags
 from raetsalt.drivers.clock import monotonic
 from raetsalt.drivers.udp import Address, RoadStack, format_ha, parse_ha, resolve
 from raetsalt.engine.events import (
@@ -135,6 +136,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__[__doc__.index("Exit status:"):],
     )
+    add_version_flags(parser)
     sub = parser.add_subparsers(dest="command", required=True)
 
     listen = sub.add_parser("listen", help="run a main estate and print received messages")

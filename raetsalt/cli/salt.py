@@ -5,27 +5,37 @@
 Talks to the local ``raetsalt-master`` over its lane (``raetsalt.services.protocol``),
 never over the network.  Targeting flags as Salt's: ``-E -L -G -P/--grain-pcre -I -J -S
 -N -C`` (``--delimiter`` for grain and pillar targets).  ``-t`` is the whole wait for
-returns (default: the master's ``timeout``); the command returns as soon as every
-expected minion has returned, and names each one that did not::
+returns (default: the master's ``timeout``) and the job's deadline: a minion that gets
+the job later does not run it.  The command returns as soon as every expected minion has
+returned, and names each one that did not::
 
     minion3:
-        Minion did not return. [No response]     (or [Not connected]: it was not answering
-                                                  the master when the job was published)
+        Minion did not return. [No response]     (or [Not connected]: it was not connected
+                                                  when the job was published; it never
+                                                  gets the job)
 
 Unlike Salt, the wait is not extended by probing minions that are still running the job
 (``saltutil.find_job``); use ``raetsalt-run jobs.lookup_jid JID`` for late returns.
 
-Output: each minion's return as it arrives (``--static``: everything at once, one
-document), with ``--out`` or the outputter the return asks for (nested).  ``--async``
-prints ``Executed command with job ID: <jid>``; ``-v`` announces the jid first;
-``--preview-target`` prints the matched minions and runs nothing; ``--summary`` adds
-Salt's summary block (when no ``--out`` is given); ``--progress`` shows progress on
-stderr.
+Arguments are typed as Salt types them (``raetsalt.execution.args``; ``--no-parse``
+keeps named ones as text).  ``FUN`` may be several functions separated by commas, each
+with its own arguments, separated by ``--args-separator`` (default ``,``).
+
+Output: each minion's return as it arrives (``-s/--static``: everything at once, one
+document), with ``--out`` or the outputter the return asks for (nested); Salt's output
+options (``raetsalt.cli._common``).  ``--async`` prints ``Executed command with job ID:
+<jid>``; ``-v`` announces the jid first; ``--preview-target`` prints the matched minions
+and runs nothing; ``--summary`` adds Salt's summary block (when no ``--out`` is given);
+``-p/--progress`` shows progress on stderr; ``--hide-timeout`` leaves out the minions that
+did not return; ``-d FUN`` prints the documentation of a function or module (``sys.doc``);
+``-b N`` or ``-b N%`` runs in batches (``raetsalt.cli._batch``).
 
 Exit codes (Salt's): 0 when every minion returned with retcode 0; 1 (``ERROR: Minions
 returned with non-zero exit code``) when one failed or did not return; 2 when nothing
 was matched (``No minions matched the target. No command was sent, no jid was
-assigned.``), the target is invalid, or the master is unreachable.
+assigned.``), the target is invalid, or the master is unreachable; 42 without a target
+or function (Salt's ``Cannot execute command without defining a target.``); 78 for a bad
+config.
 """
 
 from __future__ import annotations
@@ -33,19 +43,32 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from raetsalt.errors import TargetError
 from raetsalt.execution.args import parse_input
 from raetsalt.services import protocol as p
 from raetsalt.services.client import DaemonUnavailable
-from raetsalt.targeting import CLI_FLAGS
 
 from ._auth import AuthProblem, MasterClient, add_auth_options, credentials, open_master
-from ._common import EX_CLIENT, EX_GENERIC, EX_OK, add_common, load_opts, show, wire_safe
+from ._common import (
+    EX_CLIENT,
+    EX_GENERIC,
+    EX_OK,
+    Parser,
+    Printer,
+    add_common,
+    load_opts,
+    start_logging,
+    wait_for,
+    wire_safe,
+)
 
 PROG = "raetsalt"
+EX_USAGE = 42
+"""Salt's exit code for a command line it cannot execute (no target, no function)."""
 _TARGET_FLAGS = (
     ("-E", "--pcre", "pcre"),
     ("-L", "--list", "list"),
@@ -61,9 +84,9 @@ _UNSUPPORTED = (("-R", "--range"),)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=PROG, description="Run an execution function on the targeted minions.",
-        usage="%(prog)s [options] TARGET FUN [ARG ...]")
+        usage="%(prog)s [options] '<target>' <function> [arguments]")
     add_common(parser)
     which = parser.add_mutually_exclusive_group()
     for short, long, tgt_type in _TARGET_FLAGS:
@@ -73,31 +96,123 @@ def _parser() -> argparse.ArgumentParser:
                            help=argparse.SUPPRESS)
     parser.add_argument("--delimiter", default=":", help="grain key delimiter (default ':')")
     parser.add_argument("-t", "--timeout", type=float, default=None,
-                        help="seconds to wait for returns (default: the master's timeout)")
+                        help="seconds to wait for returns, and the job's deadline "
+                             "(default: the master's timeout)")
     parser.add_argument("--async", dest="run_async", action="store_true",
                         help="publish and print the job id without waiting")
-    parser.add_argument("--static", action="store_true", help="print all returns at once")
+    parser.add_argument("-s", "--static", action="store_true", help="print all returns at once")
     parser.add_argument("-v", "--verbose", action="store_true", help="announce the jid")
     parser.add_argument("--show-jid", action="store_true", help="print the jid")
-    parser.add_argument("--progress", action="store_true", help="progress on stderr")
+    parser.add_argument("-p", "--progress", action="store_true", help="progress on stderr")
+    parser.add_argument("--hide-timeout", action="store_true",
+                        help="leave out the minions that did not return")
     parser.add_argument("--summary", action="store_true", help="print a summary at the end")
     parser.add_argument("--preview-target", action="store_true",
                         help="print the minions the target matches; run nothing")
+    parser.add_argument("-d", "--doc", "--documentation", dest="doc", action="store_true",
+                        help="print the documentation of a function or module (all when "
+                             "none is given)")
+    parser.add_argument("-b", "--batch", "--batch-size", dest="batch", default=None,
+                        metavar="BATCH", help="run on N minions (or N%% of them) at a time")
+    parser.add_argument("--batch-wait", type=float, default=0.0, metavar="SECONDS",
+                        help="wait this long after a minion returns before reusing its slot")
+    parser.add_argument("--no-parse", default="", metavar="argname1,argname2,...",
+                        help="named arguments (argname=value) whose values stay text")
+    parser.add_argument("--args-separator", default=",",
+                        help="separates the arguments of the functions of a comma command")
     add_auth_options(parser)
-    parser.add_argument("target")
-    parser.add_argument("fun")
-    parser.add_argument("arg", nargs="*")
+    parser.add_argument("words", nargs="*", metavar="target function arguments",
+                        help=argparse.SUPPRESS)
     return parser
 
 
-def _retcode(ret: dict[str, Any]) -> int:
+class _Usage(Exception):
+    """A command line Salt refuses with exit code 42; the text is Salt's, as printed."""
+
+
+class _BadOption(Exception):
+    """A usage error (Salt's parser error: usage, message, exit 64)."""
+
+
+@dataclass(slots=True)
+class Command:
+    """What to run, from the words after the options."""
+
+    tgt: Any
+    fun: str
+    arg: list[Any] = field(default_factory=list)
+
+
+def command_from(words: list[str], args: argparse.Namespace) -> Command:
+    """Salt's reading of ``TARGET FUN [ARG ...]`` (and of ``-d``, comma commands)."""
+    words = list(words)
+    if args.doc:
+        if not words:
+            words = ["*"]
+        if len(words) < 2 or words[1] != "sys.doc":
+            words.insert(1, "sys.doc")
+        if len(words) > 3:
+            raise _BadOption("You can only get documentation for one method at one time.")
+    if args.preview_target and len(words) == 1:
+        words.append("test.ping")  # never published: only the target matters
+    if not words:
+        raise _Usage("\nCannot execute command without defining a target.\n\n")
+    if len(words) < 2:
+        raise _Usage("\nIncomplete options passed.\n\n")
+    tgt: Any = words[0]
+    if args.tgt_type == "list":
+        tgt = tgt.replace(" ", "").split(",") if "," in tgt else tgt.split()
+    fun, rest = words[1], words[2:]
+    no_parse = tuple(n for n in args.no_parse.split(",") if n)
+    if "," not in fun:
+        return Command(tgt, fun, _packed(rest, no_parse))
+    groups = _split_args(rest, args.args_separator, fun.count(",") + 1)
+    return Command(tgt, fun, [_packed(group, no_parse) for group in groups])
+
+
+def _packed(words: list[str], no_parse: tuple[str, ...]) -> list[Any]:
+    positional, kwargs = wire_safe(parse_input(words, no_parse))
+    return p.pack_args(positional, kwargs)
+
+
+def _split_args(words: list[str], separator: str, count: int) -> list[list[str]]:
+    """The arguments of each function of a comma command, as Salt splits them: on
+    standalone separators when there are exactly ``count - 1``, else on separators
+    inside the words too."""
+    groups: list[list[str]] = [[]]
+    if words.count(separator) == count - 1:
+        for word in words:
+            if word == separator:
+                groups.append([])
+            else:
+                groups[-1].append(word)
+        return groups
+    for word in words:
+        parts = word.split(separator)
+        for index, part in enumerate(parts):
+            if part:
+                groups[-1].append(part)
+            if index != len(parts) - 1:
+                groups.append([])
+    if len(groups) < count:
+        raise _Usage("Cannot execute compound command without defining all arguments.\n")
+    if len(groups) > count:
+        raise _Usage("Cannot execute compound command with more arguments than commands.\n")
+    return groups
+
+
+# --------------------------------------------------------------------------- returns
+
+
+def retcode_of(ret: dict[str, Any]) -> int:
+    """Salt's exit code of one minion's return (the largest of a comma command's)."""
     code = ret.get("retcode", 0)
     if isinstance(code, dict):
         return max([0, *(c for c in code.values() if isinstance(c, int))])
     return code if isinstance(code, int) else EX_GENERIC
 
 
-def _no_return(jid: str, connected: bool) -> dict[str, Any]:
+def no_return(jid: str, connected: bool) -> dict[str, Any]:
     if not connected:
         return {"return": "Minion did not return. [Not connected]", "retcode": EX_GENERIC}
     return {
@@ -109,9 +224,184 @@ def _no_return(jid: str, connected: bool) -> dict[str, Any]:
     }
 
 
+@dataclass(slots=True)
+class Publication:
+    """One job published through the master, and the returns that come back for it."""
+
+    client: MasterClient
+    req: str
+    jid: str
+    minions: list[str]
+    not_connected: set[str]
+    expected: set[str]
+
+    def returns(self, deadline: float) -> Iterator[tuple[str, dict[str, Any]]]:
+        """``(minion, return)`` as they arrive, each minion once, until all expected
+        minions returned or ``deadline`` (monotonic) passed."""
+        seen: set[str] = set()
+        while not self.expected <= seen:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            for body in self.client.receive(remaining):
+                if body.get("req") != self.req or p.share_of(body) != p.SHARE_JOB_RET:
+                    continue
+                minion, ret = body.get("id"), body.get("ret")
+                if isinstance(minion, str) and isinstance(ret, dict) and minion not in seen:
+                    seen.add(minion)
+                    yield minion, ret
+
+
+class Refused(Exception):
+    """The master refused the publication (a bad target, a denial); the text is its."""
+
+
+def publish(client: MasterClient, tgt: Any, tgt_type: str, fun: str, arg: list[Any],
+            args: argparse.Namespace, timeout: float, auth: dict[str, Any], *,
+            preview: bool = False, stash: list[dict[str, Any]] | None = None
+            ) -> Publication:
+    """Publish through the master and wait for its acknowledgement (raises ``Refused``);
+    messages about other jobs that arrive meanwhile go to ``stash``."""
+    req = client.request(p.SHARE_PUBLISH, tgt=tgt, tgt_type=tgt_type, fun=fun, arg=arg,
+                         delimiter=args.delimiter, preview=preview, timeout=timeout, **auth)
+    # A PAM login may take seconds (its failure delay) before the master answers.
+    ack = wait_for(client, req, p.SHARE_PUB_ACK, 30.0 if "password" in auth else 10.0,
+                   stash)
+    if "error" in ack:
+        raise Refused(str(ack["error"]))
+    minions = [str(m) for m in ack.get("minions") or []]
+    missing = {str(m) for m in ack.get("missing") or []}
+    return Publication(client, req, str(ack.get("jid") or ""), minions,
+                       {str(m) for m in ack.get("not_connected") or []} | missing,
+                       set(minions) | missing)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    # Options may follow the function's arguments, as with Salt's parser.
+    args = parser.parse_intermixed_args(list(argv) if argv is not None else None)
+    if args.unsupported:
+        print(f"{PROG}: targeting flag {args.unsupported} (range) is not supported",
+              file=sys.stderr)
+        return EX_CLIENT
+    if len(args.words) < 2 and not args.doc and not args.preview_target:
+        parser.print_help()  # as Salt does before saying what is missing
+    try:
+        command = command_from(args.words, args)
+    except _BadOption as exc:
+        parser.error(str(exc))
+    except _Usage as exc:
+        print(exc, end="", file=sys.stderr, flush=True)
+        return EX_USAGE
+    opts = load_opts(PROG, args.config_dir, "master")
+    start_logging(args, opts)
+    printer = Printer(args, PROG)
+    timeout = args.timeout if args.timeout and args.timeout > 0 else float(opts["timeout"])
+    try:
+        client = open_master(opts)
+    except DaemonUnavailable as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EX_CLIENT
+    try:
+        auth = credentials(args, client)
+        if args.batch is not None:
+            from ._batch import run_batch
+
+            return run_batch(client, args, command, timeout, auth, printer)
+        return _run(client, args, command, timeout, auth, printer)
+    except (AuthProblem, DaemonUnavailable, TargetError) as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EX_CLIENT
+    except Refused as exc:
+        print(f"ERROR: {exc}", file=sys.stderr)
+        return EX_CLIENT
+    except KeyboardInterrupt:
+        print("\nExiting gracefully on Ctrl-c", file=sys.stderr)
+        return EX_GENERIC
+    finally:
+        client.close()
+
+
+def _run(client: MasterClient, args: argparse.Namespace, command: Command, timeout: float,
+         auth: dict[str, Any], printer: Printer) -> int:
+    tgt_type = args.tgt_type or "glob"
+    job = publish(client, command.tgt, tgt_type, command.fun, command.arg, args, timeout,
+                  auth, preview=bool(args.preview_target))
+    if args.preview_target:
+        printer.show(job.minions)
+        return EX_OK
+    if not job.minions or not job.jid:
+        print("No minions matched the target. No command was sent, no jid was assigned.",
+              flush=True)
+        print("ERROR: No return received", file=sys.stderr)
+        return EX_CLIENT
+    if args.run_async:
+        print(f"Executed command with job ID: {job.jid}", flush=True)
+        return EX_OK
+    if args.verbose:
+        message = f"Executing job with jid {job.jid}"
+        print(message + "\n" + "-" * len(message) + "\n", flush=True)
+    if args.show_jid:
+        print(f"jid: {job.jid}", flush=True)
+    docs = command.fun == "sys.doc"
+    returned: dict[str, dict[str, Any]] = {}
+    for minion, ret in job.returns(time.monotonic() + timeout):
+        returned[minion] = ret
+        if not (args.static or docs):
+            printer.show({minion: ret.get("return")}, ret.get("out"), retcode_of(ret))
+        if args.progress:
+            print(f"\r{len(set(returned) & job.expected)}/{len(job.expected)} minions "
+                  "returned", end="", file=sys.stderr, flush=True)
+    if args.progress:
+        print(file=sys.stderr)
+    silent = sorted(job.expected - set(returned))
+    if docs:
+        return _print_docs(returned, printer, args)
+    shown = dict(returned)
+    if not args.hide_timeout:
+        for minion in silent:
+            shown[minion] = no_return(job.jid, minion not in job.not_connected)
+            if not args.static:
+                printer.show({minion: shown[minion]["return"]}, None, EX_GENERIC)
+    if args.static:
+        # Salt's --static prints with --out, or highstate for state functions, else nested.
+        fallback = "highstate" if command.fun.split(".")[0] == "state" else None
+        printer.show({m: r.get("return") for m, r in shown.items()}, fallback)
+    if args.summary and args.out is None:
+        _summary(returned, silent, args.verbose, job.not_connected)
+    if silent or any(retcode_of(r) for r in returned.values()):
+        print("ERROR: Minions returned with non-zero exit code", file=sys.stderr)
+        return EX_GENERIC
+    return EX_OK
+
+
+def _print_docs(returned: dict[str, dict[str, Any]], printer: Printer,
+                args: argparse.Namespace) -> int:
+    """Salt's ``-d``: each function's documentation once, from whichever minion had it."""
+    docs: dict[str, str] = {}
+    for ret in returned.values():
+        value = ret.get("return")
+        if isinstance(value, dict):
+            for fun, text in value.items():
+                if fun not in docs and text:
+                    docs[str(fun)] = str(text)
+    if not returned:
+        print("No minions found to gather docs from", file=sys.stderr)
+        return EX_CLIENT
+    for fun in sorted(docs):
+        if args.out:
+            printer.show({fun: docs[fun]}, "nested")
+        else:
+            print(f"{fun}:\n{docs[fun]}\n", flush=True)
+    return EX_OK
+
+
 def _summary(returned: dict[str, dict[str, Any]], silent: list[str], verbose: bool,
              not_connected: set[str]) -> None:
-    failed = [m for m, r in returned.items() if _retcode(r)]
+    failed = [m for m, r in returned.items() if retcode_of(r)]
     lines = [
         "\n",
         "-------------------------------------------",
@@ -133,126 +423,6 @@ def _summary(returned: dict[str, dict[str, Any]], silent: list[str], verbose: bo
             lines.append("Minions with failures: " + " ".join(failed))
     lines.append("-------------------------------------------")
     print("\n".join(lines), flush=True)
-
-
-def _wait_for(client: MasterClient, req: str, share: str, timeout: float) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise DaemonUnavailable(f"no answer from the raetsalt-{client.node} daemon "
-                                    f"within {timeout:g} s")
-        for body in client.receive(remaining):
-            if body.get("req") == req and p.share_of(body) == share:
-                return body
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    # Options may follow the function's arguments, as with Salt's parser.
-    args = _parser().parse_intermixed_args(list(argv) if argv is not None else None)
-    if args.unsupported:
-        flag = args.unsupported
-        print(f"{PROG}: targeting flag {flag} (range) is not supported", file=sys.stderr)
-        return EX_CLIENT
-    tgt_type = args.tgt_type or "glob"
-    assert tgt_type in CLI_FLAGS.values() or tgt_type == "glob"
-    opts = load_opts(PROG, args.config_dir, "master")
-    timeout = args.timeout if args.timeout and args.timeout > 0 else float(opts["timeout"])
-    positional, kwargs = wire_safe(parse_input(args.arg))
-    tgt: Any = args.target
-    try:
-        client = open_master(opts)
-    except DaemonUnavailable as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EX_CLIENT
-    try:
-        auth = credentials(args, client)
-        return _run(client, args, tgt, tgt_type, positional, kwargs, timeout, auth)
-    except AuthProblem as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EX_CLIENT
-    except (DaemonUnavailable, TargetError) as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EX_CLIENT
-    except KeyboardInterrupt:
-        print("\nExiting gracefully on Ctrl-c", file=sys.stderr)
-        return EX_GENERIC
-    finally:
-        client.close()
-
-
-def _run(client: MasterClient, args: argparse.Namespace, tgt: Any, tgt_type: str,
-         positional: list[Any], kwargs: dict[str, Any], timeout: float,
-         auth: dict[str, Any]) -> int:
-    req = client.request(p.SHARE_PUBLISH, tgt=tgt, tgt_type=tgt_type, fun=args.fun,
-                         arg=p.pack_args(positional, kwargs), delimiter=args.delimiter,
-                         preview=bool(args.preview_target), timeout=timeout, **auth)
-    # A PAM login may take seconds (its failure delay) before the master answers.
-    ack = _wait_for(client, req, p.SHARE_PUB_ACK, 30.0 if "password" in auth else 10.0)
-    if "error" in ack:
-        print(f"ERROR: {ack['error']}", file=sys.stderr)
-        return EX_CLIENT
-    minions: list[str] = list(ack.get("minions") or [])
-    if args.preview_target:
-        show(minions, None, args)
-        return EX_OK
-    jid = str(ack.get("jid") or "")
-    if not minions or not jid:
-        print("No minions matched the target. No command was sent, no jid was assigned.",
-              flush=True)
-        print("ERROR: No return received", file=sys.stderr)
-        return EX_CLIENT
-    if args.run_async:
-        print(f"Executed command with job ID: {jid}", flush=True)
-        return EX_OK
-    if args.verbose:
-        message = f"Executing job with jid {jid}"
-        print(message + "\n" + "-" * len(message) + "\n", flush=True)
-    if args.show_jid:
-        print(f"jid: {jid}", flush=True)
-    not_connected = set(ack.get("not_connected") or []) | set(ack.get("missing") or [])
-    expected = set(minions) | set(ack.get("missing") or [])
-    returned: dict[str, dict[str, Any]] = {}
-    static: dict[str, Any] = {}
-    static_out: str | None = None
-    deadline = time.monotonic() + timeout
-
-    def emit(minion: str, ret: dict[str, Any]) -> None:
-        nonlocal static_out
-        if args.static:
-            static[minion] = ret.get("return")
-            static_out = static_out or ret.get("out")
-        else:
-            show({minion: ret.get("return")}, ret.get("out"), args, _retcode(ret))
-
-    while not expected <= set(returned):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            break
-        for body in client.receive(remaining):
-            if body.get("req") != req or p.share_of(body) != p.SHARE_JOB_RET:
-                continue
-            minion, ret = body.get("id"), body.get("ret")
-            if not isinstance(minion, str) or not isinstance(ret, dict) or minion in returned:
-                continue
-            returned[minion] = ret
-            emit(minion, ret)
-            if args.progress:
-                print(f"\r{len(set(returned) & expected)}/{len(expected)} minions returned",
-                      end="", file=sys.stderr, flush=True)
-    if args.progress:
-        print(file=sys.stderr)
-    silent = sorted(expected - set(returned))
-    for minion in silent:
-        emit(minion, _no_return(jid, minion not in not_connected))
-    if args.static:
-        show(static, static_out, args)
-    if args.summary and args.out is None:
-        _summary(returned, silent, args.verbose, not_connected)
-    if silent or any(_retcode(r) for r in returned.values()):
-        print("ERROR: Minions returned with non-zero exit code", file=sys.stderr)
-        return EX_GENERIC
-    return EX_OK
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ from types import FrameType
 from typing import Any
 
 from raetsalt import syspaths
+from raetsalt.cli._common import add_version_flags
 from raetsalt.config import LOG_LEVELS, load_node_config
 from raetsalt.errors import ConfigError
 from raetsalt.log import LOG_LEVELS as LEVELS
@@ -65,6 +66,7 @@ def parse_args(node: str, argv: Sequence[str] | None) -> argparse.Namespace:
         prog=f"raetsalt-{node}",
         description=f"Run the raetsalt {node} daemon (in the foreground unless -d).",
     )
+    add_version_flags(parser)
     parser.add_argument(
         "-c",
         "--config-dir",

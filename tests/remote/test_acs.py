@@ -152,7 +152,7 @@ def test_publisher_acl_user_runs_what_is_allowed(cluster: Cluster) -> None:
         (["minion2", "test.echo", "x"], "publish of 'test.echo' to 'minion2' (glob) denied: "
          "user 'nobody' may not run 'test.echo' on target 'minion2' (glob): the target is "
          "outside the allowed expression"),
-        (["*", "test.ping,cmd.run", "", "id"], "may not run 'cmd.run'"),
+        (["*", "test.ping,cmd.run", ",", "id"], "may not run 'cmd.run'"),
         (["*", "test.sleep", "1"], "the function is blacklisted"),
     ],
 )

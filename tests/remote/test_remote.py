@@ -129,6 +129,39 @@ def test_functions_return_what_salt_returns(cluster: Cluster) -> None:
     assert done.returncode == 1
 
 
+def test_batch_mode_runs_n_at_a_time(cluster: Cluster) -> None:
+    done = cluster.salt("*", "test.echo", "hi", "-b", "2", "--out", "json", "--out-indent",
+                        "-1", "-t", "10")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    starts = [line for line in lines if line.startswith("Executing run on ")]
+    assert starts[0] == "Executing run on ['minion1', 'minion2']"
+    assert starts[1:] == ["Executing run on ['minion3']"]
+    assert json_docs("\n".join(line for line in lines if line.startswith("{"))) == \
+        dict.fromkeys(GRAINS, "hi")
+    # the third minion starts only after one of the first two returned
+    assert lines.index(starts[1]) > min(lines.index('{"minion1": "hi"}'),
+                                        lines.index('{"minion2": "hi"}'))
+    done = cluster.salt("*", "cmd.run", "exit 4", "-b", "34%", "-t", "10")
+    assert done.returncode == 4  # the largest retcode
+    assert done.stdout.count("Executing run on") == 3
+    done = cluster.salt("nobody*", "test.ping", "-b", "1")
+    assert done.returncode == 2 and "ERROR: No return received" in done.stderr
+
+
+def test_doc_and_out_file(cluster: Cluster) -> None:
+    done = cluster.salt("minion1", "-d", "test.echo")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("test.echo:\n") and "test.ping" not in done.stdout
+    out = cluster.world.root / "out.json"
+    done = cluster.salt("minion[12]", "test.ping", "--out", "json", "--out-file", str(out))
+    assert done.returncode == 0 and done.stdout == ""
+    assert json_docs(out.read_text()) == {"minion1": True, "minion2": True}
+    done = cluster.salt("minion3", "test.ping", "--out", "json", "--out-file", str(out),
+                        "--out-file-append")
+    assert json_docs(out.read_text()) == dict.fromkeys(GRAINS, True)
+
+
 def test_raetsalt_call_through_the_minion_daemon_and_local(cluster: Cluster) -> None:
     conf = cluster.confs["minion1"]
     done = cluster.world.cli("call", conf, "test.ping", "--out", "json")

@@ -1,0 +1,178 @@
+"""The client commands without a master: Salt's command-line reading (target, function,
+``-d``, comma commands), exit codes, the version flags on every command, output options,
+``--id`` checks and the batch size rule (compared with Salt's own when it is installed)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from raetsalt import __version__
+from raetsalt.cli import call as call_cli
+from raetsalt.cli import run as run_cli
+from raetsalt.cli import salt as salt_cli
+from raetsalt.cli._batch import BatchSpecError, batch_size
+from raetsalt.cli._common import EX_CONFIG, Printer, add_common
+
+BIN = Path(sys.executable).parent
+COMMANDS = ["raetsalt", "raetsalt-call", "raetsalt-run", "raetsalt-key", "raetsalt-master",
+            "raetsalt-minion", "raetsalt-event", "raetsalt-road"]
+
+
+def args_of(*argv: str) -> argparse.Namespace:
+    return salt_cli._parser().parse_intermixed_args(list(argv))
+
+
+def command(*argv: str) -> salt_cli.Command:
+    args = args_of(*argv)
+    return salt_cli.command_from(args.words, args)
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_version_on_every_command(name: str) -> None:
+    done = subprocess.run([str(BIN / name), "--version"], capture_output=True, text=True,
+                          timeout=30)
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"{name} {__version__}\n", "")
+
+
+@pytest.mark.parametrize("name", ["raetsalt-call", "raetsalt-key", "raetsalt-master"])
+def test_versions_report(name: str) -> None:
+    done = subprocess.run([str(BIN / name), "--versions-report"], capture_output=True,
+                          text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:2] == ["Raetsalt Version:", f"      raetsalt: {__version__}"]
+    for heading in ("Python Version:", "Dependency Versions:", "System Versions:"):
+        assert heading in lines
+    assert "        PyNaCl: " in done.stdout and "        system: Linux" in done.stdout
+
+
+def test_no_target_is_salts_message_and_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
+    assert salt_cli.main([]) == 42
+    out, err = capsys.readouterr()
+    assert out.startswith("usage: raetsalt [options] '<target>' <function> [arguments]")
+    assert err == "\nCannot execute command without defining a target.\n\n"
+    assert salt_cli.main(["web*"]) == 42
+    assert capsys.readouterr().err == "\nIncomplete options passed.\n\n"
+
+
+def test_usage_errors_exit_64_as_salts() -> None:
+    with pytest.raises(SystemExit) as info:
+        args_of("--no-such-flag")
+    assert info.value.code == 64
+    with pytest.raises(SystemExit) as info:
+        salt_cli.main(["-d", "*", "test.ping", "extra"])
+    assert info.value.code == 64
+
+
+def test_doc_reads_as_salt() -> None:
+    assert command("-d") == salt_cli.Command("*", "sys.doc", [])
+    assert command("*", "-d", "test.ping") == salt_cli.Command("*", "sys.doc", ["test.ping"])
+    assert command("web1", "-d") == salt_cli.Command("web1", "sys.doc", [])
+
+
+def test_arguments_are_typed_and_no_parse_keeps_text() -> None:
+    got = command("*", "test.arg", "1", "'2'", "x=017", "y=[a]", "--no-parse", "y")
+    assert got.arg == [1, "2", {"__kwarg__": True, "x": 17, "y": "[a]"}]
+    assert command("-L", "a,b", "test.ping").tgt == ["a", "b"]
+    assert command("-L", "a b", "test.ping").tgt == ["a", "b"]
+
+
+def test_comma_commands_split_their_arguments_as_salt() -> None:
+    # standalone separators (the new style)
+    assert command("*", "test.echo,test.arg", "hi", ",", "a", "b=1").arg == [
+        ["hi"], ["a", {"__kwarg__": True, "b": 1}]]
+    assert command("*", "test.ping,test.echo", ",", "x").arg == [[], ["x"]]
+    # separators inside the words (the old style) and another separator
+    assert command("*", "test.echo,test.echo", "a,b").arg == [["a"], ["b"]]
+    assert command("*", "test.echo,test.echo", "a", "+", "b", "--args-separator", "+").arg == [
+        ["a"], ["b"]]
+    with pytest.raises(salt_cli._Usage, match="without defining all arguments"):
+        command("*", "test.echo,test.echo,test.ping", "a,b")
+    with pytest.raises(salt_cli._Usage, match="more arguments than commands"):
+        command("*", "test.echo,test.echo", "a,b,c")
+
+
+def test_a_bad_config_exits_78(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "master").write_text("file_rots: {}\n")
+    with pytest.raises(SystemExit) as info:
+        salt_cli.main(["-c", str(tmp_path), "*", "test.ping"])
+    assert info.value.code == EX_CONFIG
+    assert "unknown key 'file_rots' (did you mean 'file_roots'?)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", ["../x", "web 1", "a/b", ""])
+def test_call_checks_the_id_like_the_config(tmp_path: Path, bad: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "minion").write_text(f"root_dir: {tmp_path}\n")
+    assert call_cli.main(["-c", str(tmp_path), "--local", "--id", bad, "test.ping"]) == 78
+    assert capsys.readouterr().err.startswith(f"raetsalt-call: --id {bad!r} is not a valid id")
+
+
+def test_call_local_doc_and_grains(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "minion").write_text(f"root_dir: {tmp_path}\nid: m1\n")
+    assert call_cli.main(["-c", str(tmp_path), "-d", "test.p"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("test.ping:\n") and "test.echo" not in out
+    assert call_cli.main(["-c", str(tmp_path), "-g", "--out", "json"]) == 0
+    assert '"id": "m1"' in capsys.readouterr().out
+
+
+def test_run_doc_lists_the_runners(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli.main(["-d", "manage"]) == 0
+    out = capsys.readouterr().out
+    assert "manage.up:\n" in out and "jobs." not in out
+
+
+def printer(*argv: str) -> Printer:
+    parser = argparse.ArgumentParser()
+    add_common(parser)
+    return Printer(parser.parse_args(list(argv)), "test")
+
+
+def test_out_file_is_emptied_then_appended_to(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "out.txt"
+    path.write_text("old\n")
+    os.chmod(path, 0o640)
+    first = printer("--out-file", str(path), "--out", "json", "--out-indent", "-1")
+    first.show({"m1": True})
+    first.show({"m2": [1]})
+    assert path.read_text() == '{"m1": true}\n{"m2": [1]}\n'
+    assert os.stat(path).st_mode & 0o777 == 0o640  # emptied, not replaced
+    printer("--out-file", str(path), "--out-file-append").show({"m3": "x"})
+    assert path.read_text().endswith("m3:\n    x\n")
+    assert capsys.readouterr().out == ""
+
+
+def test_output_options(capsys: pytest.CaptureFixture[str]) -> None:
+    printer("--out", "raw").show("")  # Salt prints nothing at all for empty output
+    printer("--out", "text").show({"m": "a\nb"})  # Salt's other name for txt
+    printer("--out", "table").show({"m": 1})  # not ours: nested, with Salt's error line
+    printer("--force-color").show({"m": 1})
+    out, err = capsys.readouterr()
+    assert out == "m: a\nm: b\nm:\n    1\n\x1b[0;36mm\x1b[0;0m:\n    \x1b[0;1;33m1\x1b[0;0m\n"
+    assert err == "[ERROR   ] Invalid outputter table specified, fall back to nested\n"
+
+
+@pytest.mark.parametrize(("spec", "minions", "size"), [
+    ("1", 3, 1), ("2", 3, 2), ("10", 3, 10), ("50%", 3, 1), ("10%", 3, 1), ("34%", 3, 1),
+    ("67%", 3, 2), ("100%", 7, 7), ("0", 5, 1), ("25%", 8, 2), ("12.5%", 8, 1),
+])
+def test_batch_size(spec: str, minions: int, size: int) -> None:
+    assert batch_size(spec, minions) == size
+    state = pytest.importorskip("salt.utils.batch_state", reason="Salt is not installed")
+    assert state.get_batch_size(spec, minions) == size
+
+
+@pytest.mark.parametrize("spec", ["x", "1.5", "%", "-3", "nan%"])
+def test_bad_batch_specs(spec: str) -> None:
+    with pytest.raises(BatchSpecError):
+        batch_size(spec, 4)
+
+
