@@ -13,16 +13,24 @@ ways that change what a user's text means:
 
 libyaml's parser is used when PyYAML has it, as Salt does: the pure-Python parser
 disagrees with it on some malformed input, and the oracle tests compare with Salt.
+libyaml overflows the C stack (the process dies) on nesting some 30,000 levels deep
+(``[[[[...``, ``- - - ...``); ``load`` refuses text that could nest more than
+``MAX_DEPTH`` levels before libyaml sees it (Salt crashes there).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
 from yaml.constructor import ConstructorError
 
-__all__ = ["SaltLoader", "load"]
+__all__ = ["MAX_DEPTH", "SaltLoader", "load"]
+
+MAX_DEPTH = 1000
+"""Deepest nesting ``load`` accepts (an upper bound is computed from the text)."""
+_INDICATORS = re.compile(r"(?:[-?:](?:[ \t]+|$))+")
 
 _INT_TAG = "tag:yaml.org,2002:int"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -86,6 +94,30 @@ SaltLoader.add_constructor("tag:yaml.org,2002:timestamp", SaltLoader.construct_p
 SaltLoader.add_constructor("tag:yaml.org,2002:python/unicode", SaltLoader.construct_plain_text)
 
 
+def nesting_bound(text: str) -> int:
+    """An upper bound of how deep ``text`` can nest: its deepest bracket level, plus the
+    longest run of block indicators (``- - - x``) and the deepest indentation of a line."""
+    depth = deepest = 0
+    for char in text:
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}" and depth:
+            depth -= 1
+    runs = indent = 0
+    for line in text.splitlines():
+        body = line.lstrip(" ")
+        indent = max(indent, len(line) - len(body))
+        found = _INDICATORS.match(body)
+        if found:
+            runs = max(runs, found.group().count("-") + found.group().count("?")
+                       + found.group().count(":"))
+    return deepest + runs + indent
+
+
 def load(text: str) -> Any:
-    """One YAML document read with Salt's rules; raises ``yaml.YAMLError`` on bad input."""
+    """One YAML document read with Salt's rules; raises ``yaml.YAMLError`` on bad input,
+    also for text that may nest deeper than ``MAX_DEPTH``."""
+    if nesting_bound(text) > MAX_DEPTH:
+        raise yaml.YAMLError(f"nested more than {MAX_DEPTH} levels deep")
     return yaml.load(text, Loader=SaltLoader)  # noqa: S506 - a SafeLoader subclass

@@ -236,6 +236,12 @@ def test_yaml_syntax_error(tmp_path: Path) -> None:
     assert "\n" not in message
 
 
+def test_nesting_that_would_crash_the_yaml_parser_is_an_error(tmp_path: Path) -> None:
+    path = write(tmp_path / "master", "nodegroups: " + "[" * 40000 + "\n")
+    assert error_of(master_config, path) == (
+        f"{path}: YAML error: nested more than 1000 levels deep")
+
+
 def test_duplicate_key_is_an_error(tmp_path: Path) -> None:
     path = write(tmp_path / "minion", "id: a\nid: b\n")
     assert re.fullmatch(

@@ -146,13 +146,23 @@ class Printer:
         self.write(text)
 
     def write(self, text: str) -> None:
+        """One text and a newline, to stdout or ``--out-file``; nothing for no text.  A
+        reader that went away (``| head``) silences the rest, as Salt does; a file that
+        cannot be written is an error (exit 1)."""
         if not text:
             return
         if self.path is None:
-            print(text, flush=True)
+            try:
+                print(text, flush=True)
+            except BrokenPipeError:
+                sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the rest of the run
             return
-        with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(text + "\n")
+        try:
+            with open(self.path, "a", encoding="utf-8") as handle:
+                handle.write(text + "\n")
+        except OSError as exc:
+            print(f"error: cannot write {self.path}: {exc.strerror or exc}", file=sys.stderr)
+            raise SystemExit(EX_GENERIC) from None
 
 
 def wait_for(client: CommandClient | StreamClient, req: str, share: str, timeout: float,

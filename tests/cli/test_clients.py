@@ -176,3 +176,12 @@ def test_bad_batch_specs(spec: str) -> None:
         batch_size(spec, 4)
 
 
+
+
+def test_an_out_file_that_cannot_be_written_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        printer("--out-file", str(tmp_path / "no" / "such" / "dir")).show({"m": 1})
+    assert info.value.code == 1
+    assert "cannot write" in capsys.readouterr().err

@@ -44,3 +44,18 @@ def test_parse_input(words: list[str], args: list[Any], kwargs: dict[str, Any]) 
 
 def test_non_strings_pass_through() -> None:
     assert yamlify(5) == 5 and yamlify([1]) == [1]
+
+
+@pytest.mark.parametrize("word", ["[" * 40000, "[" * 40000 + "]" * 40000, "- " * 40000,
+                                  "? " * 40000, "{a: " * 40000])
+def test_nesting_that_would_crash_libyaml_stays_text(word: str) -> None:
+    # libyaml overflows the C stack some 30,000 levels deep (Salt's CLI dies there)
+    assert parse_input([word]) == ([word], {})
+
+
+def test_deep_but_reasonable_nesting_is_still_typed() -> None:
+    value = parse_input(["[" * 500 + "]" * 500])[0][0]
+    for _ in range(499):
+        assert isinstance(value, list) and len(value) == 1
+        value = value[0]
+    assert value == []
