@@ -6,7 +6,8 @@
   ``-c``, ``-l/--log-level``, the version flags and Salt's output options (``--out``,
   ``--out-indent``, ``--out-file``, ``--out-file-append``, ``--no-color``,
   ``--force-color``);
-* ``load_opts``: the node's config, or one line and exit 78 (``EX_CONFIG``);
+* ``start_client``: the node's config (or one line and exit 78, ``EX_CONFIG``), console
+  logging at ``-l`` and the ``Printer``;
 * ``Printer``: prints returns as Salt's CLI does (``raetsalt.output``): the outputter a
   return asks for unless ``--out`` names one, colours on a terminal (or with
   ``--force-color``), nothing at all for an empty text, ``--out-file`` (emptied first
@@ -99,19 +100,17 @@ def add_common(parser: argparse.ArgumentParser) -> None:
                         help="colour the output even when stdout is not a terminal")
 
 
-def load_opts(prog: str, confdir: str, node: str) -> dict[str, Any]:
-    """The node's config; exits 78 with one line naming the problem."""
+def start_client(prog: str, args: argparse.Namespace, node: str
+                 ) -> tuple[dict[str, Any], Printer]:
+    """The node's config (exits 78 with one line naming the problem), console logging
+    at ``-l`` (else the config's ``log_level``) and the printer of this command line."""
     try:
-        return load_node_config(os.path.abspath(confdir), node)
+        opts = load_node_config(os.path.abspath(args.config_dir), node)
     except ConfigError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         raise SystemExit(EX_CONFIG) from None
-
-
-def start_logging(args: argparse.Namespace, opts: dict[str, Any]) -> None:
-    """Console logging at ``-l``, else the config's ``log_level`` (Salt's default
-    ``warning``)."""
     setup_console_logger(args.log_level or opts.get("log_level") or "warning")
+    return opts, Printer(args, prog)
 
 
 class Printer:

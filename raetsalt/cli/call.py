@@ -44,10 +44,8 @@ from ._common import (
     EX_GENERIC,
     EX_OK,
     Parser,
-    Printer,
     add_common,
-    load_opts,
-    start_logging,
+    start_client,
     wire_safe,
 )
 
@@ -79,8 +77,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_intermixed_args(list(argv) if argv is not None else None)
-    opts = load_opts(PROG, args.config_dir, "minion")
-    start_logging(args, opts)
+    opts, printer = start_client(PROG, args, "minion")
     if args.minion_id is not None:
         problem = id_problem(args.minion_id)
         if problem:
@@ -88,7 +85,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                   file=sys.stderr)
             return EX_CONFIG
         opts["id"] = args.minion_id
-    printer = Printer(args, PROG)
     if args.doc:
         _print_docs(opts, args.fun)
         return EX_OK

@@ -28,10 +28,8 @@ from ._common import (
     EX_GENERIC,
     EX_OK,
     Parser,
-    Printer,
     add_common,
-    load_opts,
-    start_logging,
+    start_client,
     wait_for,
     wire_safe,
 )
@@ -71,9 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EX_OK
     if args.fun is None:
         parser.error("a runner function is needed")
-    opts = load_opts(PROG, args.config_dir, "master")
-    start_logging(args, opts)
-    printer = Printer(args, PROG)
+    opts, printer = start_client(PROG, args, "master")
     timeout = args.timeout if args.timeout and args.timeout > 0 else float(opts["timeout"]) + 10
     positional, kwargs = wire_safe(parse_input(args.arg))
     try:

@@ -60,8 +60,7 @@ from ._common import (
     Parser,
     Printer,
     add_common,
-    load_opts,
-    start_logging,
+    start_client,
     wait_for,
     wire_safe,
 )
@@ -296,9 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _Usage as exc:
         print(exc, end="", file=sys.stderr, flush=True)
         return EX_USAGE
-    opts = load_opts(PROG, args.config_dir, "master")
-    start_logging(args, opts)
-    printer = Printer(args, PROG)
+    opts, printer = start_client(PROG, args, "master")
     timeout = args.timeout if args.timeout and args.timeout > 0 else float(opts["timeout"])
     try:
         client = open_master(opts)
