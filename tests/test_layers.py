@@ -24,6 +24,9 @@ PURE = [
     "saltbridge/paths.py",
     "saltbridge/modes.py",
     "saltbridge/service.py",
+    "output.py",
+    "saltyaml.py",
+    "execution/args.py",
 ]
 FORBIDDEN = {"socket", "select", "selectors", "time", "asyncio", "ioflo", "threading"}
 

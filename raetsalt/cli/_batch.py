@@ -81,7 +81,7 @@ def run_batch(client: MasterClient, args: argparse.Namespace, command: Command,
     active: dict[str, float] = {}  # minion -> when its job's time is up (monotonic)
     jobs: dict[str, Publication] = {}  # req -> sub-batch
     cooling: list[float] = []  # when the slots of finished minions free up
-    stash: list[dict[str, Any]] = []  # returns that came while a publication waited
+    stash: list[dict[str, Any]] = []  # returns that came while a publication was made
     worst = EX_OK
     while pending or active:
         now = time.monotonic()
@@ -93,6 +93,7 @@ def run_batch(client: MasterClient, args: argparse.Namespace, command: Command,
             sub = publish(client, chosen, "list", command.fun, command.arg, args, timeout,
                           auth, stash=stash)
             jobs[sub.req] = sub
+            stash.extend(sub.early)  # its own first returns
             active.update(dict.fromkeys(sub.expected or chosen, time.monotonic() + timeout))
             continue
         wake = min([*active.values(), *(cooling if pending else [])], default=now)

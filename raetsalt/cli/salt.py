@@ -233,6 +233,8 @@ class Publication:
     minions: list[str]
     not_connected: set[str]
     expected: set[str]
+    early: list[dict[str, Any]] = field(default_factory=list)
+    """Messages that came with the acknowledgement (returns may)."""
 
     def returns(self, deadline: float) -> Iterator[tuple[str, dict[str, Any]]]:
         """``(minion, return)`` as they arrive, each minion once, until all expected
@@ -240,9 +242,10 @@ class Publication:
         seen: set[str] = set()
         while not self.expected <= seen:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 and not self.early:
                 return
-            for body in self.client.receive(remaining):
+            bodies, self.early = self.early or self.client.receive(remaining), []
+            for body in bodies:
                 if body.get("req") != self.req or p.share_of(body) != p.SHARE_JOB_RET:
                     continue
                 minion, ret = body.get("id"), body.get("ret")
@@ -260,19 +263,23 @@ def publish(client: MasterClient, tgt: Any, tgt_type: str, fun: str, arg: list[A
             preview: bool = False, stash: list[dict[str, Any]] | None = None
             ) -> Publication:
     """Publish through the master and wait for its acknowledgement (raises ``Refused``);
-    messages about other jobs that arrive meanwhile go to ``stash``."""
+    messages that arrive meanwhile are kept: this job's returns in the publication, the
+    others in ``stash`` (when given)."""
     req = client.request(p.SHARE_PUBLISH, tgt=tgt, tgt_type=tgt_type, fun=fun, arg=arg,
                          delimiter=args.delimiter, preview=preview, timeout=timeout, **auth)
     # A PAM login may take seconds (its failure delay) before the master answers.
+    early: list[dict[str, Any]] = []
     ack = wait_for(client, req, p.SHARE_PUB_ACK, 30.0 if "password" in auth else 10.0,
-                   stash)
+                   early)
+    if stash is not None:
+        stash.extend(b for b in early if b.get("req") != req)
     if "error" in ack:
         raise Refused(str(ack["error"]))
     minions = [str(m) for m in ack.get("minions") or []]
     missing = {str(m) for m in ack.get("missing") or []}
     return Publication(client, req, str(ack.get("jid") or ""), minions,
                        {str(m) for m in ack.get("not_connected") or []} | missing,
-                       set(minions) | missing)
+                       set(minions) | missing, [b for b in early if b.get("req") == req])
 
 
 # --------------------------------------------------------------------------- main

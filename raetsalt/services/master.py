@@ -11,7 +11,9 @@ touches no socket; its only I/O is the job cache and the minion data cache it is
 Expected minions: the master expands a target over the accepted minions and the grains
 each reported in its last hello (``match_bounds``).  ``definite`` matches are the expected
 returners, stored with the job; the publication goes to every *possible* match (a minion
-whose grains are not known yet may match), and each minion decides for itself.
+whose grains are not known yet may match) that is connected now, with its deadline, and
+each minion decides for itself.  The road never holds a job for a minion that is away:
+the client is told at once which expected minions are not connected.
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@ import argparse
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -185,3 +187,90 @@ def test_an_out_file_that_cannot_be_written_is_an_error(
         printer("--out-file", str(tmp_path / "no" / "such" / "dir")).show({"m": 1})
     assert info.value.code == 1
     assert "cannot write" in capsys.readouterr().err
+
+
+class FakeMaster:
+    """A master that acknowledges every publication at once and has each minion return
+    ``delay`` seconds later (test.ping returns True for the minions in ``up``)."""
+
+    node = "master"
+
+    def __init__(self, up: list[str], delay: float = 0.0) -> None:
+        self.up, self.delay = up, delay
+        self.published: list[tuple[float, Any, str]] = []
+        self.queue: list[tuple[float, dict[str, Any]]] = []
+        self.counter = 0
+
+    def request(self, share: str, *, send_timeout: float = 5.0, **fields: Any) -> str:
+        from raetsalt.services import protocol as p
+
+        self.counter += 1
+        req = f"r{self.counter}"
+        now = time.monotonic()
+        tgt, fun = fields["tgt"], fields["fun"]
+        minions = [m for m in self.up] if tgt == "*" else [m for m in tgt if m in self.up]
+        self.published.append((now, tgt, fun))
+        self.queue.append((now, p.lane_reply(None, "cl", p.SHARE_PUB_ACK, req=req,
+                                             jid=f"2026{self.counter:016d}", minions=minions,
+                                             missing=[], not_connected=[])))
+        for minion in minions:
+            ret = {"return": True if fun == "test.ping" else minion, "retcode": 0}
+            self.queue.append((now + (0 if fun == "test.ping" else self.delay),
+                               p.lane_reply(None, "cl", p.SHARE_JOB_RET, req=req, id=minion,
+                                            ret=ret)))
+        return req
+
+    def receive(self, timeout: float | None) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + (timeout or 0)
+        while True:
+            now = time.monotonic()
+            ready = [body for when, body in self.queue if when <= now]
+            if ready or now >= deadline:
+                self.queue = [(w, b) for w, b in self.queue if w > now]
+                return ready
+            time.sleep(min(0.005, deadline - now))  # a fake socket's wait
+
+
+def test_batch_keeps_n_running_and_waits_before_reusing_a_slot(
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    from raetsalt.cli._batch import run_batch
+
+    master = FakeMaster(["m1", "m2", "m3", "m4"], delay=0.05)
+    args = args_of("*", "test.echo", "-b", "2", "--batch-wait", "0.2", "--out", "json",
+                   "--out-indent", "-1")
+    code = run_batch(master, args, salt_cli.command_from(args.words, args), 5.0, {},
+                     printer("--out", "json", "--out-indent", "-1"))
+    assert code == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if line.startswith("Executing")] == [
+        "Executing run on ['m1', 'm2']", "Executing run on ['m3', 'm4']"]
+    [(_, _, ping), (first, _, _), (second, tgt, _)] = master.published
+    assert ping == "test.ping" and tgt == ["m3", "m4"]
+    # both slots free 0.2 s after their minions returned (0.05 s after publication)
+    assert second - first >= 0.25
+    assert sorted(line for line in out if line.startswith("{")) == [
+        '{"m1": "m1"}', '{"m2": "m2"}', '{"m3": "m3"}', '{"m4": "m4"}']
+
+
+def test_batch_names_the_minions_that_did_not_answer_the_ping(
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    from raetsalt.cli._batch import run_batch
+
+    master = FakeMaster(["m1"])
+    args = args_of("-L", "m1,m2", "test.echo", "-b", "1")
+    command = salt_cli.command_from(args.words, args)
+
+    def ping_with_m2_silent(share: str, **fields: Any) -> str:
+        req = FakeMaster.request(master, share, **fields)
+        if fields["fun"] == "test.ping":
+            ack = next(b for _, b in master.queue if b.get("req") == req and "minions" in b)
+            ack["minions"] = ["m1", "m2"]
+        return req
+
+    master.request = ping_with_m2_silent  # type: ignore[method-assign]
+    assert run_batch(master, args, command, 0.3, {}, printer()) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Minion m2 did not respond. No job will be sent.\n")
+    assert "Executing run on ['m1']" in out
