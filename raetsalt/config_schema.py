@@ -3,22 +3,17 @@
 One ``Option`` row per key (``SCHEMA``), in the order the example files print them.
 ``raetsalt.config`` loads and checks files against this table; the example files
 ``conf/master`` and ``conf/minion`` are generated from it (``python -m raetsalt.config``).
-
-A ``Spec`` checks (and may normalise) one value; it raises ``SpecMismatch`` when the
-value does not fit, and its ``describe`` text completes "key 'x' must be ...".
+What a key accepts is a ``Spec`` from ``raetsalt.config_specs``.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import math
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from raetsalt.errors import KeepError
-from raetsalt.keep.records import validate_name
+from raetsalt import config_specs as s
+from raetsalt.config_specs import SALTENV_RE, Spec, SpecMismatch, id_problem
 
 __all__ = [
     "BY_NAME",
@@ -69,264 +64,6 @@ LOG_LEVELS: tuple[str, ...] = (
 EVENT_MATCH_TYPES: tuple[str, ...] = ("startswith", "endswith", "find", "regex", "fnmatch")
 
 
-# --------------------------------------------------------------------------- value specs
-
-
-class SpecMismatch(Exception):
-    """A value does not fit its spec; ``detail`` optionally says more than the spec text."""
-
-    def __init__(self, detail: str = "") -> None:
-        super().__init__(detail)
-        self.detail = detail
-
-
-@dataclass(frozen=True, slots=True)
-class Spec:
-    """What a key accepts.  ``describe`` completes "key 'x' must be ..."."""
-
-    describe: str
-    check: Callable[[Any], Any]
-
-
-def _is_int(value: Any) -> bool:
-    # bool is a subclass of int; ``raet_port: yes`` must not pass as 1.
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _string(*, nonempty: bool = False, nullable: bool = False) -> Spec:
-    def check(value: Any) -> Any:
-        if value is None and nullable:
-            return None
-        if not isinstance(value, str):
-            raise SpecMismatch()
-        if nonempty and not value.strip():
-            raise SpecMismatch("an empty string is not allowed")
-        return value
-
-    describe = "a non-empty string" if nonempty else "a string"
-    if nullable:
-        describe += " or null"
-    return Spec(describe, check)
-
-
-def _integer(lo: int | None = None, hi: int | None = None) -> Spec:
-    def check(value: Any) -> Any:
-        if not _is_int(value):
-            raise SpecMismatch()
-        if (lo is not None and value < lo) or (hi is not None and value > hi):
-            raise SpecMismatch()
-        return value
-
-    if lo is not None and hi is not None:
-        describe = f"an integer from {lo} to {hi}"
-    elif lo is not None:
-        describe = f"an integer >= {lo}"
-    else:
-        describe = "an integer"
-    return Spec(describe, check)
-
-
-def _number(lo: float = 0.0) -> Spec:
-    def check(value: Any) -> Any:
-        if not (_is_int(value) or isinstance(value, float)) or value < lo:
-            raise SpecMismatch()
-        if not math.isfinite(value):  # YAML's .inf and .nan
-            raise SpecMismatch("it is not a finite number")
-        return float(value)
-
-    return Spec(f"a number >= {lo:g}", check)
-
-
-def _boolean() -> Spec:
-    def check(value: Any) -> Any:
-        if not isinstance(value, bool):
-            raise SpecMismatch()
-        return value
-
-    return Spec("true or false", check)
-
-
-def _choice(values: tuple[str, ...], *, why: str = "", nullable: bool = False) -> Spec:
-    def check(value: Any) -> Any:
-        if value is None and nullable:
-            return None
-        if value not in values:
-            raise SpecMismatch(why)
-        return value
-
-    shown = ", ".join(repr(v) for v in values)
-    describe = shown if len(values) == 1 else f"one of {shown}"
-    if nullable:
-        describe += " or null"
-    return Spec(describe, check)
-
-
-def _string_list() -> Spec:
-    def check(value: Any) -> Any:
-        # ``key:`` followed only by comments parses as null; read it as "empty".
-        if value is None:
-            return []
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise SpecMismatch()
-        return list(value)
-
-    return Spec("a list of strings", check)
-
-
-def _string_or_list() -> Spec:
-    def check(value: Any) -> Any:
-        if value is None:
-            return []
-        if isinstance(value, str):
-            return [value]
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return list(value)
-        raise SpecMismatch()
-
-    return Spec("a string or a list of strings", check)
-
-
-def _mapping() -> Spec:
-    def check(value: Any) -> Any:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise SpecMismatch()
-        return value
-
-    return Spec("a mapping", check)
-
-
-def _rule_mapping() -> Spec:
-    """``peer``/``peer_run``/``publisher_acl``: name or regex -> list of rules."""
-
-    def check(value: Any) -> Any:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise SpecMismatch()
-        for name, rules in value.items():
-            if not isinstance(name, str):
-                raise SpecMismatch(f"entry {name!r} is not a string")
-            if not isinstance(rules, list):
-                raise SpecMismatch(f"the rules of {name!r} are not a list")
-        return value
-
-    return Spec("a mapping of names or regexes to lists of rules", check)
-
-
-def _external_auth() -> Spec:
-    def check(value: Any) -> Any:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise SpecMismatch()
-        for backend, users in value.items():
-            if not isinstance(backend, str) or not isinstance(users, dict):
-                raise SpecMismatch(f"backend {backend!r} must map to a mapping of users")
-            for user, rules in users.items():
-                if isinstance(user, str) and user.startswith("^"):
-                    continue  # a backend setting (^filename...), checked at master start
-                if not isinstance(rules, list):
-                    raise SpecMismatch(f"the rules of {backend}:{user} are not a list")
-        return value
-
-    return Spec("a mapping of auth backends to mappings of users", check)
-
-
-def _blacklist() -> Spec:
-    def check(value: Any) -> Any:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise SpecMismatch()
-        for name, items in value.items():
-            if name not in ("users", "modules"):
-                raise SpecMismatch(f"unknown entry {name!r} (allowed: 'users', 'modules')")
-            if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
-                raise SpecMismatch(f"{name!r} must be a list of strings")
-        return value
-
-    return Spec("a mapping with 'users' and/or 'modules' lists", check)
-
-
-def _nodegroups() -> Spec:
-    def check(value: Any) -> Any:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise SpecMismatch()
-        for name, target in value.items():
-            ok = isinstance(target, str) or (
-                isinstance(target, list) and all(isinstance(t, str) for t in target)
-            )
-            if not isinstance(name, str) or not ok:
-                raise SpecMismatch(f"group {name!r} must map to a target string or list")
-        return value
-
-    return Spec("a mapping of group names to compound targets", check)
-
-
-def _ip_address() -> Spec:
-    def check(value: Any) -> Any:
-        if not isinstance(value, str):
-            raise SpecMismatch()
-        try:
-            ipaddress.ip_address(value)
-        except ValueError:
-            raise SpecMismatch("it is not an IP address") from None
-        return value
-
-    return Spec("an IPv4 or IPv6 address", check)
-
-
-def _minion_id() -> Spec:
-    def check(value: Any) -> Any:
-        if value is None:
-            return None
-        # Salt turns a numeric id (``id: 123``) into its string form.
-        if _is_int(value) or isinstance(value, float):
-            value = str(value)
-        if not isinstance(value, str):
-            raise SpecMismatch()
-        problem = id_problem(value)
-        if problem:
-            raise SpecMismatch(problem)
-        return value
-
-    return Spec("a valid id string", check)
-
-
-MAX_ID_LENGTH = 128
-"""The longest estate name the road carries (RAET's)."""
-
-
-def id_problem(value: str) -> str:
-    """Why ``value`` cannot be a node id, or "".
-
-    The id names the node's key files in the keep and its estate on the road, so it must
-    be a name both accept (Salt's own rule, no '/', '\\' or NUL, is looser: Salt allows
-    spaces, which the road cannot carry)."""
-    if not value.strip():
-        return "it is empty"
-    if any(c in value for c in "/\\\0"):
-        return "it contains '/', '\\' or a NUL"
-    if value in (".", ".."):
-        return "it is '.' or '..'"
-    if value != value.strip():
-        return "it has leading or trailing white space"
-    if len(value) > MAX_ID_LENGTH:
-        return f"it is longer than {MAX_ID_LENGTH} characters"
-    try:
-        validate_name(value, "id")
-        if "~" in value:  # the keep takes it, the road does not
-            raise KeepError(value)
-    except KeepError:
-        return ("only letters, digits and _.@+=- are allowed, the first a letter, digit or _, "
-                "and no '..'")
-    return ""
-
-
 # --------------------------------------------------------------------------- the schema
 
 
@@ -358,13 +95,13 @@ def _both(value: Any) -> dict[str, Any]:
     return {"master": value, "minion": value}
 
 
-_PORT = _integer(0, 65535)
+_PORT = s.integer(0, 65535)
 
 SCHEMA: tuple[Option, ...] = (
     # ---------------------------------------------------------------- identity
     Option(
         "id",
-        _minion_id(),
+        s.minion_id(),
         _both(None),
         "The node id.  For a minion it is the name its key is filed under on the "
         "master and what targets match; for the master it names its estate.  When "
@@ -375,14 +112,14 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "transport",
-        _choice(SUPPORTED_TRANSPORTS, why="raetsalt only speaks RAET"),
+        s.choice(SUPPORTED_TRANSPORTS, why="raetsalt only speaks RAET"),
         _both("raet"),
         "Transport between master and minions.  Only 'raet' is supported.",
         "Identity and transport",
     ),
     Option(
         "user",
-        _string(nonempty=True, nullable=True),
+        s.string(nonempty=True, nullable=True),
         _both(None),
         "User the daemon switches to after start-up.  null keeps the user that started it.",
         "Identity and transport",
@@ -390,14 +127,14 @@ SCHEMA: tuple[Option, ...] = (
     # ---------------------------------------------------------------- network
     Option(
         "interface",
-        _ip_address(),
+        s.ip_address(),
         _both("0.0.0.0"),
         "Local address the road (UDP) socket binds to.  With ipv6 true the default becomes '::'.",
         "Network (RAET road)",
     ),
     Option(
         "ipv6",
-        _boolean(),
+        s.boolean(),
         _both(False),
         "Use IPv6: bind to '::' when interface is left at its default, and "
         "prefer IPv6 addresses when resolving the master's host name.",
@@ -420,7 +157,7 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "master",
-        _string(nonempty=True),
+        s.string(nonempty=True),
         {"minion": "salt"},
         "Where the master's road is: a host name or address, 'host:port', or "
         "'[ipv6]:port'.  A port given here overrides master_port.  After loading, "
@@ -430,14 +167,14 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "master_port",
-        _integer(1, 65535),
+        s.integer(1, 65535),
         {"minion": DEFAULT_MASTER_PORT},
         "UDP port of the master's road when master does not name one.",
         "Network (RAET road)",
     ),
     Option(
         "max_datagram_size",
-        _integer(576, 65507),
+        s.integer(576, 65507),
         _both(1024),
         "Largest UDP datagram sent or accepted, in bytes.  RAET's 1024 keeps every "
         "packet under the IPv6 minimum MTU; both ends must agree.",
@@ -445,7 +182,7 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "raet_road_bufcnt",
-        _integer(1, 10000),
+        s.integer(1, 10000),
         _both(2),
         "Socket send/receive buffers are sized to at least this many maximum-size "
         "datagrams (RAET's bufcnt).",
@@ -453,7 +190,7 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "raet_alive_period",
-        _number(0.0),
+        s.number(0.0),
         _both(3.0),
         "Seconds between alive (keep-alive/presence) probes to each joined "
         "remote; also keeps NAT mappings open.  0 turns probing off.",
@@ -461,7 +198,7 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "raet_reap_interim",
-        _number(0.0),
+        s.number(0.0),
         {"master": 3600.0},
         "Seconds a remote may stay silent before the master reaps it (stops "
         "probing it and reports it as reaped).  0 never reaps.",
@@ -469,14 +206,14 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "presence_events",
-        _boolean(),
+        s.boolean(),
         {"master": False},
         "Fire salt/presence/present and salt/presence/change events.",
         "Presence and reconnection",
     ),
     Option(
         "random_reauth_delay",
-        _number(0.0),
+        s.number(0.0),
         {"minion": 10.0},
         "Upper bound, in seconds, of the random delay before a minion re-joins "
         "after losing the master, so that a restarted master is not flooded.",
@@ -484,21 +221,21 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "acceptance_wait_time",
-        _number(0.0),
+        s.number(0.0),
         {"minion": 10.0},
         "Seconds a minion waits before retrying while its key is pending.",
         "Presence and reconnection",
     ),
     Option(
         "acceptance_wait_time_max",
-        _number(0.0),
+        s.number(0.0),
         {"minion": 0.0},
         "Ceiling for the doubling retry wait while pending; 0 means the wait does not grow.",
         "Presence and reconnection",
     ),
     Option(
         "rejected_retry",
-        _boolean(),
+        s.boolean(),
         {"minion": False},
         "When the master rejects this minion's key: false exits (code 77, as Salt "
         "does); true keeps retrying as if pending.",
@@ -507,7 +244,7 @@ SCHEMA: tuple[Option, ...] = (
     # ---------------------------------------------------------------- paths
     Option(
         "root_dir",
-        _string(nonempty=True),
+        s.string(nonempty=True),
         _both("/"),
         "Directory the relative paths below are joined to.  A relative root_dir "
         "is taken relative to the directory of this config file (Salt uses the "
@@ -516,7 +253,7 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "pki_dir",
-        _string(nonempty=True),
+        s.string(nonempty=True),
         {"master": "etc/raetsalt/pki/master", "minion": "etc/raetsalt/pki/minion"},
         "Key store: this node's keys and, on the master, the accepted, pending, "
         "rejected and denied minion keys.",
@@ -525,7 +262,7 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "cachedir",
-        _string(nonempty=True),
+        s.string(nonempty=True),
         {"master": "var/cache/raetsalt/master", "minion": "var/cache/raetsalt/minion"},
         "Cache directory (job cache under <cachedir>/jobs on the master, remote "
         "estate state, minion data).",
@@ -534,7 +271,7 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "sock_dir",
-        _string(nonempty=True),
+        s.string(nonempty=True),
         {"master": "var/run/raetsalt/master", "minion": "var/run/raetsalt/minion"},
         "Directory of the local yard (Unix datagram) sockets: the event bus and "
         "local clients.  Keep it short: a socket path must fit in 107 bytes.",
@@ -543,7 +280,7 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "sock_dir_group",
-        _string(nonempty=True, nullable=True),
+        s.string(nonempty=True, nullable=True),
         _both(None),
         "Group whose members may use the event bus and local clients without "
         "being root: sock_dir gets mode 0750 and this group, the bus socket 0660.  "
@@ -552,7 +289,7 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "pidfile",
-        _string(nonempty=True),
+        s.string(nonempty=True),
         {"master": "var/run/raetsalt-master.pid", "minion": "var/run/raetsalt-minion.pid"},
         "File the daemon writes its process id to.",
         "Paths",
@@ -560,7 +297,7 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "module_dirs",
-        _string_list(),
+        s.string_list(),
         {"minion": []},
         "Extra directories searched for execution modules; relative entries are "
         "joined to root_dir.",
@@ -569,7 +306,7 @@ SCHEMA: tuple[Option, ...] = (
     # ---------------------------------------------------------------- includes
     Option(
         "default_include",
-        _string(nonempty=True),
+        s.string(nonempty=True),
         {"master": "master.d/*.conf", "minion": "minion.d/*.conf"},
         "Glob of extra config files, relative to this file's directory, read after "
         "this file in sorted order.",
@@ -577,7 +314,7 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "include",
-        _string_or_list(),
+        s.string_or_list(),
         _both([]),
         "Further config files or globs (relative to the including file's "
         "directory) read after default_include.  A plain path that does not exist "
@@ -588,7 +325,7 @@ SCHEMA: tuple[Option, ...] = (
     # ---------------------------------------------------------------- logging
     Option(
         "log_file",
-        _string(nonempty=True),
+        s.string(nonempty=True),
         {"master": "var/log/raetsalt/master", "minion": "var/log/raetsalt/minion"},
         "Log file.",
         "Logging",
@@ -596,14 +333,14 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "log_level",
-        _choice(LOG_LEVELS),
+        s.choice(LOG_LEVELS),
         _both("warning"),
         "Level of messages written to the console.",
         "Logging",
     ),
     Option(
         "log_level_logfile",
-        _choice(LOG_LEVELS, nullable=True),
+        s.choice(LOG_LEVELS, nullable=True),
         _both(None),
         "Level of messages written to log_file; null means the same as log_level.",
         "Logging",
@@ -611,14 +348,14 @@ SCHEMA: tuple[Option, ...] = (
     # ---------------------------------------------------------------- events
     Option(
         "event_match_type",
-        _choice(EVENT_MATCH_TYPES),
+        s.choice(EVENT_MATCH_TYPES),
         _both("startswith"),
         "Default way get_event matches a tag when the caller gives no match_type.",
         "Event bus",
     ),
     Option(
         "max_event_size",
-        _integer(1024),
+        s.integer(1024),
         _both(1048576),
         "Largest event payload, in bytes; larger data is trimmed.",
         "Event bus",
@@ -626,14 +363,14 @@ SCHEMA: tuple[Option, ...] = (
     # ---------------------------------------------------------------- keys
     Option(
         "auto_accept",
-        _boolean(),
+        s.boolean(),
         {"master": False},
         "Accept every new minion key at once.  Only for closed test networks.",
         "Minion keys",
     ),
     Option(
         "open_mode",
-        _boolean(),
+        s.boolean(),
         {"master": False},
         "Accept every minion, even one whose key changed (overwrites the stored "
         "key).  Only for closed test networks.",
@@ -641,7 +378,7 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "autosign_file",
-        _string(nonempty=True, nullable=True),
+        s.string(nonempty=True, nullable=True),
         {"master": None},
         "File of minion ids (globs or anchored regexes, one per line) whose new "
         "keys are accepted automatically.  Ignored when group- or world-writable "
@@ -651,7 +388,7 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "autoreject_file",
-        _string(nonempty=True, nullable=True),
+        s.string(nonempty=True, nullable=True),
         {"master": None},
         "Like autosign_file, but matching ids are rejected; checked first.",
         "Minion keys",
@@ -659,14 +396,14 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "permissive_pki_access",
-        _boolean(),
+        s.boolean(),
         {"master": False},
         "Allow group-writable autosign/autoreject files.",
         "Minion keys",
     ),
     Option(
         "auth_events",
-        _boolean(),
+        s.boolean(),
         {"master": True},
         "Fire a salt/auth event for every key decision.",
         "Minion keys",
@@ -674,14 +411,14 @@ SCHEMA: tuple[Option, ...] = (
     # ---------------------------------------------------------------- jobs
     Option(
         "timeout",
-        _integer(1),
+        s.integer(1),
         {"master": 5},
         "Seconds the raetsalt CLI waits for returns when -t is not given.",
         "Jobs",
     ),
     Option(
         "master_job_cache",
-        _choice(("local_cache",)),
+        s.choice(("local_cache",)),
         {"master": "local_cache"},
         "Job cache backend.  Only Salt's 'local_cache' exists: jobs are stored "
         "under <cachedir>/jobs.",
@@ -689,14 +426,14 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "keep_jobs",
-        _integer(0),
+        s.integer(0),
         {"master": 24},
         "Hours a job and its returns stay in the job cache; 0 keeps them forever.",
         "Jobs",
     ),
     Option(
         "nodegroups",
-        _nodegroups(),
+        s.nodegroups(),
         {"master": {}},
         "Named compound targets for -N.",
         "Jobs",
@@ -704,7 +441,7 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "grains",
-        _mapping(),
+        s.mapping(),
         {"minion": {}},
         "Static grains of this minion, merged over the detected ones.",
         "Jobs",
@@ -713,7 +450,7 @@ SCHEMA: tuple[Option, ...] = (
     # ---------------------------------------------------------------- access control
     Option(
         "peer",
-        _rule_mapping(),
+        s.rule_mapping(),
         {"master": {}},
         "Which minions may publish which functions to other minions (publish.*): "
         "minion-id regex -> list of function regexes or {target: [functions]} "
@@ -724,7 +461,7 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "peer_run",
-        _rule_mapping(),
+        s.rule_mapping(),
         {"master": {}},
         "Which minions may run which runners on the master (publish.runner): "
         "minion-id regex -> list of runner regexes.",
@@ -733,7 +470,7 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "publisher_acl",
-        _rule_mapping(),
+        s.rule_mapping(),
         {"master": {}},
         "What local non-root users may run through the raetsalt CLI: user (or "
         "regex) -> list of functions or {target: [functions]}; '@runner' or "
@@ -744,7 +481,7 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "publisher_acl_blacklist",
-        _blacklist(),
+        s.blacklist(),
         {"master": {}},
         "Users and modules (regexes) that publisher_acl and external_auth never allow.",
         "Access control",
@@ -752,7 +489,7 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "external_auth",
-        _external_auth(),
+        s.external_auth(),
         {"master": {}},
         "External authentication (raetsalt -a file|pam): backend -> user -> rules, "
         "as in Salt; the file backend takes ^filename, ^filetype (text, htpasswd, "
@@ -762,14 +499,14 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "token_expire",
-        _integer(1),
+        s.integer(1),
         {"master": 43200},
         "Seconds an eauth token stays valid.",
         "Access control",
     ),
     Option(
         "keep_acl_in_token",
-        _boolean(),
+        s.boolean(),
         {"master": False},
         "Store the user's allowed functions in the token at login instead of "
         "looking them up on every call.",
@@ -808,34 +545,15 @@ SCHEMA: tuple[Option, ...] = (
 # Keys of the Salt bridge (issue 14: Salt's loader, file server and pillar over RAET;
 # raetsalt.saltbridge).
 
-SALTENV_RE = re.compile(r"(?!\.+\Z)[A-Za-z0-9_.@+-]{1,64}\Z")
-"""A saltenv (file_roots/pillar_roots key) as raetsalt accepts it, from a config file or
-a minion's request: no '/', not only dots, at most 64 characters."""
 ROOTS_KEYS: tuple[str, ...] = ("file_roots", "pillar_roots")
 """Mappings of saltenv -> directories; relative directories are joined to root_dir."""
-
-
-def _roots() -> Spec:
-    def check(value: Any) -> Any:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise SpecMismatch()
-        for env, dirs in value.items():
-            if not isinstance(env, str) or not SALTENV_RE.match(env):
-                raise SpecMismatch(f"saltenv {env!r} must match {SALTENV_RE.pattern}")
-            if not isinstance(dirs, list) or not all(isinstance(d, str) and d for d in dirs):
-                raise SpecMismatch(f"saltenv {env!r} must map to a list of directories")
-        return value
-
-    return Spec("a mapping of saltenvs to lists of directories", check)
 
 
 _SALT_SECTION = "Salt modules, states, files and pillar"
 SALTBRIDGE_OPTIONS: tuple[Option, ...] = (
     Option(
         "execution_mode",
-        _choice(("auto", "native", "salt")),
+        s.choice(("auto", "native", "salt")),
         {"minion": "auto"},
         "Which functions the minion runs: 'auto' runs raetsalt's built-in functions "
         "natively and everything else through Salt's loader when the salt package is "
@@ -847,7 +565,7 @@ SALTBRIDGE_OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "file_client",
-        _choice(("remote", "local")),
+        s.choice(("remote", "local")),
         {"minion": "remote"},
         "Where Salt's file client and pillar come from: 'remote' asks the master over "
         "the road (salt:// from its file_roots, pillar compiled there); 'local' uses "
@@ -856,7 +574,7 @@ SALTBRIDGE_OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "file_roots",
-        _roots(),
+        s.roots(),
         _both({"base": ["srv/salt"]}),
         "Salt's file_roots: saltenv -> directories served as salt:// (on the master; on "
         "a minion only with file_client: local).  Only files inside these directories "
@@ -866,7 +584,7 @@ SALTBRIDGE_OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "pillar_roots",
-        _roots(),
+        s.roots(),
         _both({"base": ["srv/pillar"]}),
         "Salt's pillar_roots: saltenv -> directories with top.sls and pillar sls "
         "files, compiled on the master for each minion (with Salt's renderers when "
@@ -876,28 +594,28 @@ SALTBRIDGE_OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "state_top",
-        _string(nonempty=True),
+        s.string(nonempty=True),
         {"master": "top.sls"},
         "The top file of the states, relative to each saltenv's file_roots.",
         _SALT_SECTION,
     ),
     Option(
         "renderer",
-        _string(nonempty=True),
+        s.string(nonempty=True),
         {"master": "jinja|yaml"},
         "Salt's default render pipe for sls files (sent to minions with the states).",
         _SALT_SECTION,
     ),
     Option(
         "hash_type",
-        _choice(("md5", "sha1", "sha224", "sha256", "sha384", "sha512")),
+        s.choice(("md5", "sha1", "sha224", "sha256", "sha384", "sha512")),
         {"master": "sha256"},
         "Hash of the files the master serves; minions compare it with their cache.",
         _SALT_SECTION,
     ),
     Option(
         "file_buffer_size",
-        _integer(4096, 1048576),
+        s.integer(4096, 1048576),
         {"master": 65536},
         "Largest piece of a file sent in one road message (Salt's key; Salt's master "
         "default is 1 MiB).  A minion fetches a file piece by piece, so other messages "
@@ -914,7 +632,7 @@ SCHEMA = SCHEMA + SALTBRIDGE_OPTIONS
 SCHEMA += (
     Option(
         "command_socket_max_connections",
-        _integer(1, 100000),
+        s.integer(1, 100000),
         {"master": 64},
         "Connections the command socket (local users other than root) holds at once, "
         "all users together.  When it is full, a user with fewer connections takes the "
@@ -923,7 +641,7 @@ SCHEMA += (
     ),
     Option(
         "command_socket_max_per_uid",
-        _integer(1, 100000),
+        s.integer(1, 100000),
         {"master": 8},
         "Connections one local user (uid) may hold on the command socket; more are "
         "closed at once.",
@@ -931,7 +649,7 @@ SCHEMA += (
     ),
     Option(
         "command_socket_frame_timeout",
-        _number(0.1),
+        s.number(0.1),
         {"master": 5.0},
         "Seconds a command-socket client has to send its first request after "
         "connecting, and to finish any request it has begun; slower connections are "
@@ -940,7 +658,7 @@ SCHEMA += (
     ),
     Option(
         "command_socket_idle_timeout",
-        _number(1.0),
+        s.number(1.0),
         {"master": 60.0},
         "Seconds a command-socket connection may stay open with nothing in flight (no "
         "returns or answers still due to it).",
@@ -948,7 +666,7 @@ SCHEMA += (
     ),
     Option(
         "eauth_fail_delay",
-        _number(0.0),
+        s.number(0.0),
         {"master": 1.0},
         "Seconds the answer to a failed external_auth login is held back; it doubles "
         "with every further failure in a row of the same user name or calling uid.  "
@@ -957,7 +675,7 @@ SCHEMA += (
     ),
     Option(
         "eauth_fail_delay_max",
-        _number(0.0),
+        s.number(0.0),
         {"master": 16.0},
         "Longest hold-back of a failed login's answer, in seconds (keep it well under "
         "the 30 s the raetsalt CLI waits for a login's answer).",
@@ -965,7 +683,7 @@ SCHEMA += (
     ),
     Option(
         "eauth_lockout_after",
-        _integer(0),
+        s.integer(0),
         {"master": 5},
         "Failed logins in a row after which a user name, or a calling uid, is locked "
         "out for eauth_lockout_time (every login refused unchecked).  0: never.",
@@ -973,7 +691,7 @@ SCHEMA += (
     ),
     Option(
         "eauth_lockout_time",
-        _number(1.0),
+        s.number(1.0),
         {"master": 600.0},
         "Seconds a lockout lasts; failures are forgotten this long after the last one.",
         "Security limits",
