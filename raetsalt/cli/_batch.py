@@ -43,7 +43,7 @@ def batch_size(spec: str, minions: int) -> int:
             size = math.ceil(share) if share < 1 else int(share)
         else:
             size = int(spec)
-    except ValueError:
+    except (ValueError, OverflowError):  # not a number, or an infinite share
         raise BatchSpecError(spec) from None
     if not math.isfinite(float(size)) or size < 0:
         raise BatchSpecError(spec)

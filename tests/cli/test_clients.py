@@ -172,7 +172,7 @@ def test_batch_size(spec: str, minions: int, size: int) -> None:
     assert state.get_batch_size(spec, minions) == size
 
 
-@pytest.mark.parametrize("spec", ["x", "1.5", "%", "-3", "nan%"])
+@pytest.mark.parametrize("spec", ["x", "1.5", "%", "-3", "nan%", "1e309%", "1" * 5000])
 def test_bad_batch_specs(spec: str) -> None:
     with pytest.raises(BatchSpecError):
         batch_size(spec, 4)
