@@ -515,7 +515,7 @@ SCHEMA: tuple[Option, ...] = (
     # ------------------------------------------------- road reassembly limits (issue 10 F3)
     Option(
         "raet_reassembly_per_remote",
-        _integer(1024 * 1024),
+        s.integer(1024 * 1024),
         _both(32 * 1024 * 1024),
         "Bytes one remote estate may make this node hold in messages it has not "
         "delivered yet (partial ones, or complete ones waiting for an earlier one).  "
@@ -526,14 +526,14 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "raet_reassembly_total",
-        _integer(1024 * 1024),
+        s.integer(1024 * 1024),
         _both(256 * 1024 * 1024),
         "The same cap for all remote estates together.",
         "Limits (road reassembly)",
     ),
     Option(
         "raet_reassembly_timeout",
-        _number(1.0),
+        s.number(1.0),
         _both(30.0),
         "Seconds a partial message may go without a new piece before it is "
         "discarded (counted as reassembly_timeout); its sender's message then fails.",
