@@ -47,11 +47,12 @@ from typing import Any
 
 from raetsalt.drivers.batching import Datagram, DatagramIO
 from raetsalt.drivers.clock import Clock, monotonic
-from raetsalt.engine.events import Event, MessageReceived
+from raetsalt.engine.events import DropReason, Event, MessageReceived, PacketDropped
 from raetsalt.engine.road import Road, RoadConfig
 from raetsalt.errors import LocalError
 from raetsalt.keep.records import AutoMode, Keep
 from raetsalt.keep.store import FileKeep
+from raetsalt.log import Throttle, clip
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +186,7 @@ class RoadStack:
         self._rxbuf = bytearray(RECEIVE_BUFFER)
         self._batching = dict(batching or {})
         self._io: DatagramIO
+        self._failures = Throttle(60.0)
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -480,6 +482,10 @@ class RoadStack:
         event = next_event()
         while event is not None:
             append(event)
+            if type(event) is PacketDropped and event.reason is DropReason.STORAGE:
+                times = self._failures.note("storage", self.clock())
+                if times:
+                    log.error("the keep cannot record %d change(s): %s", times, event.detail)
             event = next_event()
 
     def _read(self, now: float, road: Road, readable: bool) -> None:
@@ -492,9 +498,15 @@ class RoadStack:
         def handle(data: bytes, source: Address) -> None:
             try:
                 receive(data, source, now)
-            except Exception:  # noqa: BLE001 - one datagram must never stop the stack
+            except Exception as exc:  # noqa: BLE001 - one datagram must never stop the stack
+                # A bug, not bad input (the road drops bad input itself): say so, but
+                # once per interval, and the traceback only at debug level.
                 self.stats["engine_error"] += 1
-                log.exception("road failed on a datagram from %s", format_ha(source))
+                times = self._failures.note("engine", now)
+                if times:
+                    log.error("road failed on %d datagram(s), the last from %s: %s: %s",
+                              times, format_ha(source), type(exc).__name__, clip(exc))
+                    log.debug("the failure", exc_info=True)
 
         budget = MAX_DRAIN_BYTES
         for _ in range(self.max_drain):

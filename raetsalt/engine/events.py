@@ -32,6 +32,7 @@ class DropReason(StrEnum):
     # stalled partial message discarded.
     REASSEMBLY_LIMIT = "reassembly_limit"  # it would exceed a reassembly cap
     REASSEMBLY_TIMEOUT = "reassembly_timeout"  # no progress within the time-out
+    STORAGE = "storage"  # the keep could not record what the datagram changed
 
 
 @dataclass(frozen=True, slots=True)

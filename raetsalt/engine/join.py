@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from raetsalt.engine.events import DropReason, Joined, JoinPending, JoinRejected, TransactionFailed
 from raetsalt.engine.transaction import Transaction
 from raetsalt.errors import BadPacket
-from raetsalt.keep.records import Acceptance
+from raetsalt.keep.records import Acceptance, name_problem
 from raetsalt.wire.body import decode_body_untrusted, encode_body
 from raetsalt.wire.enums import BodyKind, PacketKind, TransactionKind
 
@@ -39,12 +39,12 @@ if TYPE_CHECKING:
     from raetsalt.wire.packet import Packet
 
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}\Z")
-_NAME = re.compile(r"[A-Za-z0-9_.:@+=-]{1,128}\Z")
 
 
 def valid_name(name: object) -> bool:
-    """Estate names and roles: 1-128 characters, no spaces or path separators."""
-    return isinstance(name, str) and bool(_NAME.match(name)) and name not in (".", "..")
+    """Estate names and roles follow the keep's one rule (``name_problem``), so a name
+    the join accepts can always be stored."""
+    return name_problem(name) is None
 
 
 @dataclass(frozen=True, slots=True)

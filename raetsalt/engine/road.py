@@ -55,7 +55,7 @@ from raetsalt.engine.reassembly import ReassemblyBudget
 from raetsalt.engine.remote import Outgoing, Remote, next_id, sid_valid
 from raetsalt.engine.timers import TimerQueue, backoff
 from raetsalt.engine.transaction import Transaction
-from raetsalt.errors import BadPacket, LocalError
+from raetsalt.errors import BadPacket, KeepError, LocalError
 from raetsalt.keep.records import Acceptance, AutoMode, Keep, LocalRecord, RemoteRecord
 from raetsalt.log import clip
 from raetsalt.wire.body import decode_body_untrusted, encode_body, encode_message
@@ -241,6 +241,8 @@ class Road:
             self._dispatch(packet, address, now)
         except BadPacket as exc:
             self._drop(exc.trigger, address, str(exc))
+        except KeepError as exc:  # the keep refused a write (disk full ...): not the peer's
+            self._drop(DropReason.STORAGE.value, address, str(exc))
 
     def datagrams_to_send(self, now: float) -> list[tuple[Datagram, tuple[str, int]]]:
         self.now = now
@@ -271,6 +273,8 @@ class Road:
                     self._service_remote(owner.remote, now)
             except BadPacket as exc:  # a retransmission found the state unusable
                 self._drop(exc.trigger, ("", 0), str(exc))
+            except KeepError as exc:
+                self._drop(DropReason.STORAGE.value, ("", 0), str(exc))
 
     def next_event(self) -> Event | None:
         return self._events.popleft() if self._events else None

@@ -23,6 +23,7 @@ __all__ = [
     "Keep",
     "MAX_NAME_LENGTH",
     "validate_name",
+    "name_problem",
     "fingerprint",
     "normalize_fingerprint",
 ]
@@ -141,26 +142,37 @@ MAX_NAME_LENGTH = 200
 _NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@+=~-]*")
 
 
-def validate_name(name: object, what: str = "name") -> str:
-    """Return ``name`` if it is usable as an estate name or role, else raise KeepError.
+def name_problem(name: object) -> str | None:
+    """Why ``name`` cannot be an estate name or role, or None if it can.
 
-    Allowed: 1..200 characters from ``A-Z a-z 0-9 _ . @ + = ~ -``, not starting with ``.``,
-    ``-``, ``@``, ``+``, ``=`` or ``~``, and never containing ``..``.
+    The one rule for names, shared by the join parser (a name from the network) and the
+    keep (a name that becomes a file name): 1..200 characters from
+    ``A-Z a-z 0-9 _ . @ + = ~ -``, not starting with ``.``, ``-``, ``@``, ``+``, ``=`` or
+    ``~``, and never containing ``..``.  The text never echoes a long name in full.
     """
     if not isinstance(name, str):
-        raise KeepError(f"invalid {what} {name!r}: not a string")
+        return "not a string"
     if not name:
-        raise KeepError(f"invalid {what}: empty")
+        return "empty"
     if len(name) > MAX_NAME_LENGTH:
-        raise KeepError(f"invalid {what} {name[:40]!r}...: longer than {MAX_NAME_LENGTH}")
+        return f"longer than {MAX_NAME_LENGTH}"
     if ".." in name:
-        raise KeepError(f"invalid {what} {name!r}: contains '..'")
+        return "contains '..'"
     if not _NAME_RE.fullmatch(name):
-        raise KeepError(
-            f"invalid {what} {name!r}: only letters, digits and _.@+=~- are allowed"
-            " (first character a letter, digit or _)"
+        return (
+            "only letters, digits and _.@+=~- are allowed (first character a letter, digit"
+            " or _)"
         )
-    return name
+    return None
+
+
+def validate_name(name: object, what: str = "name") -> str:
+    """Return ``name`` if :func:`name_problem` finds nothing, else raise KeepError."""
+    problem = name_problem(name)
+    if problem is None:
+        return name  # type: ignore[return-value]  # name_problem checked it is a str
+    shown = repr(name[:40]) + "..." if isinstance(name, str) and len(name) > 40 else repr(name)
+    raise KeepError(f"invalid {what} {shown}: {problem}")
 
 
 _HASH_TYPES = frozenset({"sha256", "sha512", "sha384", "sha224", "sha1", "md5", "blake2b"})

@@ -1,0 +1,71 @@
+"""F7 on a real socket: a flood of bad or unstorable joins leaves at most one log line per
+interval and never a traceback (the report saw 1,483 bytes of traceback per datagram)."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from typing import Any
+
+import pytest
+
+from raetsalt.drivers.udp import RoadStack
+from raetsalt.errors import KeepError
+from raetsalt.keep.records import AutoMode
+from raetsalt.keep.store import MemoryKeep
+from raetsalt.testing.forge import join_request
+
+
+class DiskFullKeep(MemoryKeep):
+    """Writes of remote estates and roles fail as on a full disk (the identity is there)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.full = False
+
+    def _write(self, kind: str, key: str, doc: Any) -> None:
+        if self.full:
+            raise KeepError(f"memory:{kind}/{key}: cannot write: No space left on device")
+        super()._write(kind, key, doc)
+
+
+def _flood(stack: RoadStack, datagrams: list[bytes]) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as attacker:
+        for data in datagrams:
+            attacker.sendto(data, stack.address)
+            stack.service(0)  # keep the socket buffer from overflowing
+    # Drain until the road has taken every datagram (each one is counted as rx).
+    for _ in range(200):
+        if stack.road.stats["rx"] >= len(datagrams):
+            break
+        stack.service(0.05)
+    assert stack.road.stats["rx"] == len(datagrams)
+
+
+def _lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.levelno >= logging.INFO]
+
+
+def test_unparsable_names_log_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    with RoadStack(MemoryKeep(), name="master", main=True, auto=AutoMode.ONCE) as stack:
+        _flood(stack, [join_request(":", tid=n) for n in range(1, 2001)])
+        assert stack.road.stats["drop_body"] == 2000
+        assert stack.stats["engine_error"] == 0
+    assert not any(r.exc_info for r in caplog.records)
+    assert _lines(caplog) == []
+
+
+def test_a_full_disk_is_logged_once_per_interval_without_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    keep = DiskFullKeep()
+    with RoadStack(keep, name="master", main=True, auto=AutoMode.ONCE) as stack:
+        keep.full = True
+        _flood(stack, [join_request(f"new{n}", tid=n) for n in range(1, 501)])
+        assert stack.road.stats["drop_storage"] == 500
+        assert stack.stats["engine_error"] == 0
+    assert not any(r.exc_info for r in caplog.records)
+    lines = _lines(caplog)
+    assert len(lines) == 1 and "No space left on device" in lines[0].getMessage()
