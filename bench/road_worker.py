@@ -467,11 +467,11 @@ def rs_fleet(opts: dict[str, Any]) -> None:
         for event in stack.service_ready():
             if isinstance(event, Allowed):
                 pending.discard(index)
-        deadlines[index] = stack.next_deadline() or inf
+        deadlines[index] = stack.get_timer() or inf
 
     for index, stack in enumerate(stacks):
         stack.connect(peer)
-        deadlines[index] = stack.next_deadline() or inf
+        deadlines[index] = stack.get_timer() or inf
     deadline = t0 + opts["timeout"]
     reported = False
     while not stdin.eof and time.monotonic() < deadline:

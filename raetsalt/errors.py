@@ -7,6 +7,8 @@ only ``BadPacket``; the engine catches exactly that, drops the datagram and coun
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import nacl.exceptions
 
 
@@ -25,13 +27,14 @@ class RemoteError(RaetSaltError):
 class BadPacket(RemoteError):
     """A received datagram is malformed, forged or otherwise unusable.
 
-    ``trigger`` is a stable short string (see ``raetsalt.engine.events.DropReason``)
-    naming why, for counters and tests.
+    ``trigger`` names why, for counters and tests: a member of the dropping layer's reason
+    enum (``raetsalt.drops.DropReason`` on the road, ``raetsalt.lane.page.DropReason`` on
+    the lane).
     """
 
-    def __init__(self, message: str, trigger: str = "malformed") -> None:
+    def __init__(self, message: str, trigger: StrEnum) -> None:
         super().__init__(message)
-        self.trigger = trigger
+        self.trigger: StrEnum = trigger
 
 
 class CryptoError(RemoteError, nacl.exceptions.CryptoError):

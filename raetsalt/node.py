@@ -77,7 +77,7 @@ def _stamp() -> str:
 class Node:
     """A road and a manor yard in one loop.
 
-    :param road: an open ``RoadStack``; the node owns it from now on (``close`` closes it).
+    :param stack: an open ``RoadStack``; the node owns it from now on (``close`` closes it).
     :param node: ``'master'`` or ``'minion'``.
     :param sock_dir: the node's socket directory (created 0700, or 0750 with ``group``).
     :param node_id: the minion's id (selects its lane); ignored for a master.
@@ -86,7 +86,7 @@ class Node:
 
     def __init__(
         self,
-        road: RoadStack,
+        stack: RoadStack,
         *,
         node: str,
         sock_dir: str,
@@ -96,7 +96,7 @@ class Node:
     ) -> None:
         if node == "minion" and not node_id:
             raise LocalError("a minion node needs its id")
-        self.road = road
+        self.stack = stack
         self.node = node
         self.node_id = node_id if node == "minion" else None
         self.clock = clock
@@ -110,7 +110,7 @@ class Node:
             lane=Lane(lane_name=lane_name_for(node, self.node_id), yard_name=MANOR),
             node=node,
             node_id=self.node_id,
-            estate=road.road.name,
+            estate=stack.road.name,
             forward_to_master=self._forward_to_master,
             forward_over_road=self._forward_over_road,
         )
@@ -128,7 +128,7 @@ class Node:
     def connect_master(self, ha: HostAddress) -> int:
         """Keep a session with the master at ``ha`` and forward ``fire_master`` events to
         it; returns the master's uid."""
-        self.master = self.road.connect(ha)
+        self.master = self.stack.connect(ha)
         return self.master
 
     def close(self) -> None:
@@ -137,7 +137,7 @@ class Node:
             self.unregister(selector)
         self._selector.close()
         self.uxd.close()
-        self.road.close()
+        self.stack.close()
 
     def __enter__(self) -> Node:
         return self
@@ -149,18 +149,18 @@ class Node:
 
     def register(self, selector: selectors.BaseSelector, data: Any = None) -> None:
         """Watch both sockets in ``selector``; call ``service_ready`` when either is ready."""
-        self.road.register(selector, data)
+        self.stack.register(selector, data)
         try:
             selector.register(self.uxd.fileno(), selectors.EVENT_READ, data)
         except BaseException:
-            self.road.unregister(selector)
+            self.stack.unregister(selector)
             raise
         self._registered.append(selector)
 
     def unregister(self, selector: selectors.BaseSelector) -> None:
         if selector in self._registered:
             self._registered.remove(selector)
-            self.road.unregister(selector)
+            self.stack.unregister(selector)
             try:
                 selector.unregister(self.uxd.fileno())
             except (KeyError, ValueError):
@@ -168,7 +168,7 @@ class Node:
 
     def timeout(self) -> float | None:
         """Seconds until ``service_ready`` must run even if no socket becomes ready."""
-        wait = self.road.timeout()
+        wait = self.stack.timeout()
         timer = self.manor.get_timer()
         if timer is not None:
             due = max(0.0, timer - self.clock())
@@ -182,7 +182,7 @@ class Node:
         # Lane first: forwarded events then leave with the road's flush below.
         self.uxd.receive_into(manor, now)
         out: list[NodeEvent] = []
-        for event in self.road.service_ready():
+        for event in self.stack.service_ready():
             if type(event) is MessageReceived:
                 if self._on_road_message(event):
                     out.append(event)
@@ -226,26 +226,26 @@ class Node:
         if self.master is None:
             self.stats["fire_master_no_master"] += 1
             return
-        remote = self.road.road.remote(self.master)
+        remote = self.stack.road.remote(self.master)
         # Before the join the remote's name is a placeholder; None means "the receiver".
         master_estate = remote.name if remote.joined else None
         body = {
             "route": Route(
-                Address(self.road.road.name, MANOR, None),
+                Address(self.stack.road.name, MANOR, None),
                 Address(master_estate, MANOR, SHARE_FIRE),
             ).to_wire(),
             "tag": event["tag"],
             "data": event["data"],
         }
         try:
-            self.road.send(self.master, body)
+            self.stack.send(self.master, body)
         except LocalError as exc:  # not encodable for the road's body kind, or too large
             self.stats["fire_master_unsendable"] += 1
             log.warning("event %r not forwarded to the master: %s", event["tag"], exc)
 
     def _forward_over_road(self, estate: str, body: dict[str, Any]) -> None:
         try:
-            self.road.send(estate, body)
+            self.stack.send(estate, body)
         except LocalError as exc:
             self.stats["road_unsendable"] += 1
             log.debug("lane message for estate %r not sent: %s", estate, exc)
@@ -270,7 +270,7 @@ class Node:
         body["route"] = msg_route.to_wire()
         decision = route(
             msg_route,
-            self.road.road.name,
+            self.stack.road.name,
             self.manor.lane.yard_names(),
             from_road=True,
             manor=MANOR,
@@ -309,7 +309,7 @@ class Node:
         data = dict(data)
         if data.get("cmd") == "_minion_event":
             # A single-form load names its minion; only the road may say who that is.
-            remote = self.road.road.remote(remote_name)
+            remote = self.stack.road.remote(remote_name)
             data["id"] = remote.role or remote.name
         data["_stamp"] = _stamp()
         self.manor.fire_event(tag, data)

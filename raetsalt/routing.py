@@ -12,6 +12,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from raetsalt.drops import DropReason
 from raetsalt.errors import BadPacket
 
 
@@ -30,12 +31,12 @@ class Address:
     def from_wire_untrusted(cls, value: Any) -> Address:
         """Parse ``[estate, yard, share]`` (list or tuple); raises only BadPacket."""
         if type(value) is not list and type(value) is not tuple or len(value) != 3:
-            raise BadPacket("address is not [estate, yard, share]", "bad_route")
+            raise BadPacket("address is not [estate, yard, share]", DropReason.ROUTE)
         estate, yard, share = value
         # Plain type checks: this runs for every lane message the manor routes.
         for part in (estate, yard, share):
             if part is not None and type(part) is not str:
-                raise BadPacket("address parts must be strings or null", "bad_route")
+                raise BadPacket("address parts must be strings or null", DropReason.ROUTE)
         return cls(estate, yard, share)
 
 
@@ -54,7 +55,7 @@ class Route:
         """The ``route`` of a message body; raises only BadPacket."""
         route = body.get("route")
         if not isinstance(route, Mapping):
-            raise BadPacket("message has no route", "bad_route")
+            raise BadPacket("message has no route", DropReason.ROUTE)
         return cls(
             Address.from_wire_untrusted(route.get("src")),
             Address.from_wire_untrusted(route.get("dst")),

@@ -13,6 +13,8 @@ PURE = [
     "crypto",
     "engine",
     "keep/records.py",
+    "keep/policy.py",
+    "drops.py",
     "lane",
     "targeting.py",
     "acl.py",
@@ -58,6 +60,53 @@ def test_the_guard_covers_the_engine() -> None:
     assert {"road.py", "join.py", "allow.py", "message.py", "packet.py"} <= names
 
 
-def test_engine_sees_the_keep_only_through_its_protocol() -> None:
+
+
+def _engine_imports() -> dict[str, set[str]]:
+    """module -> engine modules it imports (TYPE_CHECKING imports too)."""
+    graph: dict[str, set[str]] = {}
+    for module in sorted((PACKAGE / "engine").glob("*.py")):
+        name = module.stem
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(module.read_text(), str(module))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                target = node.module
+            elif isinstance(node, ast.Import):
+                target = node.names[0].name
+            else:
+                continue
+            if target.startswith("raetsalt.engine."):
+                found.add(target.split(".")[2])
+        graph[name] = found - {name}
+    return graph
+
+
+def test_the_engine_imports_run_one_way() -> None:
+    """No circle in the engine's import graph, counting imports made only for typing."""
+    graph = _engine_imports()
+    visiting: list[str] = []
+    done: set[str] = set()
+
+    def visit(name: str) -> None:
+        assert name not in visiting, " -> ".join([*visiting[visiting.index(name):], name])
+        if name in done:
+            return
+        visiting.append(name)
+        for target in graph.get(name, ()):
+            visit(target)
+        visiting.pop()
+        done.add(name)
+
+    for name in graph:
+        visit(name)
+    transactions = {"join", "allow", "alive", "message", "native", "transaction", "joindesk"}
+    assert all("road" not in graph[name] for name in transactions)
+
+
+def test_the_engine_does_no_keep_io() -> None:
+    """The engine sees keep records and the pure policy, never a keep."""
     for module in sorted((PACKAGE / "engine").rglob("*.py")):
-        assert "raetsalt.keep.store" not in module.read_text(), module.name
+        for node in ast.walk(ast.parse(module.read_text(), str(module))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("raetsalt.keep"):
+                assert node.module in ("raetsalt.keep.records", "raetsalt.keep.policy"), module
+                assert "Keep" not in {alias.name for alias in node.names}, module

@@ -22,8 +22,11 @@ Like salt-key, ``-a`` and ``-r`` act on unaccepted keys; ``--include-rejected``,
 ``--state`` (beyond salt-key) names the states to act on instead, for example
 ``raetsalt-key -d web1 --state denied`` deletes only web1's denied key.
 
-Changes are made under the keep's lock, and only to the key that was shown: a key that
-changed between the question and the answer is left alone and reported.
+Changes are made only to the key that was shown: a key that changed between the
+question and the answer is left alone and reported.  While the master runs they are
+commands to it over its lane (it applies them at once: a pending minion is accepted
+immediately, a deleted accepted minion loses its session and must join again, showing
+up as unaccepted); otherwise the keep is edited under its lock.
 
 Exit status:
   0   done (also: nothing matched, or the question was answered no, as salt-key)
@@ -38,20 +41,25 @@ import contextlib
 import fnmatch
 import os
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from raetsalt.cli._common import add_version_flags
 from raetsalt.errors import ConfigError, KeepError, LocalError, RaetSaltError
 from raetsalt.keep.records import (
     Acceptance,
-    RoleRecord,
+    KeyRef,
+    KeyState,
     fingerprint,
     normalize_fingerprint,
 )
 from raetsalt.keep.store import FileKeep
 from raetsalt.output import OUTPUTTERS, render
+
+if TYPE_CHECKING:
+    from raetsalt.services.client import CommandClient
 
 PROG = "raetsalt-key"
 EXIT_OK = 0
@@ -90,7 +98,12 @@ _ACC_TO_STATUS = {
     Acceptance.PENDING: PRE,
     Acceptance.REJECTED: REJ,
 }
-_STATUS_TO_ACC = {status: acc for acc, status in _ACC_TO_STATUS.items()}
+_STATUS_TO_STATE = {
+    ACC: KeyState.ACCEPTED,
+    PRE: KeyState.PENDING,
+    REJ: KeyState.REJECTED,
+    DEN: KeyState.DENIED,
+}
 
 # Which states each action may touch, and the ones it touches by default.
 _ALLOWED = {
@@ -156,14 +169,24 @@ class KeyEntry:
         the key that signs every packet), in salt-key's colon-hex format."""
         return fingerprint(self.verhex, hash_type)
 
+    def ref(self) -> KeyRef:
+        return KeyRef(self.id, _STATUS_TO_STATE[self.status], self.verhex, self.pubhex)
+
+    def wire(self) -> dict[str, str]:
+        """As the master's key command names it (``raetsalt.daemon.keys``)."""
+        ref = self.ref()
+        return {"role": ref.role, "state": ref.state.value, "verhex": ref.verhex,
+                "pubhex": ref.pubhex}
+
 
 def snapshot(keep: FileKeep) -> list[KeyEntry]:
     """Every minion key in the keep, role records first, then denied keys."""
+    state = keep.load_state()
     entries = [
         KeyEntry(rec.role, _ACC_TO_STATUS[rec.acceptance], rec.verhex, rec.pubhex)
-        for rec in keep.list_roles()
+        for rec in sorted(state.roles, key=lambda r: r.role)
     ]
-    for role, pairs in keep.list_denied().items():
+    for role, pairs in sorted(state.denied.items()):
         entries.extend(KeyEntry(role, DEN, verhex, pubhex) for verhex, pubhex in pairs)
     return entries
 
@@ -318,59 +341,54 @@ def _stale(message: str) -> None:
     print(f"{PROG}: {message}", file=sys.stderr, flush=True)
 
 
-@contextlib.contextmanager
-def _locked(keep: FileKeep) -> Iterator[None]:
-    # The keep's re-entrant lock makes "check the key is still the one shown, then
-    # change it" atomic against a running master; the operator methods nest in it.
-    with keep.transaction():
-        yield
-
-
-def _still_there(keep: FileKeep, entry: KeyEntry) -> bool:
-    """Is ``entry`` still stored exactly as it was listed (same state and keys)?"""
-    if entry.status == DEN:
-        return (entry.verhex, entry.pubhex) in keep.list_denied().get(entry.id, [])
-    record = keep.load_role(entry.id)
-    return record is not None and (
-        record.acceptance,
-        record.verhex,
-        record.pubhex,
-    ) == (_STATUS_TO_ACC[entry.status], entry.verhex, entry.pubhex)
-
-
-def _drop_denied(keep: FileKeep, entry: KeyEntry) -> None:
-    # Only this pair: the id's other denied keys (if any) stay.
-    keep.remove_denied(entry.id, verhex=entry.verhex)
-
-
 def apply(keep: FileKeep, action: str, entry: KeyEntry) -> bool:
-    """Carry out ``action`` on one listed key; False (nothing changed) if the key is no
-    longer stored as listed."""
-    with _locked(keep):
-        if not _still_there(keep, entry):
-            return False
-        if action == "accept":
-            if entry.status == DEN:
-                keep.accept_denied(entry.id, entry.verhex)
-            else:
-                keep.accept_role(entry.id)
-        elif action == "reject":
-            if entry.status == DEN:
-                # salt-key moves the denied key to rejected; the id is then rejected
-                # whatever key it presents, until accepted or deleted.
-                keep.save_role(RoleRecord(entry.id, Acceptance.REJECTED, entry.verhex,
-                                          entry.pubhex))
-                _drop_denied(keep, entry)
-            else:
-                keep.reject_role(entry.id)
-        elif action == "delete":
-            if entry.status == DEN:
-                _drop_denied(keep, entry)
-            else:
-                keep.delete_role(entry.id, include_denied=False)
-        else:  # pragma: no cover - the parser only produces the three above
-            raise LocalError(f"unknown action {action!r}")
-    return True
+    """Carry out ``action`` on one listed key in the keep (the master is not running);
+    False (nothing changed) if the key is no longer stored as listed."""
+    return keep.apply_change(action, entry.ref()) is not None
+
+
+class Master:
+    """The running master, reached over its lane (``raetsalt.daemon.keys``)."""
+
+    ANSWER_TIMEOUT = 30.0
+
+    def __init__(self, client: CommandClient) -> None:
+        self.client = client
+
+    @classmethod
+    def connect(cls, opts: Mapping[str, Any]) -> Master | None:
+        """The running master, or None if it is not running (then edit the keep)."""
+        from raetsalt.event import manor_path
+        from raetsalt.services.client import CommandClient, DaemonNotRunning, DaemonUnavailable
+
+        try:
+            path = manor_path(opts["sock_dir"], "master", None)
+        except (LocalError, ConfigError):
+            return None  # a socket path too long to bind: no master serves there
+        if not os.path.exists(path):
+            return None  # no socket at all (a crashed master leaves one: then we connect)
+        try:
+            return cls(CommandClient("master", opts["sock_dir"]))
+        except DaemonNotRunning:
+            return None
+        except DaemonUnavailable as exc:
+            raise _Exit(EXIT_FAILED, f"{exc}; the master is running, so the keep must not "
+                                     "be edited behind its back") from None
+
+    def ask(self, action: str, **fields: Any) -> dict[str, Any]:
+        req = self.client.request("key", action=action, **fields)
+        deadline = time.monotonic() + self.ANSWER_TIMEOUT
+        while (left := deadline - time.monotonic()) > 0:
+            for answer in self.client.receive(left):
+                if answer.get("req") == req:
+                    if isinstance(answer.get("error"), str) and "stale" not in answer:
+                        raise _Exit(EXIT_FAILED, f"the master refused: {answer['error']}")
+                    return answer
+        raise _Exit(EXIT_FAILED, f"the master did not answer within {self.ANSWER_TIMEOUT:.0f} "
+                                 "s; the change may or may not have been made (list again)")
+
+    def close(self) -> None:
+        self.client.close()
 
 
 def _no_match_message(match: str, statuses: Sequence[str]) -> str:
@@ -404,6 +422,7 @@ def run_change(
     yes: bool,
     out: _Out,
     hash_type: str,
+    master: Master | None = None,
 ) -> int:
     """-a/-A, -r/-R, -d/-D: select, show, ask, change; returns the exit status."""
     chosen = [e for e in select(snapshot(keep), match, hash_type) if e.status in statuses]
@@ -442,15 +461,30 @@ def run_change(
         if not answer:
             return status
     done: list[str] = []
-    for entry in chosen:
-        if apply(keep, action, entry):
-            done.append(entry.id)
-        else:
-            _stale(
-                f"the {_WORD[entry.status]} key of minion {entry.id} changed since it was "
-                f"listed; it was not {_PAST[action]}"
-            )
+    stale: list[KeyEntry] = []
+    if master is not None:
+        reply = master.ask(action, keys=[entry.wire() for entry in chosen])
+        refused = {i for i in reply.get("stale", ()) if isinstance(i, int)}
+        for index, entry in enumerate(chosen):
+            if index in refused:
+                stale.append(entry)
+            else:
+                done.append(entry.id)
+        if isinstance(reply.get("error"), str):
+            _stale(f"the master made the change but {reply['error']}")
             status = EXIT_FAILED
+    else:
+        for entry in chosen:
+            if apply(keep, action, entry):
+                done.append(entry.id)
+            else:
+                stale.append(entry)
+    for entry in stale:
+        _stale(
+            f"the {_WORD[entry.status]} key of minion {entry.id} changed since it was "
+            f"listed; it was not {_PAST[action]}"
+        )
+        status = EXIT_FAILED
     # One line per id even when two of its keys went (salt-key repeats the line).
     for minion in _sort_ids(done):
         out.say(f"Key for minion {minion} {_PAST[action]}.")
@@ -650,7 +684,13 @@ def _run(args: argparse.Namespace, out: _Out) -> int:
                 data[LOCAL] = local
         out.data(data)
         return EXIT_OK
-    return run_change(keep, action, match, statuses, yes=args.yes, out=out, hash_type=hash_type)
+    master = Master.connect(opts)
+    try:
+        return run_change(keep, action, match, statuses, yes=args.yes, out=out,
+                          hash_type=hash_type, master=master)
+    finally:
+        if master is not None:
+            master.close()
 
 
 def select_name(name: str, match: str) -> bool:

@@ -9,7 +9,9 @@
 ``listen`` runs a *main* estate (it accepts vacuous joins, like a Salt master) and prints
 each received message on stdout as one JSON line ``{"from": NAME, "body": {...}}``;
 ``--echo`` sends every message back to its sender.  Keys of joining estates are held
-*pending* in the keep until an operator accepts them there; ``--auto-accept`` accepts a
+*pending* in the keep until an operator accepts (or rejects, or deletes) them there and
+sends ``listen`` a SIGHUP, which makes it apply the decisions recorded in its keep (it
+never polls the files); ``--auto-accept`` accepts a
 role's key the first time it is seen (auto mode ``once``: a later, different key for the
 same role is still rejected, so it is not "accept anything").  A ``listening on`` line on
 stderr gives the bound address (useful with port 0).
@@ -176,6 +178,9 @@ def _print_message(event: MessageReceived) -> None:
 
 # -- listen ------------------------------------------------------------------------------
 
+_HANGUP_CHECK = 0.5
+"""Seconds between checks for a SIGHUP (the wait for datagrams is interrupted that often)."""
+
 
 def _listen(args: argparse.Namespace) -> int:
     auto = AutoMode.ONCE if args.auto_accept else AutoMode.NEVER
@@ -196,14 +201,24 @@ def _listen(args: argparse.Namespace) -> int:
             elif isinstance(event, Allowed):
                 _note(f"allowed {event.remote}")
 
-        for message in stack.messages(on_event=report):
-            _print_message(message)
-            if args.echo:
-                try:
-                    stack.send(message.remote, message.body)
-                except RaetSaltError as exc:
-                    _note(f"cannot echo to {message.remote}: {exc}")
-    return EXIT_OK
+        reread = False
+
+        def on_hangup(signum: int, frame: object) -> None:
+            nonlocal reread
+            reread = True
+
+        signal.signal(signal.SIGHUP, on_hangup)
+        while True:
+            for message in stack.messages(_HANGUP_CHECK, on_event=report):
+                _print_message(message)
+                if args.echo:
+                    try:
+                        stack.send(message.remote, message.body)
+                    except RaetSaltError as exc:
+                        _note(f"cannot echo to {message.remote}: {exc}")
+            if reread:
+                reread = False
+                _note(f"re-read the keep: {stack.keep_decisions()} decision(s) applied")
 
 
 # -- send / ping -------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import nacl.bindings as _sodium
 import nacl.exceptions
 import nacl.utils
 
+from raetsalt.drops import DropReason
 from raetsalt.errors import BadPacket, LocalError
 
 __all__ = ["SessionBox"]
@@ -80,10 +81,10 @@ class SessionBox:
 
     def decrypt_untrusted_at(self, data: bytes, start: int, nonce: bytes) -> bytearray:
         """Open the ``tag || cipher`` that begins at ``data[start]`` into a new buffer;
-        raises only ``BadPacket(trigger="decrypt")``."""
+        raises only ``BadPacket`` (``DropReason.DECRYPT``)."""
         size = len(data) - start - TAG_SIZE
         if len(nonce) != NONCE_SIZE or size < 0:
-            raise BadPacket("box too short or bad nonce", "decrypt")
+            raise BadPacket("box too short or bad nonce", DropReason.DECRYPT)
         if _lib is None:
             return bytearray(self.decrypt_untrusted(data[start:], nonce))
         out = bytearray(size)
@@ -91,17 +92,17 @@ class SessionBox:
         if _lib.crypto_box_open_easy_afternm(
             _ffi.from_buffer(out), cipher, size + TAG_SIZE, nonce, self._key
         ):
-            raise BadPacket("box does not open", "decrypt")
+            raise BadPacket("box does not open", DropReason.DECRYPT)
         return out
 
     def decrypt_untrusted(self, cipher: bytes, nonce: bytes) -> bytes:
-        """Open ``tag || cipher``; raises only ``BadPacket(trigger="decrypt")``."""
+        """Open ``tag || cipher``; raises only ``BadPacket`` (``DropReason.DECRYPT``)."""
         if len(nonce) != NONCE_SIZE or len(cipher) < TAG_SIZE:
-            raise BadPacket("box too short or bad nonce", "decrypt")
+            raise BadPacket("box too short or bad nonce", DropReason.DECRYPT)
         try:
             return _open_easy(cipher, nonce, self._key)
         except (nacl.exceptions.CryptoError, TypeError, ValueError):
-            raise BadPacket("box does not open", "decrypt") from None
+            raise BadPacket("box does not open", DropReason.DECRYPT) from None
 
     def seal(self, plain: bytes) -> bytes:
         """raet's coat: ``encrypt(plain, random nonce) || nonce``; ``b""`` stays ``b""``."""
@@ -111,15 +112,15 @@ class SessionBox:
         return _easy(plain, nonce, self._key) + nonce
 
     def open_untrusted(self, coat: bytes) -> bytes:
-        """Inverse of ``seal``; raises only ``BadPacket(trigger="decrypt")``."""
+        """Inverse of ``seal``; raises only ``BadPacket`` (``DropReason.DECRYPT``)."""
         if not coat:
             return b""
         if len(coat) < TAG_SIZE + NONCE_SIZE:
-            raise BadPacket(f"coat of {len(coat)} bytes is too short for a box", "decrypt")
+            raise BadPacket(f"coat of {len(coat)} bytes is too short for a box", DropReason.DECRYPT)
         try:
             return _open_easy(coat[:-NONCE_SIZE], coat[-NONCE_SIZE:], self._key)
         except (nacl.exceptions.CryptoError, TypeError, ValueError):
-            raise BadPacket("coat does not open", "decrypt") from None
+            raise BadPacket("coat does not open", DropReason.DECRYPT) from None
 
     def __repr__(self) -> str:
         return "SessionBox(<shared key>)"

@@ -266,6 +266,11 @@ class AccessGate:
 
     # -- internals ------------------------------------------------------------------------
 
+    def lane_requester(self, yard: str) -> Requester | None:
+        """The owner of lane yard ``yard`` if its socket is directly in sock_dir (only
+        the master's user and root can put it there), else None."""
+        return self._lane_requester(yard)
+
     def _lane_requester(self, yard: str) -> Requester | None:
         path = self.lane_path(yard)
         if path is None or os.path.realpath(os.path.dirname(path)) != self.sock_dir:

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from raetsalt.daemon.access import REQUEST_SHARES, AccessGate
+from raetsalt.daemon.keys import SHARE_KEY, KeyService
 from raetsalt.daemon.saltmaster import MasterBridge
 from raetsalt.engine.events import Allowed, MessageReceived
 from raetsalt.errors import LocalError
@@ -69,7 +70,7 @@ def flush_lane(node: Node) -> None:
 
 def _remote_role(node: Node, remote_name: str) -> str:
     try:
-        remote = node.road.road.remote(remote_name)
+        remote = node.stack.road.remote(remote_name)
     except LocalError:
         return remote_name
     return remote.role or remote.name
@@ -89,19 +90,16 @@ class _NoWake:
 
 
 class RoadRoster:
-    """``Roster`` over a master's road and keep."""
+    """``Roster`` over a master's road (its records in memory: no keep reads)."""
 
     def __init__(self, node: Node) -> None:
         self.node = node
 
     def accepted(self) -> list[str]:
-        from raetsalt.keep.records import Acceptance
-
-        keep = self.node.road.road.keep
-        return [r.role for r in keep.list_roles() if r.acceptance is Acceptance.ACCEPTED]
+        return self.node.stack.road.keys.accepted()
 
     def remote_name(self, minion: str) -> str | None:
-        road = self.node.road.road
+        road = self.node.stack.road
         remote = road.remotes_by_name.get(minion)
         if remote is not None and (remote.role or remote.name) == minion:
             return remote.name
@@ -114,7 +112,7 @@ class RoadRoster:
         name = self.remote_name(minion)
         if name is None:
             return MinionState()
-        remote = self.node.road.road.remote(name)
+        remote = self.node.stack.road.remote(name)
         return MinionState(True, bool(remote.joined), remote.allowed, remote.alive is True,
                            str(remote.ha[0]))
 
@@ -144,26 +142,29 @@ class MasterService:
             opts,
             JobCache(os.path.join(opts["cachedir"], "jobs")),
             self.roster,
-            estate=node.road.road.name,
+            estate=node.stack.road.name,
             data_cache=MinionDataCache(os.path.join(opts["cachedir"], "minions")),
             utcnow=utcnow,
             unrestricted=unrestricted_users(opts),
         )
         self.sent_road = False
         self.gate = AccessGate(opts, opts["sock_dir"], node.manor.lane.yard_path,
-                               self._send_answer, self._fire, estate=node.road.road.name,
+                               self._send_answer, self._fire, estate=node.stack.road.name,
                                serving=self.jobs.serving)
-        self.salt = MasterBridge(opts, node.road.road.name, clock=node.clock)
+        self.keys = KeyService(node, self.gate.lane_requester, self._send_answer)
+        self.salt = MasterBridge(opts, node.stack.road.name, clock=node.clock)
         """Salt's file server and pillar for minions (``raetsalt.saltbridge``)."""
         self.jobs.pillars = self.salt.requests.pillars
 
-    # Wakeable: the command socket, the eauth workers and the Salt workers.
+    # Wakeable: the command socket, the eauth workers, the keep writer, the Salt workers.
     def register(self, selector: selectors.BaseSelector, data: Any = None) -> None:
         self.gate.register(selector, data)
+        self.keys.register(selector, data)
         self.salt.register(selector, data)
 
     def unregister(self, selector: selectors.BaseSelector) -> None:
         self.gate.unregister(selector)
+        self.keys.unregister(selector)
         self.salt.unregister(selector)
 
     def timeout(self) -> float | None:
@@ -209,8 +210,11 @@ class MasterService:
             elif type(event) is LocalMessage and event.share in REQUEST_SHARES:
                 for ready in self.gate.from_lane(event.source, event.share, event.body, now):
                     actions.extend(self._dispatch(ready, now))
+            elif type(event) is LocalMessage and event.share == SHARE_KEY:
+                self.keys.on_request(event.source, event.body)
             else:
                 left.append(event)
+        self.keys.poll()
         for ready in self.gate.poll(now):
             actions.extend(self._dispatch(ready, now))
         actions.extend(self.salt.poll(self.jobs.grains))
@@ -229,7 +233,7 @@ class MasterService:
                 if name is None:
                     continue
                 try:
-                    node.road.send(name, action.body)
+                    node.stack.send(name, action.body)
                     self.sent_road = True
                 except LocalError as exc:
                     log.warning("job message for %s not sent: %s", action.minion, exc)
@@ -343,8 +347,8 @@ class MinionService:
         native_dirs = (opts.get("module_dirs") or ()) if self.bridge is None else ()
         self.loader = loader if loader is not None else Loader(native_dirs)
         self.jobs = MinionJobs(str(opts["id"]), grains if grains is not None
-                               else load_grains(opts), estate=node.road.road.name)
-        self.relay = PeerRelay(node.road.road.name)
+                               else load_grains(opts), estate=node.stack.road.name)
+        self.relay = PeerRelay(node.stack.road.name)
         self.sent_road = False
         self._last_jid: str | None = None
         self._child_jobs: list[dict[str, Any]] = []
@@ -467,7 +471,7 @@ class MinionService:
         if uid is None:
             return None
         try:
-            return self.node.road.road.remote(uid).name
+            return self.node.stack.road.remote(uid).name
         except LocalError:
             return None
 
@@ -475,7 +479,7 @@ class MinionService:
         if self.node.master is None:
             return
         try:
-            self.node.road.send(self.node.master, body)
+            self.node.stack.send(self.node.master, body)
             self.sent_road = True
         except LocalError as exc:
             log.warning("message for the master not sent: %s", exc)

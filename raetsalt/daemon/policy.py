@@ -1,37 +1,16 @@
-"""The master's key acceptance policy: Salt's ``open_mode``, ``auto_accept``,
-``autosign_file`` and ``autoreject_file`` on top of the keep's acceptance table.
+"""The master's key acceptance options as a ``KeyPolicy``: Salt's ``open_mode``,
+``auto_accept``, ``autosign_file`` and ``autoreject_file``.
 
-The road asks its keep ``status_role(role, verhex, pubhex, auto)`` on every join (and on
-every pending re-check).  ``AcceptancePolicy`` wraps the master's keep and answers that
-question the way Salt's master ``_auth`` does, then leaves the rest to the keep's own
-table (``raetsalt.keep.store``):
-
-=================================  ===============================================
-situation                          decision
-=================================  ===============================================
-``open_mode: true``                accepted, whatever is stored: the presented keys
-                                   replace the stored ones and the role's denied keys
-                                   are forgotten (Salt's open mode; for closed test
-                                   networks only)
-new id, or pending with the same   id matches ``autoreject_file``: recorded and
-keys                               answered *rejected* (checked first: autoreject
-                                   wins over autosign, as in Salt)
-                                   id matches ``autosign_file``: recorded and
-                                   answered *accepted*
-everything else                    the keep's table with ``auto`` =
-                                   ``AutoMode.ONCE`` when ``auto_accept`` (a new id
-                                   is accepted once; a changed key is *denied*, never
-                                   taken over) else ``AutoMode.NEVER`` (pending)
-=================================  ===============================================
-
-An accepted id keeps its acceptance even if it later matches ``autoreject_file``, and a
-stored rejection is never lifted by ``autosign_file`` (Salt checks ``rejected`` and
-``accepted`` before either file).
-
-The files are read at every decision, so edits apply at once.  A line is an id, a glob
+The decisions themselves are pure (``raetsalt.keep.policy``, where the whole table is
+documented); this module only reads the two files.  A line of a file is an id, a glob
 (``fnmatch``) or a regular expression matched against the whole id; blank lines and
 ``#`` comments are skipped.  A file that is group- or world-writable is ignored (and
 logged) unless ``permissive_pki_access`` is true, as in Salt.
+
+The files are asked only about ids nobody decided on yet (new or pending with the same
+keys), and ``FileMatcher`` re-reads a file only when its size or modification time
+changed, looked at no more than once a second: edits still apply within a second,
+without a read per join.
 """
 
 from __future__ import annotations
@@ -41,109 +20,100 @@ import logging
 import os
 import re
 import stat
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from raetsalt.keep.records import Acceptance, AutoMode, Keep, RoleRecord
+from raetsalt.keep.policy import KeyPolicy
+from raetsalt.keep.records import AutoMode
 
 log = logging.getLogger(__name__)
 
 
 def id_matches_file(path: str | None, minion_id: str, *, permissive: bool = False) -> bool:
-    """True when a line of the autosign/autoreject file at ``path`` matches ``minion_id``.
-
-    A missing or unreadable file matches nothing.
-    """
+    """True when a line of the autosign/autoreject file at ``path`` matches ``minion_id``
+    (read now).  A missing or unreadable file matches nothing."""
     if not path:
         return False
+    return any(_line_matches(line, minion_id) for line in _read_lines(path, permissive))
+
+
+def _read_lines(path: str, permissive: bool) -> list[str]:
+    """The id lines of a file, or [] if it is missing, unreadable or too writable."""
     try:
         mode = os.stat(path).st_mode
         if not permissive and mode & (stat.S_IWGRP | stat.S_IWOTH):
             log.warning("%s is group- or world-writable: ignored (see permissive_pki_access)", path)
-            return False
+            return []
         with open(path, encoding="utf-8") as handle:
             lines = handle.read().splitlines()
     except (OSError, UnicodeDecodeError):
-        return False
-    for raw in lines:
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line == minion_id or fnmatch.fnmatchcase(minion_id, line):
-            return True
-        try:
-            if re.fullmatch(line, minion_id):
-                return True
-        except re.error:
-            pass  # a glob such as "web[" is not a valid regex either: no match
-    return False
+        return []
+    return [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
 
 
-class AcceptancePolicy:
-    """A ``Keep`` that applies the master's acceptance options (module docstring).
+def _line_matches(line: str, minion_id: str) -> bool:
+    if line == minion_id or fnmatch.fnmatchcase(minion_id, line):
+        return True
+    try:
+        return re.fullmatch(line, minion_id) is not None
+    except re.error:
+        return False  # a glob such as "web[" is not a valid regex either: no match
 
-    Every other ``Keep`` method goes straight to the wrapped keep.
-    """
+
+class FileMatcher:
+    """``matcher(minion_id)``: does a line of the file at ``path`` match?  Cached."""
+
+    RECHECK = 1.0
+    """Seconds between looks at the file's size and modification time."""
 
     def __init__(
-        self,
-        keep: Keep,
-        *,
-        open_mode: bool = False,
-        autosign_file: str | None = None,
-        autoreject_file: str | None = None,
-        permissive: bool = False,
+        self, path: str, *, permissive: bool = False, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self.keep = keep
-        self.open_mode = open_mode
-        self.autosign_file = autosign_file
-        self.autoreject_file = autoreject_file
+        self.path = path
         self.permissive = permissive
+        self.clock = clock
+        self._checked = -self.RECHECK
+        self._stamp: tuple[int, int, int] | None = None
+        self._lines: list[str] = []
 
-    @classmethod
-    def from_opts(cls, keep: Keep, opts: Mapping[str, Any]) -> AcceptancePolicy:
-        return cls(
-            keep,
-            open_mode=bool(opts.get("open_mode")),
-            autosign_file=opts.get("autosign_file"),
-            autoreject_file=opts.get("autoreject_file"),
-            permissive=bool(opts.get("permissive_pki_access")),
-        )
+    def __call__(self, minion_id: str) -> bool:
+        now = self.clock()
+        if now - self._checked >= self.RECHECK:
+            self._checked = now
+            self._reload()
+        return any(_line_matches(line, minion_id) for line in self._lines)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.keep, name)
+    def _reload(self) -> None:
+        try:
+            info = os.stat(self.path)
+        except OSError:
+            self._stamp, self._lines = None, []
+            return
+        stamp = (info.st_mtime_ns, info.st_size, info.st_mode)
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
+        self._lines = _read_lines(self.path, self.permissive)
 
-    def status_role(self, role: str, verhex: str, pubhex: str, auto: AutoMode) -> Acceptance:
-        keep = self.keep
-        if self.open_mode:
-            stored = keep.load_role(role)
-            if stored is None or (stored.acceptance, stored.verhex, stored.pubhex) != (
-                Acceptance.ACCEPTED,
-                verhex,
-                pubhex,
-            ):
-                keep.save_role(RoleRecord(role, Acceptance.ACCEPTED, verhex, pubhex))
-                keep.remove_denied(role)
-            return Acceptance.ACCEPTED
-        stored = keep.load_role(role)
-        undecided = stored is None or (
-            stored.acceptance is Acceptance.PENDING
-            and (stored.verhex, stored.pubhex) == (verhex, pubhex)
-        )
-        if undecided:
-            if id_matches_file(self.autoreject_file, role, permissive=self.permissive):
-                keep.save_role(RoleRecord(role, Acceptance.REJECTED, verhex, pubhex))
-                return Acceptance.REJECTED
-            if id_matches_file(self.autosign_file, role, permissive=self.permissive):
-                keep.save_role(RoleRecord(role, Acceptance.ACCEPTED, verhex, pubhex))
-                return Acceptance.ACCEPTED
-        return keep.status_role(role, verhex, pubhex, auto)
+
+def key_policy(opts: Mapping[str, Any]) -> KeyPolicy:
+    """The master's ``KeyPolicy`` from its opts (``auto_accept``, ``open_mode``,
+    ``autosign_file``, ``autoreject_file``, ``permissive_pki_access``)."""
+    permissive = bool(opts.get("permissive_pki_access"))
+    sign, reject = opts.get("autosign_file"), opts.get("autoreject_file")
+    return KeyPolicy(
+        auto=auto_mode(opts),
+        open_mode=bool(opts.get("open_mode")),
+        autosign=FileMatcher(sign, permissive=permissive) if sign else None,
+        autoreject=FileMatcher(reject, permissive=permissive) if reject else None,
+    )
 
 
 def auto_mode(opts: Mapping[str, Any]) -> AutoMode:
     """``auto_accept`` -> ``ONCE`` (first sight accepted), else ``NEVER`` (pending).
 
-    ``open_mode`` is handled by ``AcceptancePolicy``; the keep's ``ALWAYS`` would not
-    replace a changed key, which is what Salt's open mode does.
+    ``open_mode`` is the policy's own switch; the keep's ``ALWAYS`` would not replace a
+    changed key, which is what Salt's open mode does.
     """
     return AutoMode.ONCE if opts.get("auto_accept") else AutoMode.NEVER

@@ -16,8 +16,10 @@ from dataclasses import replace
 from typing import Any
 
 from raetsalt.drivers.udp import SOCKET_BUFFER, RoadStack, format_ha, resolve
+from raetsalt.engine.config import RoadConfig
 from raetsalt.engine.events import (
     Allowed,
+    Departed,
     Joined,
     JoinPending,
     JoinRejected,
@@ -25,15 +27,13 @@ from raetsalt.engine.events import (
     PresenceChanged,
     TransactionFailed,
 )
-from raetsalt.engine.road import RoadConfig
 from raetsalt.errors import LocalError
-from raetsalt.keep.records import Acceptance, AutoMode, Keep
-from raetsalt.keep.store import FileKeep
+from raetsalt.keep.records import AutoMode
 from raetsalt.manor import LocalMessage
 from raetsalt.node import Node, NodeEvent
 from raetsalt.paths import keep_dir
 
-from .policy import AcceptancePolicy, auto_mode
+from .policy import auto_mode, key_policy
 
 log = logging.getLogger("raetsalt.daemon")
 
@@ -57,9 +57,9 @@ def road_config(opts: Mapping[str, Any], node: str) -> RoadConfig:
     ``alive_timeout``; ``max_datagram_size`` -> ``max_packet_size``;
     ``raet_reassembly_*`` -> ``reassembly_*``; on a minion ``random_reauth_delay``
     bounds the jittered back-off between connection attempts (``retry_max``) and
-    ``acceptance_wait_time`` is how often a pending join asks the master again (the
-    master re-reads its keep every 0.5 s by itself, so acceptance takes effect at once
-    regardless).
+    ``acceptance_wait_time`` is how often a pending join asks the master again (an
+    operator's acceptance reaches the master at once, as a command, and the master
+    answers the join it holds open right away).
     """
     config = RoadConfig(auto=auto_mode(opts) if node == "master" else AutoMode.ONCE)
     period = float(opts.get("raet_alive_period", 3.0)) or _NEVER
@@ -84,17 +84,9 @@ def road_config(opts: Mapping[str, Any], node: str) -> RoadConfig:
         config = replace(
             config,
             retry_max=max(config.retry_min, reauth) if reauth > 0 else config.retry_max,
-            pending_recheck=max(config.pending_recheck, min(wait, 60.0)),
+            pending_retry=max(config.pending_retry, min(wait, 60.0)),
         )
     return config
-
-
-def open_keep(opts: Mapping[str, Any], node: str) -> Keep:
-    """The node's road keep at ``keep_dir(opts)``; the master's wrapped in its policy."""
-    keep = FileKeep(keep_dir(opts))
-    if node == "master":
-        return AcceptancePolicy.from_opts(keep, opts)
-    return keep
 
 
 def open_node(opts: Mapping[str, Any], node: str) -> Node:
@@ -105,24 +97,25 @@ def open_node(opts: Mapping[str, Any], node: str) -> Node:
     """
     datagram = int(opts.get("max_datagram_size", 1024))
     buffer_size = max(SOCKET_BUFFER, int(opts.get("raet_road_bufcnt", 2)) * datagram)
-    road = RoadStack(
-        open_keep(opts, node),
+    stack = RoadStack(
+        keep_dir(opts),
         (opts["interface"], int(opts["raet_port"])),
         name=opts["id"],
         main=node == "master",
         config=road_config(opts, node),
         buffer_size=buffer_size,
+        policy=key_policy(opts) if node == "master" else None,
     ).open()
     try:
         return Node(
-            road,
+            stack,
             node=node,
             sock_dir=opts["sock_dir"],
             node_id=opts["id"] if node == "minion" else None,
             group=opts.get("sock_dir_group"),
         )
     except BaseException:
-        road.close()
+        stack.close()
         raise
 
 
@@ -154,7 +147,7 @@ class MinionLink:
     ) -> None:
         self.node = node
         self.opts = opts
-        self.resolver = resolver or (lambda: master_address(opts, node.road.family))
+        self.resolver = resolver or (lambda: master_address(opts, node.stack.family))
         self.clock = clock or node.clock
         self.state = "starting"
         self.pending = False
@@ -188,7 +181,7 @@ class MinionLink:
         except LocalError as exc:
             log.debug("master address not re-resolved: %s", exc)
             return False
-        remote = self.node.road.road.remote(self.uid)
+        remote = self.node.stack.road.remote(self.uid)
         if tuple(remote.ha) == tuple(ha):
             return False
         log.warning(
@@ -196,7 +189,7 @@ class MinionLink:
             format_ha(remote.ha),
             format_ha(ha),
         )
-        self.uid = self.node.road.connect(ha, name=remote.name)
+        self.uid = self.node.stack.connect(ha, name=remote.name)
         self.node.master = self.uid
         return True
 
@@ -235,7 +228,7 @@ class MinionLink:
         self._update()
 
     def _update(self) -> None:
-        remote = None if self.uid is None else self.node.road.road.remote(self.uid)
+        remote = None if self.uid is None else self.node.stack.road.remote(self.uid)
         if remote is not None and remote.allowed and remote.alive is not False:
             self.ever_connected = True
             self._set(
@@ -302,18 +295,18 @@ class MasterWatch:
         fired = False
         new: list[str] = []
         lost: list[str] = []
-        road = self.node.road.road
+        road = self.node.stack.road
         for event in events:
             if isinstance(event, JoinPending) and event.here:
                 fired |= self._key(event.role, "pending", event.remote)
             elif isinstance(event, JoinRejected) and event.here:
-                stored = road.keep.load_role(event.role)
-                act = (
-                    "rejected"
-                    if stored is not None and stored.acceptance is Acceptance.REJECTED
-                    else "denied"
-                )
-                fired |= self._key(event.role, act, event.remote)
+                fired |= self._key(event.role, "denied" if event.denied else "rejected",
+                                   event.remote)
+            elif isinstance(event, Departed):
+                self.keys.pop(event.role, None)
+                self.connected.discard(event.remote)
+                log.warning("minion %s: key removed by the operator; session dropped (it "
+                            "is told to join again)", event.role)
             elif isinstance(event, Joined):
                 try:
                     role = road.remote(event.remote).role or event.remote

@@ -63,6 +63,7 @@ from typing import Any
 import msgpack
 
 from raetsalt.drivers.uxd import check_socket_path, unlink_if_stale
+from raetsalt.drops import DropReason
 from raetsalt.errors import BadPacket, LocalError
 from raetsalt.log import Throttle
 from raetsalt.wire.body import nests_deeper_than
@@ -145,7 +146,7 @@ def decode_frames_untrusted(buffer: bytearray, limit: int | None = None
     while len(buffer) >= _LEN.size and (limit is None or len(out) < limit):
         (size,) = _LEN.unpack_from(buffer)
         if size > MAX_FRAME:
-            raise BadPacket(f"command frame of {size} bytes", "size")
+            raise BadPacket(f"command frame of {size} bytes", DropReason.SIZE)
         if len(buffer) < _LEN.size + size:
             break
         data = bytes(buffer[_LEN.size:_LEN.size + size])
@@ -153,12 +154,12 @@ def decode_frames_untrusted(buffer: bytearray, limit: int | None = None
         try:
             body = msgpack.unpackb(data, raw=False, strict_map_key=False)
         except Exception as exc:  # noqa: BLE001 - msgpack raises many kinds
-            raise BadPacket(f"command frame is not msgpack: {exc}", "body") from None
+            raise BadPacket(f"command frame is not msgpack: {exc}", DropReason.BODY) from None
         if not isinstance(body, dict):
-            raise BadPacket("command frame is not a map", "body")
+            raise BadPacket("command frame is not a map", DropReason.BODY)
         if nests_deeper_than(body, MAX_BODY_DEPTH):
             # The master stores and re-encodes requests recursively (JSON, msgpack).
-            raise BadPacket(f"command frame nests deeper than {MAX_BODY_DEPTH}", "body")
+            raise BadPacket(f"command frame nests deeper than {MAX_BODY_DEPTH}", DropReason.BODY)
         out.append(body)
     return out
 

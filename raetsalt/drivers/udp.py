@@ -9,13 +9,17 @@
 2. fires the road's due timers;
 3. sends everything ``Road.datagrams_to_send`` returns.  On EAGAIN the rest stays queued
    in order and the socket is watched for writability; nothing ever blocks;
-4. returns the events the road emitted.
+4. hands the road's persistence events to its keep writer (a background thread for a
+   ``FileKeep``: ``raetsalt.drivers.keepwriter``), and returns the other events.
 
 Between wake-ups ``service(timeout)`` waits on a selector for readability (and
-writability while datagrams are queued) at most until ``Road.next_timer()``: no busy
+writability while datagrams are queued) at most until ``Road.get_timer()``: no busy
 loop, no fixed sleeps.  To embed a stack in another selector loop, ``register`` it with
 that selector, call ``service_ready()`` when its file descriptor is ready and also when
 ``timeout()`` expires.
+
+The keep is read once, when the stack opens; operator decisions reach a running stack
+as commands (``change_key``), never by re-reading files.
 
 Socket choices and why:
 
@@ -47,10 +51,13 @@ from typing import Any
 
 from raetsalt.drivers.batching import Datagram, DatagramIO
 from raetsalt.drivers.clock import Clock, monotonic
-from raetsalt.engine.events import DropReason, Event, MessageReceived, PacketDropped
-from raetsalt.engine.road import Road, RoadConfig
+from raetsalt.drivers.keepwriter import KeepWriter, writer_for
+from raetsalt.engine.config import RoadConfig
+from raetsalt.engine.events import Event, KeepEvent, MessageReceived
+from raetsalt.engine.road import Road
 from raetsalt.errors import LocalError
-from raetsalt.keep.records import AutoMode, Keep
+from raetsalt.keep.policy import Action, KeyPolicy
+from raetsalt.keep.records import Acceptance, AutoMode, Keep, KeepWrite, KeyRef, KeyState
 from raetsalt.keep.store import FileKeep
 from raetsalt.log import Throttle, clip
 
@@ -132,7 +139,9 @@ class RoadStack:
 
     ``keep`` is a keep directory (opened as ``FileKeep``) or any ``Keep``.  ``ha`` is the
     address to bind (port 0 picks a free port; see ``address``).  ``name`` is needed only
-    when the keep holds no estate yet.  ``auto`` overrides ``config.auto`` when given.
+    when the keep holds no estate yet.  ``auto`` overrides ``config.auto`` when given;
+    ``policy`` replaces the key policy altogether (the master's ``open_mode`` and
+    autosign/autoreject files).
     ``sock`` may be an already bound UDP socket (e.g. from socket activation); the stack
     takes ownership, makes it non-blocking and does not change its options.
 
@@ -154,6 +163,7 @@ class RoadStack:
         buffer_size: int = SOCKET_BUFFER,
         max_drain: int = MAX_DRAIN,
         batching: Mapping[str, bool] | None = None,
+        policy: KeyPolicy | None = None,
     ) -> None:
         self._keep_arg = keep
         self.bind_ha = ha
@@ -187,6 +197,9 @@ class RoadStack:
         self._batching = dict(batching or {})
         self._io: DatagramIO
         self._failures = Throttle(60.0)
+        self.policy = policy
+        self.keep: Keep | None = None
+        self.writer: KeepWriter | None = None
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -212,18 +225,25 @@ class RoadStack:
             self.rcvbuf = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
             self.sndbuf = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
             self._io = DatagramIO(sock, self.stats, **self._batching)
-            kwargs: dict[str, Any] = {}
-            if self._rng is not None:
-                kwargs["rng"] = self._rng
-            self._road = Road(
-                keep=keep,
+            state = keep.load_state()
+            road = Road(
+                state=state,
                 ha=self.address,
                 name=self.name or "",
                 main=self.main,
                 config=self.config,
-                now=self.clock(),
-                **kwargs,
+                policy=self.policy,
+                rng=self._rng,
             )
+            # A new estate's keys are saved before anything uses them.
+            first: list[KeepWrite] = []
+            while (event := road.next_event()) is not None:
+                if isinstance(event, KeepEvent):
+                    first.append(event.write())
+                else:
+                    self._events.append(event)
+            keep.commit(first)
+            self.keep, self.writer, self._road = keep, writer_for(keep), road
             self._selector = selectors.DefaultSelector()
             self._selector.register(sock, selectors.EVENT_READ)
             self._registered[self._selector] = None
@@ -258,7 +278,8 @@ class RoadStack:
     def close(self) -> None:
         """Close the socket and forget selector registrations.  Idempotent.
 
-        Datagrams still queued for sending are dropped; the keep is already up to date.
+        Datagrams still queued for sending are dropped; changes for the keep are written
+        first (``KeepWriter.close``).
         """
         for selector in list(self._registered):
             if selector is not self._selector:
@@ -271,6 +292,11 @@ class RoadStack:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+        if self._road is not None:
+            self._collect(self._road)
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
         self._road = None
 
     def __enter__(self) -> RoadStack:
@@ -332,6 +358,41 @@ class RoadStack:
         """Queue many messages at once (see ``Road.send_messages``); returns their mids."""
         return self.road.send_messages(to, bodies, self.clock())
 
+    def change_key(self, action: str, ref: KeyRef) -> int | None:
+        """An operator's decision on a key (``Road.change_key``), effective at once.
+        Returns the keep writer's sequence number that makes it durable
+        (``writer.committed >= it``), or None when ``ref`` is not stored as given."""
+        road = self.road
+        if not road.change_key(action, ref, self.clock()):
+            return None
+        self._after_command()
+        assert self.writer is not None
+        return self.writer.submitted
+
+    def keep_decisions(self) -> int:
+        """Apply the acceptance recorded in the keep's role files to the running road
+        (for a stack without a command channel, e.g. ``raetsalt-road listen`` on SIGHUP):
+        a role accepted, rejected or deleted there since the road read it.  Returns how
+        many changed."""
+        assert self.keep is not None
+        stored = {record.role: record for record in self.keep.load_state().roles}
+        verdicts = {Acceptance.ACCEPTED: Action.ACCEPT, Acceptance.REJECTED: Action.REJECT}
+        changed = 0
+        for role, mine in list(self.road.keys.roles.items()):
+            theirs = stored.get(role)
+            if theirs is None:
+                action: str | None = Action.DELETE
+            elif (theirs.verhex, theirs.pubhex) != (mine.verhex, mine.pubhex):
+                action = None  # not an operator's decision on the key we hold
+            elif theirs.acceptance is mine.acceptance:
+                action = None
+            else:
+                action = verdicts.get(theirs.acceptance)
+            if action is not None:
+                ref = KeyRef(role, KeyState.of(mine.acceptance), mine.verhex, mine.pubhex)
+                changed += self.change_key(action, ref) is not None
+        return changed
+
     def _after_command(self) -> None:
         # Connection commands are rare and their latency matters: send them at once.
         road = self.road
@@ -340,20 +401,20 @@ class RoadStack:
 
     # -- servicing ------------------------------------------------------------------------
 
-    def next_deadline(self) -> float | None:
+    def get_timer(self) -> float | None:
         """Clock time by which ``service_ready`` must run again even if nothing arrives
         (``None``: only when the socket is ready)."""
         if self._events:
             return self.clock()
-        return self.road.next_timer()
+        return self.road.get_timer()
 
     def timeout(self, now: float | None = None) -> float | None:
-        """Seconds until ``next_deadline`` (never negative), for a selector's ``select``;
+        """Seconds until ``get_timer`` (never negative), for a selector's ``select``;
         0 while queued output waits for ``service_ready`` to send it."""
         road = self.road
         if self._events or road.has_output():
             return 0.0
-        deadline = road.next_timer()
+        deadline = road.get_timer()
         if deadline is None:
             return None
         wait = deadline - (self.clock() if now is None else now)
@@ -413,13 +474,13 @@ class RoadStack:
             self._flush(now, road)
         if read:
             self._read(now, road, readable)
-        deadline = road.next_timer()
+        deadline = road.get_timer()
         if deadline is not None and deadline <= now:
             # A timer handler may arm another timer that is already due (a retry "now"):
             # run a few rounds, the rest waits for the next wake-up (zero timeout).
             for _ in range(4):
                 road.handle_timer(now)
-                deadline = road.next_timer()
+                deadline = road.get_timer()
                 if deadline is None or deadline > now:
                     break
         if self._txq or road.has_output():
@@ -479,14 +540,16 @@ class RoadStack:
     def _collect(self, road: Road) -> None:
         next_event = road.next_event
         append = self._events.append
+        writes = []
         event = next_event()
         while event is not None:
-            append(event)
-            if type(event) is PacketDropped and event.reason is DropReason.STORAGE:
-                times = self._failures.note("storage", self.clock())
-                if times:
-                    log.error("the keep cannot record %d change(s): %s", times, event.detail)
+            if isinstance(event, KeepEvent):
+                writes.append(event.write())
+            else:
+                append(event)
             event = next_event()
+        if writes and self.writer is not None:
+            self.writer.submit(writes)
 
     def _read(self, now: float, road: Road, readable: bool) -> None:
         """Drain the socket; ``readable``: a wait just reported it ready."""

@@ -14,8 +14,8 @@ from raetsalt.engine.transaction import Transaction
 from raetsalt.wire.enums import BodyKind, CoatKind, FootKind, PacketKind, TransactionKind
 
 if TYPE_CHECKING:
+    from raetsalt.engine.port import RoadPort
     from raetsalt.engine.remote import Remote
-    from raetsalt.engine.road import Road
     from raetsalt.wire.packet import Packet
 
 
@@ -26,20 +26,19 @@ class AliveInitiator(Transaction):
     redo_min = 0.25
     redo_max = 1.0
 
-    def __init__(self, road: Road, remote: Remote, *, now: float) -> None:
+    def __init__(self, port: RoadPort, remote: Remote, *, now: float) -> None:
         super().__init__(
-            road, remote, initiator=True, sid=remote.sid, tid=remote.next_tid(), now=now
+            port, remote, initiator=True, sid=remote.sid, tid=remote.next_tid(), now=now
         )
-        self.timeout_at = now + road.config.alive_timeout
+        self.timeout_at = now + port.config.alive_timeout
 
     def _send(self, now: float) -> None:
-        header = self.header(
+        self.send(
             PacketKind.REQUEST,
             body_kind=BodyKind.JSON,
             coat_kind=CoatKind.NACL,
             foot_kind=FootKind.NACL,
         )
-        self.road.transmit(header, b"", self.remote.ha)
         self.restart_redo(now)
 
     def start(self, now: float) -> None:
@@ -48,19 +47,29 @@ class AliveInitiator(Transaction):
     def on_redo(self, now: float) -> None:
         self._send(now)
 
-    def receive(self, packet: Packet, now: float) -> None:
-        kind = packet.header.packet_kind
-        if kind == PacketKind.ACK:
-            self.finish()  # the road already marked the remote alive on receipt
-        elif kind == PacketKind.UNJOINED:
-            self.finish()
-            self.road.on_unjoined(self.remote, now)
-        elif kind == PacketKind.UNALLOWED:
-            self.finish()
-            self.road.on_unallowed(self.remote, now)
-        elif kind in (PacketKind.NACK, PacketKind.REFUSE, PacketKind.REJECT):
-            self.finish()
+    def _on_ack(self, packet: Packet, now: float) -> None:
+        self.finish()  # the road already marked the remote alive on receipt
+
+    def _on_unjoined(self, packet: Packet, now: float) -> None:
+        self.finish()
+        self.port.on_unjoined(self.remote, now)
+
+    def _on_unallowed(self, packet: Packet, now: float) -> None:
+        self.finish()
+        self.port.on_unallowed(self.remote, now)
+
+    def _on_nack(self, packet: Packet, now: float) -> None:
+        self.finish()
+
+    handlers = {
+        PacketKind.ACK: _on_ack,
+        PacketKind.UNJOINED: _on_unjoined,
+        PacketKind.UNALLOWED: _on_unallowed,
+        PacketKind.NACK: _on_nack,
+        PacketKind.REFUSE: _on_nack,
+        PacketKind.REJECT: _on_nack,
+    }
 
     def on_timeout(self, now: float) -> None:
         self.finish()
-        self.road.on_alive_timeout(self.remote, now)
+        self.port.on_alive_timeout(self.remote, now)

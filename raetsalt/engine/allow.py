@@ -22,7 +22,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from raetsalt.crypto import KeyPair, SessionBox, random_bytes
-from raetsalt.engine.events import DropReason, TransactionFailed
+from raetsalt.drops import DropReason
+from raetsalt.engine.events import TransactionFailed
 from raetsalt.engine.native import FQDN_MARK, OREO_MARK
 from raetsalt.engine.transaction import Transaction
 from raetsalt.errors import BadPacket
@@ -31,8 +32,8 @@ from raetsalt.wire.enums import BodyKind, FootKind, PacketKind, TransactionKind
 from raetsalt.wire.header import Header
 
 if TYPE_CHECKING:
-    from raetsalt.engine.remote import Remote
-    from raetsalt.engine.road import Road
+    from raetsalt.engine.port import RoadPort
+    from raetsalt.engine.remote import Address, Remote
     from raetsalt.wire.packet import Packet
 
 NONCE = 24
@@ -44,33 +45,33 @@ class _AllowBase(Transaction):
     redo_max = 1.0
     timeout = 4.0
 
-    def __init__(self, road: Road, remote: Remote, **kwargs: object) -> None:
-        super().__init__(road, remote, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, port: RoadPort, remote: Remote, **kwargs: object) -> None:
+        super().__init__(port, remote, **kwargs)  # type: ignore[arg-type]
         self.last: tuple[Header, bytes] | None = None
 
     def _send(self, kind: PacketKind, body: bytes, now: float) -> None:
         header = self.header(kind, body_kind=BodyKind.RAW, foot_kind=FootKind.NACL)
         self.last = (header, body)
-        self.road.transmit(header, body, self.remote.ha)
+        self.port.transmit(header, body, self.address)
         self.restart_redo(now)
 
     def on_redo(self, now: float) -> None:
         if self.last is not None:
-            self.road.transmit(self.last[0], self.last[1], self.remote.ha)
+            self.port.transmit(self.last[0], self.last[1], self.address)
             self.restart_redo(now)
 
     def on_timeout(self, now: float) -> None:
         self.finish()
-        self.road.emit(TransactionFailed(self.remote.name, "allow", "timeout"))
-        self.road.on_connect_failed(self.remote)
+        self.port.emit(TransactionFailed(self.remote.name, "allow", "timeout"))
+        self.port.on_connect_failed(self.remote, now)
 
 
 class AllowInitiator(_AllowBase):
     """Our handshake with a joined remote (raet's Allower)."""
 
-    def __init__(self, road: Road, remote: Remote, *, now: float) -> None:
+    def __init__(self, port: RoadPort, remote: Remote, *, now: float) -> None:
         super().__init__(
-            road, remote, initiator=True, sid=remote.sid, tid=remote.next_tid(), now=now
+            port, remote, initiator=True, sid=remote.sid, tid=remote.next_tid(), now=now
         )
         self.short = KeyPair.generate()
         # box(., ., L_r, s_i) for the hello; the same shared key opens the cookie.
@@ -83,38 +84,26 @@ class AllowInitiator(_AllowBase):
         sealed = self.hello_box.encrypt(layout.HELLO_PLAIN, nonce)
         self._send(PacketKind.HELLO, layout.pack_hello(self.short.public, sealed, nonce), now)
 
-    def receive(self, packet: Packet, now: float) -> None:
-        kind = packet.header.packet_kind
-        if kind == PacketKind.COOKIE and self.their_short is None:
-            self._on_cookie(packet, now)
-        elif kind == PacketKind.ACK and self.their_short is not None:
-            self._on_ack(now)
-        elif kind == PacketKind.UNJOINED:
-            self.finish()
-            self.road.on_unjoined(self.remote, now)
-        elif kind in (PacketKind.NACK, PacketKind.REFUSE, PacketKind.REJECT):
-            self.finish()
-            self.road.emit(
-                TransactionFailed(self.remote.name, "allow", PacketKind(kind).name.lower())
-            )
-            self.road.on_connect_failed(self.remote)
-
     def _on_cookie(self, packet: Packet, now: float) -> None:
-        remote, road = self.remote, self.road
+        if self.their_short is not None:
+            return
+        remote, port = self.remote, self.port
         cookie = layout.unpack_cookie_untrusted(packet.coat)
         stuff = layout.unpack_cookie_stuff_untrusted(
             self.hello_box.decrypt_untrusted(cookie.box, cookie.nonce)
         )
         if stuff.near_uid != remote.fuid or stuff.far_uid != remote.uid:
-            raise BadPacket("allow cookie names other estate ids", DropReason.IDS.value)
+            raise BadPacket("allow cookie names other estate ids", DropReason.IDS)
         self.their_short = stuff.short_public
         # The responder offers the native profile inside the cookie box; we accept inside
         # the initiate box.  Neither mark can be changed without breaking a box.
-        self.native = road.config.native and stuff.oreo.startswith(OREO_MARK)
+        self.native = port.config.native and stuff.oreo.startswith(OREO_MARK)
         fqdn = FQDN_MARK if self.native else remote.ha[0].encode("ascii", "replace")
         vouch_nonce = random_bytes(NONCE)
-        vouch = road.long_box(remote).encrypt(self.short.public, vouch_nonce)
-        inner = layout.pack_initiate_stuff(road.long_keys.public, vouch, vouch_nonce, fqdn)
+        vouch = port.long_box(remote).encrypt(self.short.public, vouch_nonce)
+        inner = layout.pack_initiate_stuff(
+            port.local.long_keys.public, vouch, vouch_nonce, fqdn
+        )
         nonce = random_bytes(NONCE)
         sealed = SessionBox(self.short.secret, self.their_short).encrypt(inner, nonce)
         self._send(
@@ -123,20 +112,71 @@ class AllowInitiator(_AllowBase):
             now,
         )
 
-    def _on_ack(self, now: float) -> None:
-        assert self.their_short is not None
+    def _on_ack(self, packet: Packet, now: float) -> None:
+        if self.their_short is None:
+            return
         header = self.header(PacketKind.ACK, body_kind=BodyKind.RAW, foot_kind=FootKind.NACL)
-        self.road.transmit(header, b"", self.remote.ha)
+        self.port.transmit(header, b"", self.address)
         self.finish()
-        session = SessionBox(self.short.secret, self.their_short)
-        self.road.on_allowed(self.remote, session, now, native=self.native, initiator=True)
+        remote = self.remote
+        self.port.on_allowed(
+            remote,
+            SessionBox(self.short.secret, self.their_short),
+            now,
+            native=self.native,
+            initiator=True,
+            ha=remote.ha,
+            fuid=remote.fuid,
+            rsid=remote.rsid,
+        )
+
+    def _on_unjoined(self, packet: Packet, now: float) -> None:
+        self.finish()
+        self.port.on_unjoined(self.remote, now)
+
+    def _on_refused(self, packet: Packet, now: float) -> None:
+        self.finish()
+        reason = PacketKind(packet.header.packet_kind).name.lower()
+        self.port.emit(TransactionFailed(self.remote.name, "allow", reason))
+        self.port.on_connect_failed(self.remote, now)
+
+    handlers = {
+        PacketKind.COOKIE: _on_cookie,
+        PacketKind.ACK: _on_ack,
+        PacketKind.UNJOINED: _on_unjoined,
+        PacketKind.NACK: _on_refused,
+        PacketKind.REFUSE: _on_refused,
+        PacketKind.REJECT: _on_refused,
+    }
 
 
 class AllowCorrespondent(_AllowBase):
-    """A remote's handshake with us (raet's Allowent)."""
+    """A remote's handshake with us (raet's Allowent).
 
-    def __init__(self, road: Road, remote: Remote, *, sid: int, tid: int, now: float) -> None:
-        super().__init__(road, remote, initiator=False, sid=sid, tid=tid, now=now)
+    It answers the address the hello came from, with the ids the hello carries.
+    """
+
+    def __init__(
+        self,
+        port: RoadPort,
+        remote: Remote,
+        *,
+        sid: int,
+        tid: int,
+        fuid: int,
+        reply_to: Address,
+        now: float,
+    ) -> None:
+        super().__init__(
+            port,
+            remote,
+            initiator=False,
+            sid=sid,
+            tid=tid,
+            now=now,
+            destination_uid=fuid,
+            reply_to=reply_to,
+        )
         self.short = KeyPair.generate()
         self.their_short = b""
         self.oreo = b""
@@ -144,60 +184,79 @@ class AllowCorrespondent(_AllowBase):
 
     def start(self, packet: Packet, now: float) -> None:
         hello = layout.unpack_hello_untrusted(packet.coat)
-        long_box = SessionBox(self.road.long_keys.secret, hello.short_public)
+        long_box = SessionBox(self.port.local.long_keys.secret, hello.short_public)
         if (
             hello.plain != layout.HELLO_PLAIN
             or long_box.decrypt_untrusted(hello.box, hello.nonce) != layout.HELLO_PLAIN
         ):
             raise BadPacket(
-                "allow hello does not open to the agreed plain text", DropReason.DECRYPT.value
+                "allow hello does not open to the agreed plain text", DropReason.DECRYPT
             )
         self.their_short = hello.short_public
-        offer = OREO_MARK if self.road.config.native else b""
+        offer = OREO_MARK if self.port.config.native else b""
         self.oreo = offer + random_bytes(NONCE - len(offer))
         stuff = layout.pack_cookie_stuff(
-            self.short.public, self.remote.uid, self.remote.fuid, self.oreo
+            self.short.public, self.remote.uid, self.destination_uid, self.oreo
         )
         nonce = random_bytes(NONCE)
         self._send(
             PacketKind.COOKIE, layout.pack_cookie(long_box.encrypt(stuff, nonce), nonce), now
         )
 
-    def receive(self, packet: Packet, now: float) -> None:
-        kind = packet.header.packet_kind
-        if kind == PacketKind.HELLO:
-            self.on_redo(now)  # the initiator missed our cookie
-        elif kind == PacketKind.INITIATE and not self.acked:
-            self._on_initiate(packet, now)
-        elif kind == PacketKind.ACK and self.acked:
-            self.finish()
-        elif kind in (PacketKind.NACK, PacketKind.REFUSE, PacketKind.REJECT):
-            self.finish()
+    def _on_hello(self, packet: Packet, now: float) -> None:
+        self.on_redo(now)  # the initiator missed our cookie
 
     def _on_initiate(self, packet: Packet, now: float) -> None:
-        road, remote = self.road, self.remote
+        if self.acked:
+            return
+        port, remote = self.port, self.remote
         initiate = layout.unpack_initiate_untrusted(packet.coat)
         if initiate.short_public != self.their_short or initiate.oreo != self.oreo:
             raise BadPacket(
-                "allow initiate does not match the hello and cookie", DropReason.BODY.value
+                "allow initiate does not match the hello and cookie", DropReason.BODY
             )
         session = SessionBox(self.short.secret, self.their_short)
         stuff = layout.unpack_initiate_stuff_untrusted(
             session.decrypt_untrusted(initiate.box, initiate.nonce)
         )
         if stuff.long_public != remote.long_public:
-            raise BadPacket("allow initiate carries another long-term key", DropReason.BODY.value)
+            raise BadPacket("allow initiate carries another long-term key", DropReason.BODY)
         if (
-            road.long_box(remote).decrypt_untrusted(stuff.vouch, stuff.vouch_nonce)
+            port.long_box(remote).decrypt_untrusted(stuff.vouch, stuff.vouch_nonce)
             != self.their_short
         ):
             raise BadPacket(
-                "allow vouch does not vouch for the short-term key", DropReason.DECRYPT.value
+                "allow vouch does not vouch for the short-term key", DropReason.DECRYPT
             )
         native = self.oreo.startswith(OREO_MARK) and stuff.fqdn.startswith(FQDN_MARK)
         self.acked = True
         self._send(PacketKind.ACK, b"", now)
-        road.on_allowed(remote, session, now, native=native, initiator=False)
+        port.on_allowed(
+            remote,
+            session,
+            now,
+            native=native,
+            initiator=False,
+            ha=self.address,
+            fuid=self.destination_uid,
+            rsid=self.sid,
+        )
+
+    def _on_ack(self, packet: Packet, now: float) -> None:
+        if self.acked:
+            self.finish()
+
+    def _on_refused(self, packet: Packet, now: float) -> None:
+        self.finish()
+
+    handlers = {
+        PacketKind.HELLO: _on_hello,
+        PacketKind.INITIATE: _on_initiate,
+        PacketKind.ACK: _on_ack,
+        PacketKind.NACK: _on_refused,
+        PacketKind.REFUSE: _on_refused,
+        PacketKind.REJECT: _on_refused,
+    }
 
     def on_timeout(self, now: float) -> None:
         # After our ack the session is up whether or not the final ack arrived.

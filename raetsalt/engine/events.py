@@ -2,37 +2,41 @@
 
 Events are frozen dataclasses named in the past tense; callers dispatch on their type.
 Do not subclass them.
+
+``KeepEvent`` subclasses are persistence: the engine keeps its records in memory and
+reports every change that must reach the keep; the driver writes them (off its event
+loop) and does not hand them on.  Each is emitted only when the record really changed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
+from raetsalt.drops import DropReason
+from raetsalt.keep.records import KeepWrite, LocalRecord, RemoteRecord, RoleRecord
 
-class DropReason(StrEnum):
-    """Stable trigger strings for a dropped datagram (counted in ``Road.stats``)."""
-
-    MALFORMED = "malformed"  # the wire parser refused it (header, length, foot, body)
-    BROADCAST = "broadcast"
-    UNSIGNED = "unsigned"  # a non-join packet without an Ed25519 foot
-    SIGNATURE = "signature"  # the foot does not verify with the remote's key
-    IDS = "ids"  # zero or inconsistent estate / session ids
-    UNKNOWN_REMOTE = "unknown_remote"
-    WRONG_ADDRESS = "wrong_address"  # a join reply from an address we did not join
-    STALE = "stale"  # no transaction for it and it cannot start one
-    DECRYPT = "decrypt"  # a box did not open
-    BODY = "body"  # a body failed validation after decoding
-    NOT_MAIN = "not_main"  # a vacuous join sent to a stack that is not main
-    REPLAY = "replay"  # an already delivered message
-    OVERLOAD = "overload"  # a limit on concurrent state was reached
-    REFUSED = "refused"  # join state of the remote forbids it (rejected, name taken)
-    # Bounded reassembly (engine/reassembly.py): a frame or segment not held, or a
-    # stalled partial message discarded.
-    REASSEMBLY_LIMIT = "reassembly_limit"  # it would exceed a reassembly cap
-    REASSEMBLY_TIMEOUT = "reassembly_timeout"  # no progress within the time-out
-    STORAGE = "storage"  # the keep could not record what the datagram changed
+__all__ = [
+    "Allowed",
+    "DeniedChanged",
+    "Departed",
+    "DropReason",
+    "Event",
+    "Joined",
+    "JoinPending",
+    "JoinRejected",
+    "KeepEvent",
+    "LocalChanged",
+    "MessageDelivered",
+    "MessageReceived",
+    "PacketDropped",
+    "PresenceChanged",
+    "RemoteChanged",
+    "RemoteRemoved",
+    "RoleChanged",
+    "RoleRemoved",
+    "TransactionFailed",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,9 @@ class JoinRejected(Event):
     role: str
     here: bool
     """True when *we* rejected the remote's key; False when the remote rejected ours."""
+    denied: bool = False
+    """``here`` only: the role is known with other keys (Salt's *denied*), rather than
+    rejected by an operator."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,3 +134,78 @@ class PacketDropped(Event):
     reason: DropReason
     address: tuple[str, int]
     detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Departed(Event):
+    """An operator deleted or rejected the key of ``remote``: its session is gone, and
+    packets it still sends are answered ``unjoined`` so that it joins again."""
+
+    remote: str
+    role: str
+
+
+# -- persistence ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class KeepEvent(Event):
+    """A change the driver must write to the keep."""
+
+    def write(self) -> KeepWrite:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class LocalChanged(KeepEvent):
+    """Our own estate record (keys, next uid) changed."""
+
+    record: LocalRecord
+
+    def write(self) -> KeepWrite:
+        return KeepWrite.local(self.record)
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteChanged(KeepEvent):
+    record: RemoteRecord
+
+    def write(self) -> KeepWrite:
+        return KeepWrite.remote(self.record)
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteRemoved(KeepEvent):
+    name: str
+
+    def write(self) -> KeepWrite:
+        return KeepWrite.remove_remote(self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class RoleChanged(KeepEvent):
+    """A role was seen for the first time, or its keys or acceptance changed."""
+
+    record: RoleRecord
+
+    def write(self) -> KeepWrite:
+        return KeepWrite.role(self.record)
+
+
+@dataclass(frozen=True, slots=True)
+class RoleRemoved(KeepEvent):
+    role: str
+
+    def write(self) -> KeepWrite:
+        return KeepWrite.remove_role(self.role)
+
+
+@dataclass(frozen=True, slots=True)
+class DeniedChanged(KeepEvent):
+    """The key pairs refused for ``role`` (empty: none left)."""
+
+    role: str
+    pairs: tuple[tuple[str, str], ...]
+
+    def write(self) -> KeepWrite:
+        return KeepWrite.denied(self.role, self.pairs)

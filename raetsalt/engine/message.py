@@ -44,9 +44,11 @@ never delivered twice, however late it comes (quirk Q2).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from raetsalt.engine.events import DropReason, MessageDelivered, MessageReceived, TransactionFailed
+from raetsalt.drops import DropReason
+from raetsalt.engine.events import MessageDelivered, MessageReceived, TransactionFailed
 from raetsalt.engine.reassembly import CHARGE_FLOOR
 from raetsalt.engine.timers import backoff
 from raetsalt.engine.transaction import Transaction
@@ -65,8 +67,8 @@ from raetsalt.wire.header import Header, encode_header
 from raetsalt.wire.packet import segment_payload_size
 
 if TYPE_CHECKING:
-    from raetsalt.engine.remote import Outgoing, Remote
-    from raetsalt.engine.road import Road
+    from raetsalt.engine.port import RoadPort
+    from raetsalt.engine.remote import Address, Outgoing, Remote
     from raetsalt.wire.packet import Packet
 
 MISSEDS_PER_RESEND = 64
@@ -89,6 +91,10 @@ its signature is unchecked."""
 
 _WF = int(Flag.WF)
 _AF = int(Flag.AF)
+# A segment with either flag is verified before anything looks at it: ``wf`` asks for a
+# reply, ``cf`` marks a packet of a transaction we started; ``bf`` is refused anyway.
+LAZY_EXCLUDED = int(Flag.WF | Flag.CF)
+_LAZY_FAST_EXCLUDED = int(Flag.WF | Flag.CF | Flag.BF)
 _SIGNATURE_SIZE = 64
 _BLANK_FOOT = bytes(_SIGNATURE_SIZE)
 
@@ -181,12 +187,12 @@ class MessageSender(Transaction):
     redo_min = 0.2
     redo_max = 0.5
 
-    def __init__(self, road: Road, remote: Remote, outgoing: Outgoing, *, now: float) -> None:
+    def __init__(self, port: RoadPort, remote: Remote, outgoing: Outgoing, *, now: float) -> None:
         super().__init__(
-            road, remote, initiator=True, sid=remote.sid, tid=remote.next_tid(), now=now
+            port, remote, initiator=True, sid=remote.sid, tid=remote.next_tid(), now=now
         )
         assert remote.session is not None
-        config = road.config
+        config = port.config
         self.outgoing = outgoing
         self.timeout_at = outgoing.expires
         stream = remote.session.seal(outgoing.body)
@@ -233,13 +239,13 @@ class MessageSender(Transaction):
         self._fill(now)
 
     def _transmit(self, index: int, flags: int) -> None:
-        road, segment = self.road, self.segments[index]
+        port, segment = self.port, self.segments[index]
         make_head = self.make_head
         if make_head is not None:
             # The hot path of a large message: one head, one signature, no Header objects.
             unsigned = make_head(index, flags | self.segment_flags, len(segment)) + segment
-            signature = road.signer.sign(unsigned + _BLANK_FOOT)
-            road.transmit_datagram(unsigned + signature, self.remote.ha)
+            signature = port.local.signer.sign(unsigned + _BLANK_FOOT)
+            port.transmit_datagram(unsigned + signature, self.remote.ha)
             return
         if self.count == 1:
             header = Header(
@@ -258,7 +264,7 @@ class MessageSender(Transaction):
             header = _segment_header(
                 self.base, index, flags | self.segment_flags, self.count, self.stream_length
             )
-        road.transmit(header, segment, self.remote.ha)
+        port.transmit(header, segment, self.remote.ha)
 
     def _fill(self, now: float) -> None:
         """Send new segments while the window allows; ``wf`` on every ``ack_every``-th,
@@ -336,38 +342,53 @@ class MessageSender(Transaction):
         if sample is not None:
             self._sample(sample)
 
-    def receive(self, packet: Packet, now: float) -> None:
-        header = packet.header
-        kind = header.packet_kind
-        if kind == PacketKind.DONE:
-            self.finish()
-            self.road.emit(MessageDelivered(self.remote.name, self.outgoing.mid))
-            self.road.on_message_finished(self.remote, now)
-        elif kind == PacketKind.ACK:
-            self._replied(now)
-            self._acknowledged(header.segment_number, now)
-            self._fill(now)
-        elif kind == PacketKind.RESEND:
-            self._replied(now)
-            body = self.road.open_body(self.remote, packet)
-            misseds = body.get("misseds") if isinstance(body, dict) else None
-            if not isinstance(misseds, list) or not all(
-                isinstance(m, int) and not isinstance(m, bool) and 0 <= m < self.count
-                for m in misseds
-            ):
-                raise BadPacket("resend names segments that do not exist", DropReason.BODY.value)
-            # Segments at or below the last ack may be asked for too: a receiver that
-            # found forged segments among those it held drops them and asks again.
-            if misseds:
-                self._reported(max(misseds), now)
-            self._resend(sorted(set(misseds)), now, hold=True)
-            self._fill(now)
-        elif kind == PacketKind.UNALLOWED:
-            # The receiver lost our session (it restarted): this message goes out again
-            # once a new allow completes.
-            self.road.on_unallowed(self.remote, now)
-        elif kind == PacketKind.NACK:
-            self.fail("nacked", now)
+    def _on_done(self, packet: Packet, now: float) -> None:
+        self.finish()
+        self.port.emit(MessageDelivered(self.remote.name, self.outgoing.mid))
+        self.port.on_message_finished(self.remote, now)
+
+    def _on_ack(self, packet: Packet, now: float) -> None:
+        self._replied(now)
+        self._acknowledged(packet.header.segment_number, now)
+        self._fill(now)
+
+    def _on_resend(self, packet: Packet, now: float) -> None:
+        self._replied(now)
+        body = self.port.open_body(self.remote, packet)
+        misseds = body.get("misseds") if isinstance(body, dict) else None
+        if not isinstance(misseds, list) or not all(
+            isinstance(m, int) and not isinstance(m, bool) and 0 <= m < self.count
+            for m in misseds
+        ):
+            raise BadPacket("resend names segments that do not exist", DropReason.BODY)
+        # Segments at or below the last ack may be asked for too: a receiver that
+        # found forged segments among those it held drops them and asks again.
+        if misseds:
+            self._reported(max(misseds), now)
+        self._resend(sorted(set(misseds)), now, hold=True)
+        self._fill(now)
+
+    def _on_unallowed(self, packet: Packet, now: float) -> None:
+        # The receiver lost our session (it restarted): this message goes out again
+        # once a new allow completes.
+        self.port.on_unallowed(self.remote, now)
+
+    def _on_unjoined(self, packet: Packet, now: float) -> None:
+        # The receiver forgot us (an operator deleted our key there): join again; this
+        # message goes out again once a new session is up.
+        self.port.on_unjoined(self.remote, now)
+
+    def _on_nack(self, packet: Packet, now: float) -> None:
+        self.fail("nacked", now)
+
+    handlers = {
+        PacketKind.DONE: _on_done,
+        PacketKind.ACK: _on_ack,
+        PacketKind.RESEND: _on_resend,
+        PacketKind.UNALLOWED: _on_unallowed,
+        PacketKind.UNJOINED: _on_unjoined,
+        PacketKind.NACK: _on_nack,
+    }
 
     def on_redo(self, now: float) -> None:
         if (
@@ -388,8 +409,8 @@ class MessageSender(Transaction):
 
     def fail(self, reason: str, now: float) -> None:
         self.finish()
-        self.road.emit(TransactionFailed(self.remote.name, "message", reason, self.outgoing.mid))
-        self.road.on_message_finished(self.remote, now)
+        self.port.emit(TransactionFailed(self.remote.name, "message", reason, self.outgoing.mid))
+        self.port.on_message_finished(self.remote, now)
 
 
 class MessageReceiver(Transaction):
@@ -399,24 +420,24 @@ class MessageReceiver(Transaction):
     redo_min = 0.2
     redo_max = 0.5
 
-    def __init__(self, road: Road, remote: Remote, first: Header, *, now: float) -> None:
+    def __init__(self, port: RoadPort, remote: Remote, first: Header, *, now: float) -> None:
         super().__init__(
-            road, remote, initiator=False, sid=first.session_id, tid=first.transaction_id, now=now
+            port, remote, initiator=False, sid=first.session_id, tid=first.transaction_id, now=now
         )
-        config = road.config
+        config = port.config
         count, length = first.segment_count, first.message_length
         if count < 1 or (count > 1 and not 0 < length <= config.max_message_size):
-            raise BadPacket("segment count or message length out of range", DropReason.BODY.value)
+            raise BadPacket("segment count or message length out of range", DropReason.BODY)
         if count > 1 and count > length:
-            raise BadPacket("more segments than message bytes", DropReason.BODY.value)
+            raise BadPacket("more segments than message bytes", DropReason.BODY)
         # Reserve what the segments may take before holding any (engine/reassembly.py).
         self.charge = 0
         if count > 1:
             size = segments_charge(length, count)
-            if not road.reassembly.admit(remote.uid, size):
+            if not port.reassembly.admit(remote.uid, size):
                 raise BadPacket(
                     f"message of {length} bytes does not fit the reassembly caps",
-                    DropReason.REASSEMBLY_LIMIT.value,
+                    DropReason.REASSEMBLY_LIMIT,
                 )
             self.charge = size
         self.count = count
@@ -450,7 +471,7 @@ class MessageReceiver(Transaction):
                 base, count, length, {0: size, count - 1: size}, 1 << 16
             )
             if self.heads is not None:
-                road.lazy_heads[self.heads.stem] = self
+                port.register_lazy(self.heads.stem, self)
         # A stall time-out: every new segment pushes it back (see on_timeout).
         self.progress_at = now
         self.timeout_at = now + config.reassembly_timeout
@@ -467,19 +488,19 @@ class MessageReceiver(Transaction):
             flags=self.reply_flags,
             segment_number=segment_number,
         )
-        self.road.transmit(header, coat, self.remote.ha)
+        self.port.transmit(header, coat, self.address)
 
-    def _store(self, number: int, coat: bytes) -> bool:
+    def _store(self, number: int, coat: bytes, now: float) -> bool:
         """Keep the segment unless its slot is taken; False if it was a duplicate."""
         if not 0 <= number < self.count:
-            raise BadPacket("segment number out of range", DropReason.BODY.value)
+            raise BadPacket("segment number out of range", DropReason.BODY)
         if number in self.segments:
             return False
         if self.count > 1 and self.stored + len(coat) > self.length:
             # Distinct segments of an honest sender add up to exactly the length.
-            raise BadPacket("segments exceed the message length", DropReason.BODY.value)
+            raise BadPacket("segments exceed the message length", DropReason.BODY)
         self.stored += len(coat)
-        self.progress_at = self.road.now
+        self.progress_at = now
         self.segments[number] = coat
         if number > self.highest:
             self.highest = number
@@ -487,22 +508,21 @@ class MessageReceiver(Transaction):
 
     def _check_count(self, header: Header) -> None:
         if header.segment_count != self.count:
-            raise BadPacket("segment count does not match the message", DropReason.BODY.value)
+            raise BadPacket("segment count does not match the message", DropReason.BODY)
 
-    def receive(self, packet: Packet, now: float) -> None:
-        """An authenticated packet of this transaction."""
+    def _on_nack(self, packet: Packet, now: float) -> None:
+        self.finish()
+
+    def _on_segment(self, packet: Packet, now: float) -> None:
         header = packet.header
-        if header.packet_kind == PacketKind.NACK:
-            self.finish()
-            return
-        if header.packet_kind != PacketKind.MESSAGE:
-            return
         self._check_count(header)
-        self._store(header.segment_number, packet.coat)
+        self._store(header.segment_number, packet.coat, now)
         if len(self.segments) == self.count and self._complete(now):
             return
         if header.flags & Flag.WF:
             self._ask(now)
+
+    handlers = {PacketKind.NACK: _on_nack, PacketKind.MESSAGE: _on_segment}
 
     def receive_unverified(self, packet: Packet, address: tuple[str, int], now: float) -> None:
         """A segment without ``wf`` whose signature has not been checked (``lazy`` only)."""
@@ -525,8 +545,8 @@ class MessageReceiver(Transaction):
         Never answered: it only fills a slot, and completing the message can at most
         deliver what the box authenticates.
         """
-        self.road.stats["lazy_segments"] += 1
-        if self._store(number, coat):
+        self.port.stats["lazy_segments"] += 1
+        if self._store(number, coat, now):
             self.unverified[number] = (head, coat, foot, address)
             if len(self.segments) == self.count:
                 self._complete(now)
@@ -544,7 +564,7 @@ class MessageReceiver(Transaction):
                     BodyKind.JSON, {"misseds": misseds[start : start + MISSEDS_PER_RESEND]}
                 )
                 self._reply(
-                    PacketKind.RESEND, self.road.seal_body(self.remote, body, self.coat_kind)
+                    PacketKind.RESEND, self.port.seal_body(self.remote, body, self.coat_kind)
                 )
         else:
             self._reply(PacketKind.ACK, segment_number=max(self.highest, 0))
@@ -564,15 +584,15 @@ class MessageReceiver(Transaction):
         for number, address in forged:
             self.stored -= len(self.segments.pop(number))
             self.lowest = min(self.lowest, number)
-            self.road.drop(DropReason.SIGNATURE.value, address, "forged message segment")
+            self.port.drop(DropReason.SIGNATURE, address, "forged message segment")
         if forged:
             self.highest = max(self.segments, default=-1)
         return bool(forged)
 
     def _stop_lazy(self) -> None:
         self.lazy = False
-        if self.heads is not None and self.road.lazy_heads.get(self.heads.stem) is self:
-            del self.road.lazy_heads[self.heads.stem]
+        if self.heads is not None:
+            self.port.forget_lazy(self.heads.stem, self)
         self.heads = None
 
     def finish(self) -> None:
@@ -580,7 +600,7 @@ class MessageReceiver(Transaction):
         self._stop_lazy()
         self.segments, self.unverified = {}, {}
         if self.charge:
-            self.road.reassembly.release(self.remote.uid, self.charge)
+            self.port.reassembly.release(self.remote.uid, self.charge)
             self.charge = 0
 
     def _complete(self, now: float) -> bool:
@@ -589,10 +609,10 @@ class MessageReceiver(Transaction):
         stream = b"".join([self.segments[i] for i in range(self.count)])
         failure: BadPacket
         if self.count > 1 and len(stream) != self.length:
-            failure = BadPacket("reassembled message has the wrong length", DropReason.BODY.value)
+            failure = BadPacket("reassembled message has the wrong length", DropReason.BODY)
         else:
             try:
-                plain = self.road.open_coat(self.remote, stream, self.coat_kind)
+                plain = self.port.open_coat(self.remote, stream, self.coat_kind)
             except BadPacket as exc:
                 failure = exc
             else:
@@ -602,9 +622,9 @@ class MessageReceiver(Transaction):
                 except BadPacket:
                     self._reply(PacketKind.NACK)
                     raise
-                self.remote.replay.record(self.tid)
+                self.remote.replay.mark(self.tid)
                 self._reply(PacketKind.DONE)
-                self.road.emit(MessageReceived(self.remote.name, body))
+                self.port.emit(MessageReceived(self.remote.name, body))
                 return True
         if self.unverified and self._discard_forged():
             return False
@@ -616,17 +636,66 @@ class MessageReceiver(Transaction):
         self._ask(now)
 
     def on_timeout(self, now: float) -> None:
-        resume = self.progress_at + self.road.config.reassembly_timeout
+        resume = self.progress_at + self.port.config.reassembly_timeout
         if resume > now:  # a segment came since the time-out was set
             self.timeout_at = resume
             self.schedule()
             return
         if self.stored:
-            self.road.drop(
-                DropReason.REASSEMBLY_TIMEOUT.value,
+            self.port.drop(
+                DropReason.REASSEMBLY_TIMEOUT,
                 self.remote.ha,
                 f"message {self.tid}: {len(self.segments)} of {self.count} segments, "
-                f"no progress for {self.road.config.reassembly_timeout:g} s",
+                f"no progress for {self.port.config.reassembly_timeout:g} s",
             )
         self._reply(PacketKind.NACK)
         self.finish()
+
+
+def take_lazy_segment(
+    data: bytes,
+    address: Address,
+    now: float,
+    receivers: Mapping[bytes, MessageReceiver],
+    max_size: int,
+) -> bool:
+    """Store a plain segment of a lazily verifying receiver without parsing it; False if
+    ``data`` is not byte for byte the head such a segment has (the parser decides).
+
+    The stem between ``fg`` and the blank line, without ``sn``, finds the receiver; the
+    head is then rebuilt from its fields and must equal ``data``'s exactly, so this
+    accepts only what the parser would read as the same header.
+    """
+    if len(data) > max_size or not data.startswith(b"ri RAET\npl "):
+        return False
+    try:
+        head_length = int(data[19:21], 16)
+        flags = int(data[25:27], 16)
+    except ValueError:
+        return False
+    if flags & _LAZY_FAST_EXCLUDED:
+        return False
+    tail = data[27 : head_length - 2]
+    start = tail.find(b"\nsn ")
+    if start < 0:
+        number, stem = 0, tail
+    else:
+        end = tail.find(b"\n", start + 4)
+        if end < 0:
+            return False
+        try:
+            number = int(tail[start + 4 : end], 16)
+        except ValueError:
+            return False
+        stem = tail[:start] + tail[end:]
+    txn = receivers.get(stem)
+    if txn is None or txn.heads is None:
+        return False
+    coat_end = len(data) - _SIGNATURE_SIZE
+    head = data[:head_length]
+    if coat_end < head_length or head != txn.heads.make(number, flags, coat_end - head_length):
+        return False
+    txn.receive_unverified_segment(
+        number, head, data[head_length:coat_end], data[coat_end:], address, now
+    )
+    return True

@@ -54,9 +54,11 @@ import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from raetsalt.engine.events import DropReason, MessageDelivered, MessageReceived, TransactionFailed
+from raetsalt.drops import DropReason
+from raetsalt.engine.events import MessageDelivered, MessageReceived, TransactionFailed
 from raetsalt.engine.flow import SendWindow
 from raetsalt.engine.reassembly import Reassembly
+from raetsalt.engine.replay import ReplayWindow
 from raetsalt.engine.remote import Outgoing
 from raetsalt.engine.scheduler import (
     BATCH_FRAME,
@@ -76,8 +78,8 @@ _BODY_KINDS = {int(k): k for k in BodyKind}
 
 if TYPE_CHECKING:
     from raetsalt.crypto import SessionBox
+    from raetsalt.engine.port import RoadPort
     from raetsalt.engine.remote import Remote
-    from raetsalt.engine.road import Road
 
 Datagram = bytes | bytearray
 """What a road sends: native packets are built in place (bytearray), raet ones are bytes."""
@@ -122,9 +124,6 @@ PROBE_PACKETS = 2
 the rest wait for the probes' acks, which declare real losses below them at once.
 Re-sending everything stale made queueing delay (a full window behind a slow hop)
 look like a lost window, and the spurious copies added to the queue."""
-REPLAY_WINDOW = 65536
-"""Counters this far below the highest accepted one are refused as replays."""
-_WINDOW_MASK = REPLAY_WINDOW - 1
 
 
 @dataclass(slots=True)
@@ -134,64 +133,6 @@ class _Sent:
     frames: list[Frame]
 
 
-class _ReplayWindow:
-    """Which of the last ``REPLAY_WINDOW`` counters up to the highest were accepted.
-
-    One bit per counter in a fixed ring (8 KiB), so memory and the cost per packet are
-    constant: no set that grows with traffic and has to be rebuilt (a 131072-entry set
-    took milliseconds to prune, a stall every 65536 packets).  Counters at or below
-    ``highest - REPLAY_WINDOW`` count as seen.
-    """
-
-    __slots__ = ("bits", "highest")
-
-    def __init__(self) -> None:
-        self.bits = bytearray(REPLAY_WINDOW // 8)
-        self.highest = 0
-
-    def seen(self, counter: int) -> bool:
-        if counter > self.highest:
-            return False
-        if counter + REPLAY_WINDOW <= self.highest:
-            return True
-        index = counter & _WINDOW_MASK
-        return bool(self.bits[index >> 3] >> (index & 7) & 1)
-
-    def mark(self, counter: int) -> None:
-        if counter > self.highest:
-            if counter - self.highest > 1:
-                # The slots of the skipped counters still hold counters that just left
-                # the window: clear them so the skipped ones can arrive late.
-                self._clear(self.highest + 1, counter)
-            self.highest = counter
-        index = counter & _WINDOW_MASK
-        self.bits[index >> 3] |= 1 << (index & 7)
-
-    def _clear(self, first: int, stop: int) -> None:
-        """Forget counters ``first`` up to (not including) ``stop``."""
-        if stop - first >= REPLAY_WINDOW:
-            self.bits = bytearray(REPLAY_WINDOW // 8)
-            return
-        bits = self.bits
-        counter = first
-        while counter < stop and counter & 7:  # up to a byte boundary, bit by bit
-            index = counter & _WINDOW_MASK
-            bits[index >> 3] &= ~(1 << (index & 7)) & 0xFF
-            counter += 1
-        whole = (stop - counter) >> 3
-        if whole > 0:  # whole bytes, possibly wrapping around the ring
-            start = (counter & _WINDOW_MASK) >> 3
-            head = min(whole, len(bits) - start)
-            bits[start : start + head] = bytes(head)
-            if whole > head:
-                bits[: whole - head] = bytes(whole - head)
-            counter += whole << 3
-        while counter < stop:
-            index = counter & _WINDOW_MASK
-            bits[index >> 3] &= ~(1 << (index & 7)) & 0xFF
-            counter += 1
-
-
 def is_native(data: bytes) -> bool:
     return data[:2] == MAGIC
 
@@ -199,7 +140,7 @@ def is_native(data: bytes) -> bool:
 def parse_prefix_untrusted(data: bytes) -> tuple[int, int]:
     """(receiver uid, counter) of a native datagram."""
     if len(data) < _PREFIX.size + _TAG:
-        raise BadPacket("native datagram too short", DropReason.MALFORMED.value)
+        raise BadPacket("native datagram too short", DropReason.MALFORMED)
     _, uid, counter = _PREFIX.unpack_from(data)
     return uid, counter
 
@@ -215,7 +156,7 @@ class Channel:
 
     def __init__(
         self,
-        road: Road,
+        port: RoadPort,
         remote: Remote,
         box: SessionBox,
         *,
@@ -223,7 +164,7 @@ class Channel:
         datagram_size: int,
         window: int,
     ) -> None:
-        self.road = road
+        self.port = port
         self.remote = remote
         self.box = box
         self._tx_nonce = bytes([1 if initiator else 2]) + bytes(15)
@@ -231,7 +172,7 @@ class Channel:
         self.datagram_size = datagram_size
         self._limit = datagram_size - _PREFIX.size - _TAG  # plaintext bytes per datagram
         self._flush_most = max(2, FLUSH_BYTES // datagram_size)  # datagrams per flush
-        config = road.config  # frozen
+        config = port.config  # frozen
         self.deadline: float | None = None
         # sending
         self.counter = 0
@@ -259,7 +200,7 @@ class Channel:
         self.reorder_threshold = PACKET_THRESHOLD
         self.declared_lost: dict[int, None] = {}
         # receiving
-        self.rx_window = _ReplayWindow()
+        self.rx_window = ReplayWindow()
         self.ack_ranges: list[list[int]] = []  # [first, last], newest last
         self.ack_pending = 0  # data packets received and not yet acknowledged
         self.ack_due = False  # an ack must go out at the next flush, data or not
@@ -267,7 +208,7 @@ class Channel:
         self._max_message = config.max_message_size
         self.inboxes = [
             Reassembly(
-                road.reassembly,
+                port.reassembly,
                 remote.uid,
                 max_message=config.max_message_size,
                 timeout=config.reassembly_timeout,
@@ -281,13 +222,13 @@ class Channel:
 
     def enqueue(self, outgoing: Outgoing, kind: BodyKind) -> None:
         self.scheduler.add_message(outgoing.mid, outgoing.body, kind, outgoing.expires)
-        self.road.mark_dirty(self)
+        self.port.want_flush(self)
 
     def enqueue_batch(self, first_mid: int, bodies: list[bytes], expires: float) -> None:
         """Queue msgpack ``bodies`` (mids ``first_mid`` on), confirmed by one
         ``MessageDelivered`` whose ``count`` covers them all."""
         self.scheduler.add_batch(first_mid, bodies, BodyKind.MSGPACK, expires)
-        self.road.mark_dirty(self)
+        self.port.want_flush(self)
 
     def flush(self, now: float, out: list[tuple[Datagram, tuple[str, int]]]) -> None:
         """Send what the flow gate allows, coalescing frames; an owed ack rides along, or
@@ -300,7 +241,7 @@ class Channel:
             while scheduler.has_data():
                 if self.bytes_in_flight and len(out) - end >= self._flush_most:
                     # Enough for one pass: the driver reads (acks, replies) before more.
-                    self.road.mark_dirty(self)
+                    self.port.want_flush(self)
                     break
                 if not self.ack_pending and self._burst(now, out):
                     continue
@@ -450,7 +391,7 @@ class Channel:
         top = self.counter
         for first, last in ranges:
             if last < first or last > top:
-                raise BadPacket("ack range names packets never sent", DropReason.BODY.value)
+                raise BadPacket("ack range names packets never sent", DropReason.BODY)
         if self.declared_lost:
             self._spurious(ranges)
         sent = self._sent
@@ -503,7 +444,7 @@ class Channel:
         if self._head < len(self._sent):
             self._detect_lost(now, floor=min(first for first, _ in ranges))
         if self.scheduler.has_data():  # the window opened: send more at the next flush
-            self.road.mark_dirty(self)
+            self.port.want_flush(self)
 
     def _trim(self) -> None:
         """Move ``_head`` past packets no longer in flight; drop the records behind it."""
@@ -519,10 +460,10 @@ class Channel:
         self._head = head
 
     def _confirmed(self, mid: int, count: int) -> None:
-        self.road.emit(MessageDelivered(self.remote.name, mid, count))
+        self.port.emit(MessageDelivered(self.remote.name, mid, count))
 
     def _failed(self, mid: int) -> None:
-        self.road.emit(TransactionFailed(self.remote.name, "message", "timeout", mid))
+        self.port.emit(TransactionFailed(self.remote.name, "message", "timeout", mid))
 
     def _spurious(self, ranges: list[tuple[int, int]]) -> None:
         """Packets we declared lost were acknowledged after all: the path reorders, so
@@ -539,7 +480,7 @@ class Channel:
             for counter in late:
                 declared.pop(counter, None)
             self.reorder_threshold = min(self.reorder_threshold * 2, MAX_REORDER)
-            self.road.stats["native_spurious_retransmit"] += len(late)
+            self.port.stats["native_spurious_retransmit"] += len(late)
         # Below our oldest packet in flight the receiver keeps no ranges (LEAST): no ack
         # can come for those any more.
         least = self._oldest_counter()
@@ -563,9 +504,9 @@ class Channel:
             self.declared_lost[counter] = None
         while len(self.declared_lost) > 4096:
             del self.declared_lost[next(iter(self.declared_lost))]
-        self._requeue(lost)
+        self._requeue(lost, now)
 
-    def _requeue(self, counters: list[int]) -> None:
+    def _requeue(self, counters: list[int], now: float) -> None:
         sent, base = self._sent, self._sent_base
         again = 0
         lost_bytes = 0
@@ -579,9 +520,9 @@ class Channel:
             again += self.scheduler.lost(record.frames)
         self._trim()
         if again:
-            self.road.stats["native_retransmit"] += again
-            self.flow.on_lost(lost_bytes, self.road.now)
-            self.road.mark_dirty(self)
+            self.port.stats["native_retransmit"] += again
+            self.flow.on_lost(lost_bytes, now)
+            self.port.want_flush(self)
 
     def _compute_pto(self) -> float:
         # srtt + max(4 rttvar, MIN_PTO), at least MIN_PTO, doubled per unanswered probe
@@ -620,7 +561,7 @@ class Channel:
         # A live heap entry stays valid while the deadline is unchanged (lazy
         # invalidation in TimerQueue), so only a moved deadline costs a push.
         if when != self.deadline:
-            self.road.timers.arm(self, when)
+            self.port.arm(self, when)
 
     def on_timer(self, now: float) -> None:
         for inbox in self.inboxes:
@@ -646,15 +587,15 @@ class Channel:
             self.pto_count += 1
             self._pto = self._compute_pto()
             self._probed_at = now
-            self._requeue(probes)
-        self.road.mark_dirty(self)
+            self._requeue(probes, now)
+        self.port.want_flush(self)
 
     # -- receiving ----------------------------------------------------------------------
 
     def receive_untrusted(self, data: bytes, counter: int, now: float) -> None:
         window = self.rx_window
         if counter <= window.highest and window.seen(counter):  # new counters: no call
-            raise BadPacket("native counter already seen", DropReason.REPLAY.value)
+            raise BadPacket("native counter already seen", DropReason.REPLAY)
         plain = self.box.decrypt_untrusted_at(
             data, _PREFIX.size, _NONCE.pack(self._rx_nonce, counter)
         )
@@ -690,7 +631,7 @@ class Channel:
             self.ack_pending += 1
             if self.ack_pending >= 2:
                 self.ack_due = True
-                self.road.mark_dirty(self)
+                self.port.want_flush(self)
             elif self.ack_deadline is None:
                 self.ack_deadline = now + ACK_DELAY
 
@@ -710,7 +651,7 @@ class Channel:
                     self._forget_below(least)
                 if rest:
                     self.ack_due = True
-                    self.road.mark_dirty(self)
+                    self.port.want_flush(self)
                 if self.inboxes[stream].take(
                     seq, body_kind, total, offset, plain, _LEAST_DATA.size, length, now
                 ):
@@ -725,12 +666,12 @@ class Channel:
                     _, body_kind, stream, first, count = BATCH_HEAD.unpack_from(plain, pos)
                     pos += BATCH_HEAD.size
                     if stream >= STREAMS or not count:
-                        raise BadPacket("bad native batch frame", DropReason.BODY.value)
+                        raise BadPacket("bad native batch frame", DropReason.BODY)
                     lengths = _lengths_untrusted(plain, pos, count)
                     pos += 2 * count
                     stop = pos + sum(lengths)
                     if stop > end:
-                        raise BadPacket("truncated native batch frame", DropReason.BODY.value)
+                        raise BadPacket("truncated native batch frame", DropReason.BODY)
                     if not self._batch(body_kind, stream, first, lengths, plain, pos, now):
                         carries = _REFUSED
                     elif carries == _NO_DATA:
@@ -742,7 +683,7 @@ class Channel:
                     )
                     pos += DATA_HEAD.size
                     if pos + length > end or stream >= STREAMS:
-                        raise BadPacket("bad native data frame", DropReason.BODY.value)
+                        raise BadPacket("bad native data frame", DropReason.BODY)
                     inbox = self.inboxes[stream]
                     if inbox.take(seq, body_kind, total, offset, plain, pos, length, now):
                         if carries == _NO_DATA:
@@ -753,7 +694,7 @@ class Channel:
                 elif kind == _ACK_NOW_FRAME:
                     pos += 1
                     self.ack_due = True
-                    self.road.mark_dirty(self)
+                    self.port.want_flush(self)
                 elif kind == _LEAST_FRAME:
                     _, least = _LEAST.unpack_from(plain, pos)
                     pos += _LEAST.size
@@ -774,9 +715,9 @@ class Channel:
                         pos += count * _RANGE.size
                         self._on_ack(ranges_in, now)
                 else:
-                    raise BadPacket("unknown native frame", DropReason.BODY.value)
+                    raise BadPacket("unknown native frame", DropReason.BODY)
         except (struct.error, IndexError) as exc:
-            raise BadPacket(f"truncated native frame: {exc}", DropReason.BODY.value) from None
+            raise BadPacket(f"truncated native frame: {exc}", DropReason.BODY) from None
         return carries
 
     def _batch(
@@ -818,15 +759,15 @@ class Channel:
         kind = _BODY_KINDS.get(body_kind)
         try:
             if kind is None:
-                raise BadPacket("unknown body kind", DropReason.BODY.value)
+                raise BadPacket("unknown body kind", DropReason.BODY)
             value = decode_body_untrusted(kind, data)
         except BadPacket:
-            self.road.stats["drop_body"] += 1
+            self.port.stats["drop_body"] += 1
             return
-        self.road.emit(MessageReceived(self.remote.name, value))
+        self.port.emit(MessageReceived(self.remote.name, value))
 
-    def _drop(self, reason: str, detail: str) -> None:
-        self.road.drop(reason, self.remote.ha, detail)
+    def _drop(self, reason: DropReason, detail: str) -> None:
+        self.port.drop(reason, self.remote.ha, detail)
 
     # -- end of the session -------------------------------------------------------------
 
@@ -835,7 +776,7 @@ class Channel:
         again in a new session).
 
         Ends the channel: its reassembly reservations go back to the road's budget."""
-        self.road.timers.arm(self, None)
+        self.port.arm(self, None)
         for inbox in self.inboxes:
             inbox.close()
         return [

@@ -35,11 +35,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from raetsalt.engine.events import DropReason
+from raetsalt.drops import DropReason
 from raetsalt.errors import BadPacket
 
 if TYPE_CHECKING:
-    from raetsalt.engine.road import RoadConfig
+    from raetsalt.engine.config import RoadConfig
 
 CHARGE_FLOOR = 4096
 """Bytes every held message is charged beyond its size (its bookkeeping)."""
@@ -167,7 +167,7 @@ class Reassembly:
         max_message: int,
         timeout: float,
         deliver: Callable[[int, Buffer], None],
-        drop: Callable[[str, str], None],
+        drop: Callable[[DropReason, str], None],
     ) -> None:
         self.budget = budget
         self.owner = owner
@@ -199,16 +199,16 @@ class Reassembly:
         next_deliver = self.next_deliver
         if seq < next_deliver or seq in self.ready:
             if seq in self.abandoned:
-                self.drop(DropReason.REASSEMBLY_TIMEOUT.value, f"frame of discarded message {seq}")
+                self.drop(DropReason.REASSEMBLY_TIMEOUT, f"frame of discarded message {seq}")
                 return False
             return True  # a retransmission of something complete
         if seq in self.abandoned:
-            self.drop(DropReason.REASSEMBLY_TIMEOUT.value, f"frame of discarded message {seq}")
+            self.drop(DropReason.REASSEMBLY_TIMEOUT, f"frame of discarded message {seq}")
             return False
         if seq >= next_deliver + SEQ_WINDOW or total > self.max_message:
-            raise BadPacket("native message out of range", DropReason.BODY.value)
+            raise BadPacket("native message out of range", DropReason.BODY)
         if offset + length > total or (length == 0 and total):
-            raise BadPacket("native frame outside its message", DropReason.BODY.value)
+            raise BadPacket("native frame outside its message", DropReason.BODY)
         partial = self.partials.get(seq)
         if partial is None:
             if offset == 0 and length == total:
@@ -216,7 +216,7 @@ class Reassembly:
             size, waiting = charge(total), seq != next_deliver
             if not self.budget.admit(self.owner, size, waiting=waiting):
                 self.drop(
-                    DropReason.REASSEMBLY_LIMIT.value,
+                    DropReason.REASSEMBLY_LIMIT,
                     f"message {seq} of {total} bytes does not fit the reassembly caps",
                 )
                 return False
@@ -224,7 +224,7 @@ class Reassembly:
             if self.stall_check is None or len(self.partials) == 1:
                 self.stall_check = now + self.timeout
         elif partial.total != total or partial.kind != kind:
-            raise BadPacket("native frames disagree on their message", DropReason.BODY.value)
+            raise BadPacket("native frames disagree on their message", DropReason.BODY)
         buffer = partial.buffer
         frontier = len(buffer)
         if offset < frontier or offset in partial.early:
@@ -238,7 +238,7 @@ class Reassembly:
             # completes.
             cost = length + PIECE_OVERHEAD
             if frontier + (frontier >> 3) + partial.early_held + cost > partial.charge:
-                self.drop(DropReason.REASSEMBLY_LIMIT.value, f"message {seq}: too many pieces")
+                self.drop(DropReason.REASSEMBLY_LIMIT, f"message {seq}: too many pieces")
                 return False
             partial.early[offset] = plain[pos : pos + length]
             partial.early_held += cost
@@ -267,7 +267,7 @@ class Reassembly:
         size = len(data) + READY_OVERHEAD
         if not self.budget.admit(self.owner, size, waiting=True):
             self.drop(
-                DropReason.REASSEMBLY_LIMIT.value,
+                DropReason.REASSEMBLY_LIMIT,
                 f"message {seq} waits for {self.next_deliver} and does not fit the caps",
             )
             return False
@@ -349,7 +349,7 @@ class Reassembly:
         abandoned[seq] = None
         if len(abandoned) > MAX_ABANDONED:
             del abandoned[next(iter(abandoned))]
-        self.drop(DropReason.REASSEMBLY_TIMEOUT.value, detail)
+        self.drop(DropReason.REASSEMBLY_TIMEOUT, detail)
         if seq == self.next_deliver:
             self.delivered(seq, now)
         else:

@@ -1,20 +1,33 @@
-"""What a road knows about one remote estate: ids, keys, session and status."""
+"""What a road knows about one remote estate: ids, keys, link state and session.
+
+The remote's link is one ``Link`` value (unjoined -> joined -> allowed); presence
+(``alive``) is separate, because an allowed remote may stop answering.  Transactions and
+the native channel are seen here only through the small protocols ``Exchange``,
+``Sending`` and ``SessionChannel``, so this module imports no transaction code.
+"""
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from enum import Enum
+from typing import TYPE_CHECKING, Protocol
 
 from raetsalt.crypto import SessionBox, Verifier
-from raetsalt.engine.replay import ReplayWindow
-from raetsalt.wire.enums import BodyKind
+from raetsalt.engine.replay import TidWindow
+from raetsalt.keep.records import RemoteRecord, RoleRecord
+from raetsalt.wire.enums import BodyKind, TransactionKind
 
 if TYPE_CHECKING:
-    from raetsalt.engine.transaction import Transaction
+    from raetsalt.wire.packet import Packet
 
 ID_WRAP = 1 << 32
 _ID_HALF = 1 << 31
+SID_BLOCK = 1024
+"""Session ids reserved in the keep at a time: the keep records ``sid + SID_BLOCK`` and a
+restart continues from there, so a re-allow writes nothing until the block is used up."""
+
+Address = tuple[str, int]
 
 
 def next_id(value: int) -> int:
@@ -28,6 +41,70 @@ def sid_valid(new: int, old: int) -> bool:
     if new == 0 or old == 0:
         return True
     return (new - old) % ID_WRAP < _ID_HALF
+
+
+def id_after(new: int, old: int) -> bool:
+    """``new`` is strictly later than ``old`` in the wrapping id space."""
+    return new != old and sid_valid(new, old)
+
+
+class Link(Enum):
+    """How far the handshakes with a remote got."""
+
+    UNJOINED = "unjoined"
+    """No join, a failed one, or one we must repeat (the other side may have restarted)."""
+    JOINED = "joined"
+    """Long-term keys exchanged and accepted on both sides; no session."""
+    ALLOWED = "allowed"
+    """A session: short-term keys from an allow handshake."""
+
+
+class Exchange(Protocol):
+    """What a remote and the road need of a transaction."""
+
+    @property
+    def kind(self) -> TransactionKind: ...
+
+    initiator: bool
+    sid: int
+    tid: int
+    finished: bool
+    deadline: float | None
+
+    @property
+    def key(self) -> tuple[bool, int, int]: ...
+
+    def receive(self, packet: Packet, now: float) -> None: ...
+
+    def on_timer(self, now: float) -> None: ...
+
+    def finish(self) -> None: ...
+
+
+class Sending(Protocol):
+    """The raet-profile message sender of a remote (one at a time keeps the order)."""
+
+    outgoing: Outgoing
+    finished: bool
+
+
+class SessionChannel(Protocol):
+    """The native-profile session with a remote (``raetsalt.engine.native.Channel``)."""
+
+    datagram_size: int
+    deadline: float | None
+
+    def enqueue(self, outgoing: Outgoing, kind: BodyKind) -> None: ...
+
+    def enqueue_batch(self, first_mid: int, bodies: list[bytes], expires: float) -> None: ...
+
+    def flush(self, now: float, out: list[tuple[bytes | bytearray, Address]]) -> None: ...
+
+    def receive_untrusted(self, data: bytes, counter: int, now: float) -> None: ...
+
+    def on_timer(self, now: float) -> None: ...
+
+    def unfinished(self) -> list[Outgoing]: ...
 
 
 @dataclass(slots=True)
@@ -47,13 +124,14 @@ class Remote:
 
     ``uid`` is our id for it (raet's *nuid*) and ``fuid`` its id for us (0 until a join
     tells us).  ``sid`` is our session id for transactions we start, ``rsid`` the last one
-    it used for transactions it started.  Keys: ``verify_key`` (Ed25519) and
-    ``long_public`` (Curve25519) from the join; ``session`` is the box of the current allow.
+    it used for transactions it started; the keep stores ``sid_reserved`` (see
+    ``SID_BLOCK``).  Keys: ``verify_key`` (Ed25519) and ``long_public`` (Curve25519) from
+    the join; ``session`` is the box of the current allow.
     """
 
     uid: int
     name: str
-    ha: tuple[str, int]
+    ha: Address
     fuid: int = 0
     role: str = ""
     main: bool = False
@@ -61,29 +139,74 @@ class Remote:
     verify_key: bytes = b""
     long_public: bytes = b""
     sid: int = 0
+    sid_reserved: int = 0
     rsid: int = 0
     tid: int = 0
-    joined: bool | None = None
-    allowed: bool = False
+    link: Link = Link.UNJOINED
     alive: bool | None = None
-    profile: str = "raet"
+    """Presence: answering (True), silent past the alive time-out (False), not known yet."""
     session: SessionBox | None = None
     verifier: Verifier | None = None
     auto_connect: bool = False
     """We keep this remote connected: join, allow and re-join after failures by ourselves."""
-    transactions: dict[tuple[bool, int, int], Transaction] = field(default_factory=dict)
-    replay: ReplayWindow = field(default_factory=ReplayWindow)
+    transactions: dict[tuple[bool, int, int], Exchange] = field(default_factory=dict)
+    replay: TidWindow = field(default_factory=TidWindow)
+    """Message tids delivered in the current session."""
     outbox: deque[Outgoing] = field(default_factory=deque)
-    channel: Any = None
-    """The native-profile ``Channel`` of the current session, when both ends are ours."""
-    sender: Any = None
+    channel: SessionChannel | None = None
+    """The native-profile session, when both ends are ours."""
+    sender: Sending | None = None
     """The message transaction currently sending (one at a time keeps delivery in order)."""
     last_rx: float = 0.0
     alive_failures: int = 0
     retry_at: float = 0.0
     retry_delay: float = 0.0
-    deadline: float | None = None
-    """Housekeeping timer: presence, connect retries and outbox expiry."""
+
+    @property
+    def joined(self) -> bool:
+        return self.link is not Link.UNJOINED
+
+    @property
+    def allowed(self) -> bool:
+        return self.link is Link.ALLOWED
+
+    @property
+    def profile(self) -> str:
+        """``"native"`` or ``"raet"``: the wire profile of the current session."""
+        return "native" if self.channel is not None else "raet"
+
+    @classmethod
+    def restore(cls, saved: RemoteRecord, keys: RoleRecord) -> Remote:
+        """A remote as the keep recorded it, with its role's keys."""
+        remote = cls(
+            uid=saved.uid,
+            name=saved.name,
+            ha=(saved.ha[0], saved.ha[1]),
+            fuid=saved.fuid,
+            role=saved.role,
+            main=saved.main,
+            kind=saved.kind,
+            # The keep holds a reserved sid: sessions never repeat across restarts.
+            sid=saved.sid,
+            sid_reserved=saved.sid,
+            link=Link.JOINED if saved.joined else Link.UNJOINED,
+        )
+        remote.set_keys(bytes.fromhex(keys.verhex), bytes.fromhex(keys.pubhex))
+        return remote
+
+    def record(self) -> RemoteRecord:
+        """What the keep stores about this remote (its sid: the reserved one)."""
+        return RemoteRecord(
+            name=self.name,
+            role=self.role,
+            uid=self.uid,
+            fuid=self.fuid,
+            ha=self.ha,
+            sid=self.sid_reserved,
+            main=self.main,
+            kind=self.kind,
+            joined=self.joined,
+        )
 
     def next_tid(self) -> int:
         self.tid = next_id(self.tid)
@@ -99,9 +222,10 @@ class Remote:
         self.verify_key = verify_key
         self.long_public = long_public
 
-    def in_progress(self, kind: int) -> Transaction | None:
-        """A live transaction of ``kind`` (a ``TransactionKind``), if there is one."""
+    def in_progress(self, kind: TransactionKind) -> Exchange | None:
+        """A live transaction of ``kind``, if there is one."""
         for txn in self.transactions.values():
             if txn.kind == kind:
                 return txn
         return None
+

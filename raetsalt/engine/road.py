@@ -2,66 +2,92 @@
 
 Driving it (the UDP driver in ``raetsalt.drivers.udp`` does exactly this)::
 
+    road = Road(state=keep.load_state(), name=..., ...)   # records in memory from now on
     road.receive_datagram(data, address, now)     # for every datagram read
     for data, address in road.datagrams_to_send(now): sock.sendto(data, address)
-    when = road.next_timer()                      # sleep at most until then
+    when = road.get_timer()                       # sleep at most until then
     road.handle_timer(now)                        # when it is due
-    while (event := road.next_event()) is not None: ...
+    while (event := road.next_event()) is not None: ...   # KeepEvents: write them
 
 Receive pipeline (protocol.md 6, made strict):
 
 1. parse the datagram (only ``BadPacket`` can come out; it is dropped and counted);
-2. join packets (plaintext by design) go to the join handlers;
+2. join packets (plaintext by design) go to the join handlers; a correspondent is found
+   by (source address, ids), so one address cannot steer another's join;
 3. every other packet must be signed, name a known remote by ``de`` and verify with that
    remote's key; unsigned or forged packets are dropped without a reply;
 4. for remotely initiated packets the session id must not be older than the remote's
    current one; a newer one starts a new remote session;
-5. the packet goes to its transaction, or starts a correspondent, or gets a stale nack.
+5. the packet goes to its transaction, or starts a correspondent (a table keyed by
+   transaction kind and packet kind), or gets a stale nack.
 
 Nothing here replies to a packet that failed to authenticate, except what the join
-protocol itself needs (``pend``, ``reject``, ``renew``).
+protocol itself needs (``pend``, ``reject``, ``renew``, ``response``).
+
+Storage stays outside: the road holds its records in memory (``KeyBook`` for keys) and
+reports each change as a ``KeepEvent``.  Operator decisions arrive as commands
+(``change_key``) and take effect at once.
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter, deque
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from raetsalt.crypto import KeyPair, SessionBox, Signer
+from raetsalt.crypto import SessionBox
+from raetsalt.drops import DropReason
 from raetsalt.engine.alive import AliveInitiator
 from raetsalt.engine.allow import AllowCorrespondent, AllowInitiator
+from raetsalt.engine.config import RoadConfig
 from raetsalt.engine.events import (
     Allowed,
-    DropReason,
+    Departed,
     Event,
-    JoinRejected,
+    LocalChanged,
     PacketDropped,
     PresenceChanged,
+    RemoteChanged,
+    RemoteRemoved,
     TransactionFailed,
 )
-from raetsalt.engine.join import (
-    JoinBody,
-    JoinCorrespondent,
-    JoinInitiator,
-    parse_join_body_untrusted,
-    valid_name,
+from raetsalt.engine.guard import Guard
+from raetsalt.engine.identity import JoinBody, LocalEstate, open_estate
+from raetsalt.engine.join import JoinCorrespondent, JoinInitiator
+from raetsalt.engine.joindesk import JoinDesk
+from raetsalt.engine.keybook import KeyBook
+from raetsalt.engine.message import (
+    LAZY_EXCLUDED,
+    MessageReceiver,
+    MessageSender,
+    take_lazy_segment,
 )
-from raetsalt.engine.message import MessageReceiver, MessageSender
 from raetsalt.engine.native import Channel, Datagram, is_native, parse_prefix_untrusted
 from raetsalt.engine.reassembly import ReassemblyBudget
-from raetsalt.engine.remote import Outgoing, Remote, next_id, sid_valid
-from raetsalt.engine.timers import TimerQueue, backoff
-from raetsalt.engine.transaction import Transaction
-from raetsalt.errors import BadPacket, KeepError, LocalError
-from raetsalt.keep.records import Acceptance, AutoMode, Keep, LocalRecord, RemoteRecord
-from raetsalt.log import clip
+from raetsalt.engine.remote import (
+    SID_BLOCK,
+    Address,
+    Exchange,
+    Link,
+    Outgoing,
+    Remote,
+    SessionChannel,
+    id_after,
+    next_id,
+    sid_valid,
+)
+from raetsalt.engine.timers import Timed, TimerQueue, backoff
+from raetsalt.engine.transaction import mirrored_header
+from raetsalt.errors import BadPacket, LocalError
+from raetsalt.keep.policy import KeyDecision, KeyPolicy
+from raetsalt.keep.records import KeepState, KeyRef, LocalRecord, RemoteRecord
 from raetsalt.wire.body import decode_body_untrusted, encode_body, encode_message
 from raetsalt.wire.enums import BodyKind, CoatKind, Flag, FootKind, PacketKind, TransactionKind
 from raetsalt.wire.header import Header
 from raetsalt.wire.packet import Packet, pack_packet, parse_packet_untrusted
+
+__all__ = ["Road", "RoadConfig"]
 
 _NACK_KINDS = frozenset(
     {
@@ -74,165 +100,125 @@ _NACK_KINDS = frozenset(
     }
 )
 
-# Segments with these flags are verified before anything looks at them: ``wf`` asks for
-# a reply, ``cf`` marks a packet of a transaction we started.
-_LAZY_EXCLUDED = int(Flag.WF | Flag.CF)
-_LAZY_FAST_EXCLUDED = int(Flag.WF | Flag.CF | Flag.BF)
+Correspond = Callable[[Remote, Packet, Address, float], None]
 
 
-@dataclass(frozen=True, slots=True)
-class RoadConfig:
-    """Tunables of a road.  Defaults follow raet 0.6.8 where raet has one."""
-
-    auto: AutoMode = AutoMode.NEVER
-    """How remote keys seen for the first time are accepted."""
-    join_timeout: float = 5.0
-    join_pending_timeout: float = 120.0
-    """How long a join waits for an operator while the other side keeps asking."""
-    pending_recheck: float = 0.5
-    """How often a pending join re-reads the keep for an operator's decision."""
-    alive_timeout: float = 2.0
-    presence_period: float = 1.0
-    """An alive is sent to a remote that has been silent this long."""
-    message_timeout: float = 30.0
-    window: int = 256
-    """Segments a raet-profile message sender may have in flight beyond the receiver's last
-    ack (0: all).  256 x 1 KiB stays well below the 4 MiB socket buffers the UDP driver
-    asks for; a smaller buffer only costs resends."""
-    ack_every: int = 32
-    """A raet-profile sender flags every this many-th segment ``wf`` (the receiver acks it)."""
-    lazy_verify: bool = True
-    """Store message segments without ``wf`` of a known message before checking their
-    signatures; the message's box authenticates them (see ``raetsalt.engine.message``)."""
-    max_packet_size: int = 1024
-    max_message_size: int = 16 * 1024 * 1024
-    max_receivers: int = 64
-    """Concurrent incoming messages per remote."""
-    rejoin_after: int = 3
-    """Consecutive unanswered alives after which a connecting side re-joins."""
-    retry_min: float = 0.5
-    retry_max: float = 10.0
-    """Bounds of the jittered back-off between connection attempts."""
-    body_kind: BodyKind = BodyKind.JSON
-    native: bool = True
-    """Offer and accept the native profile (used only when both ends are raetsalt)."""
-    native_datagram_size: int = 1400
-    """Largest native datagram on real networks (fits a 1500-byte MTU with IPv6)."""
-    native_loopback_datagram_size: int = 65000
-    """Largest native datagram to a loopback address, where the MTU is 64 KiB."""
-    native_window: int = 2 * 1024 * 1024
-    """Bytes a native sender may have unacknowledged (below the receiver's socket buffer)."""
-    # Reassembly caps and time-out (engine.reassembly); the largest express message.
-    reassembly_per_remote: int = 32 * 1024 * 1024
-    reassembly_total: int = 256 * 1024 * 1024
-    reassembly_timeout: float = 30.0
-    native_express_size: int = 16 * 1024
-
-
-@dataclass(eq=False)
 class _Housekeeping:
     """Per-remote timer owner (presence, reconnect, queued-message expiry)."""
 
-    remote: Remote
-    deadline: float | None = None
+    __slots__ = ("remote", "road", "deadline")
+
+    def __init__(self, road: Road, remote: Remote) -> None:
+        self.road = road
+        self.remote = remote
+        self.deadline: float | None = None
+
+    def on_timer(self, now: float) -> None:
+        self.road.service_remote(self.remote, now)
 
 
-@dataclass(eq=False)
 class Road:
-    """The engine of one estate on the road.  See the module docstring for the calls."""
+    """The engine of one estate on the road.  See the module docstring for the calls.
 
-    keep: Keep
-    ha: tuple[str, int] = ("127.0.0.1", 7530)
-    name: str = ""
-    role: str = ""
-    main: bool = False
-    kind: int = 0
-    config: RoadConfig = field(default_factory=RoadConfig)
-    rng: random.Random = field(default_factory=random.Random)
-    now: float = 0.0
+    ``state`` is what the keep held at start (``Keep.load_state``); a new estate (no
+    local record) is created with ``name`` and the other arguments, and reported as
+    ``LocalChanged``.  ``policy`` decides key acceptance (default: ``config.auto``).
+    """
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        state: KeepState | None = None,
+        ha: Address = ("127.0.0.1", 7530),
+        name: str = "",
+        role: str = "",
+        main: bool = False,
+        kind: int = 0,
+        config: RoadConfig | None = None,
+        policy: KeyPolicy | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        state = state if state is not None else KeepState()
+        self.config = config = config if config is not None else RoadConfig()
+        self.ha: Address = ha  # where the driver bound us
+        self.rng = rng if rng is not None else random.Random()
+        self.stats: Counter[str] = Counter()
+        self.timers = TimerQueue()
         self.remotes: dict[int, Remote] = {}
         self.remotes_by_name: dict[str, Remote] = {}
-        self.vacuous_joins: dict[tuple[tuple[str, int], int, int], JoinCorrespondent] = {}
-        self.timers = TimerQueue()
-        self.stats: Counter[str] = Counter()
-        self._outbox: list[tuple[Datagram, tuple[str, int]]] = []
+        self.lazy_heads: dict[bytes, MessageReceiver] = {}
+        self.reassembly = ReassemblyBudget.for_config(config)
+        self._outbox: list[tuple[Datagram, Address]] = []
         self._events: deque[Event] = deque()
         self._housekeeping: dict[int, _Housekeeping] = {}
         self._long_boxes: dict[bytes, SessionBox] = {}
-        self._dirty: dict[Channel, None] = {}
+        self._dirty: dict[SessionChannel, None] = {}
+        self._persisted: dict[str, RemoteRecord] = {}
         self._next_mid = 0
-        # Lazily verifying message receivers by the stem of their segments' heads.
-        self.lazy_heads: dict[bytes, MessageReceiver] = {}
-        self.reassembly = ReassemblyBudget.for_config(self.config)
-        self._restore()
+        self.keys = KeyBook(
+            policy if policy is not None else KeyPolicy(config.auto),
+            roles=state.roles,
+            denied=state.denied,
+            emit=self.emit,
+        )
+        self.guard = Guard()
+        self.joins = JoinDesk(self)
+        self._correspondents: Mapping[tuple[int, int], Correspond] = {
+            (TransactionKind.ALLOW, PacketKind.HELLO): self._start_allow_correspondent,
+            (TransactionKind.ALIVE, PacketKind.REQUEST): self._answer_alive,
+            (TransactionKind.MESSAGE, PacketKind.MESSAGE): self._start_message_receiver,
+        }
+        self._restore(state, ha=ha, name=name, role=role, main=main, kind=kind)
 
     # -- set-up ---------------------------------------------------------------------------
 
-    def _restore(self) -> None:
-        local = self.keep.load_local()
-        if local is None:
-            if not valid_name(self.name):
-                raise LocalError(f"a new road needs a valid estate name, got {clip(self.name)}")
-            signer, long_keys = Signer.generate(), KeyPair.generate()
-            local = LocalRecord(
-                name=self.name,
-                role=self.role or self.name,
-                main=self.main,
-                kind=self.kind,
-                sighex=signer.seed.hex(),
-                prihex=long_keys.secret.hex(),
-                ha=self.ha,
-                puid=1,
-            )
-            self.keep.save_local(local)
-        elif self.name and self.name != local.name:
-            raise LocalError(f"the keep belongs to estate {local.name!r}, not {self.name!r}")
-        self.name, self.role, self.puid = local.name, local.role, local.puid
-        self.signer = Signer(bytes.fromhex(local.sighex))
-        self.long_keys = KeyPair(bytes.fromhex(local.prihex))
-        for record in self.keep.load_remotes():
-            role = self.keep.load_role(record.role)
-            if role is None:
-                continue  # keys deleted by an operator: the remote must join afresh
-            remote = Remote(
-                uid=record.uid,
-                name=record.name,
-                ha=tuple(record.ha),  # type: ignore[arg-type]
-                fuid=record.fuid,
-                role=record.role,
-                main=record.main,
-                kind=record.kind,
-                # Sessions never repeat across restarts (protocol.md 4.3).
-                sid=next_id(record.sid),
-                joined=record.joined,
-            )
-            remote.set_keys(bytes.fromhex(role.verhex), bytes.fromhex(role.pubhex))
-            self._add(remote)
-            self.save_remote(remote)
+    def _restore(
+        self, state: KeepState, *, ha: Address, name: str, role: str, main: bool, kind: int
+    ) -> None:
+        record, self._local, created = open_estate(
+            state.local, name=name, role=role, main=main, kind=kind, ha=ha
+        )
+        if created:
+            self.emit(LocalChanged(record))
+        self._local_record = record
+        self.puid = record.puid
+        for saved in state.remotes:
+            keys = self.keys.roles.get(saved.role)
+            if keys is None:
+                continue  # keys deleted by an operator (or unreadable): it must join afresh
+            self._add(Remote.restore(saved, keys))
+            self._persisted[saved.name] = saved
+
+    @property
+    def local(self) -> LocalEstate:
+        return self._local
+
+    @property
+    def name(self) -> str:
+        return self._local.name
 
     def _add(self, remote: Remote) -> None:
         self.remotes[remote.uid] = remote
         self.remotes_by_name[remote.name] = remote
-        self._housekeeping[remote.uid] = _Housekeeping(remote)
+        self._housekeeping[remote.uid] = _Housekeeping(self, remote)
 
     def _new_uid(self) -> int:
         uid = self.puid
         while True:
             uid = next_id(uid)
-            if uid != 1 and uid not in self.remotes:
+            if uid != 1 and uid not in self.remotes and self.guard.departed(uid, 0.0) is None:
                 self.puid = uid
                 return uid
 
     # -- the sans-IO surface --------------------------------------------------------------
 
-    def receive_datagram(self, data: bytes, address: tuple[str, int], now: float) -> None:
+    def receive_datagram(self, data: bytes, address: Address, now: float) -> None:
         """Process one datagram; never raises for anything the datagram contains."""
-        self.now = now
         self.stats["rx"] += 1
         try:
-            if self.lazy_heads and self._receive_lazy_segment(data, address, now):
+            if self.lazy_heads and take_lazy_segment(
+                data, address, now, self.lazy_heads, self.config.max_packet_size
+            ):
                 return
             if is_native(data):
                 self._receive_native(data, address, now)
@@ -240,48 +226,41 @@ class Road:
             packet = parse_packet_untrusted(data, max_size=self.config.max_packet_size)
             self._dispatch(packet, address, now)
         except BadPacket as exc:
-            self._drop(exc.trigger, address, str(exc))
-        except KeepError as exc:  # the keep refused a write (disk full ...): not the peer's
-            self._drop(DropReason.STORAGE.value, address, str(exc))
+            self._drop_bad(exc, address)
 
-    def datagrams_to_send(self, now: float) -> list[tuple[Datagram, tuple[str, int]]]:
-        self.now = now
+    def datagrams_to_send(self, now: float) -> list[tuple[Datagram, Address]]:
         # Native channels send here, once per batch: everything queued since the last
         # call shares datagrams, and one ack answers a whole batch of received packets.
         while self._dirty:
             channel = next(iter(self._dirty))
             del self._dirty[channel]
-            if channel.remote.channel is channel:
+            remote = getattr(channel, "remote", None)
+            if remote is not None and remote.channel is channel:
                 channel.flush(now, self._outbox)
         out, self._outbox = self._outbox, []
         return out
 
-    def next_timer(self) -> float | None:
-        return self.timers.next_deadline()
+    def get_timer(self) -> float | None:
+        """Absolute time of the next deadline, or None."""
+        return self.timers.get_timer()
 
     def has_output(self) -> bool:
         """Datagrams are waiting for ``datagrams_to_send`` (so a driver must not sleep)."""
         return bool(self._outbox or self._dirty)
 
     def handle_timer(self, now: float) -> None:
-        self.now = now
         for owner in self.timers.pop_due(now):
             try:
-                if isinstance(owner, Transaction | Channel):
-                    owner.on_timer(now)
-                elif isinstance(owner, _Housekeeping):
-                    self._service_remote(owner.remote, now)
+                owner.on_timer(now)
             except BadPacket as exc:  # a retransmission found the state unusable
-                self._drop(exc.trigger, ("", 0), str(exc))
-            except KeepError as exc:
-                self._drop(DropReason.STORAGE.value, ("", 0), str(exc))
+                self._drop_bad(exc, ("", 0))
 
     def next_event(self) -> Event | None:
         return self._events.popleft() if self._events else None
 
     # -- commands -------------------------------------------------------------------------
 
-    def connect(self, ha: tuple[str, int], now: float, *, name: str | None = None) -> int:
+    def connect(self, ha: Address, now: float, *, name: str | None = None) -> int:
         """Keep a session with the estate at ``ha`` (usually a main): join, allow, and
         re-establish it by itself after failures or restarts.  Returns the remote's uid.
 
@@ -289,7 +268,6 @@ class Road:
         by that name at once (messages queue until the session is up).  If the join
         reveals another name, the remote is renamed to it.
         """
-        self.now = now
         remote = self.remotes_by_name.get(name) if name else None
         if remote is None:
             remote = next((r for r in self.remotes.values() if r.ha == ha), None)
@@ -299,22 +277,23 @@ class Road:
             self._add(remote)
         remote.ha = ha
         remote.auto_connect = True
-        remote.joined = None  # always re-join on (re)connect: the other side may have restarted
+        # Always re-join on (re)connect: the other side may have restarted.
+        self._lose_session(remote)
+        remote.link = Link.UNJOINED
         remote.retry_at = now
-        self._service_remote(remote, now)
+        self.service_remote(remote, now)
         return remote.uid
 
     def join(self, uid: int, now: float) -> None:
-        self.now = now
         remote = self.remotes[uid]
         if remote.in_progress(TransactionKind.JOIN) is not None:
             return
+        remote.link = Link.UNJOINED
         txn = JoinInitiator(self, remote, now=now)
         remote.transactions[txn.key] = txn
         txn.start(now)
 
     def allow(self, uid: int, now: float) -> None:
-        self.now = now
         remote = self.remotes[uid]
         if not remote.joined:
             self.join(uid, now)
@@ -326,7 +305,6 @@ class Road:
         txn.start(now)
 
     def alive(self, uid: int, now: float) -> None:
-        self.now = now
         remote = self.remotes[uid]
         if not remote.allowed:
             self.allow(uid, now)
@@ -345,7 +323,6 @@ class Road:
         with ``TransactionFailed(kind="message")``; a delivered one with
         ``MessageDelivered``.
         """
-        self.now = now
         remote = self.remote(to)
         kind = BodyKind.MSGPACK if remote.channel is not None else self.config.body_kind
         encoded = encode_message(kind, body, self.config.max_message_size)
@@ -365,7 +342,7 @@ class Road:
             for body in bodies:
                 self.send_message(to, body, now)
         else:
-            size, self.now = self.config.max_message_size, now
+            size = self.config.max_message_size
             encoded = [encode_message(BodyKind.MSGPACK, body, size) for body in bodies]
             self._next_mid += len(encoded)
             remote.channel.enqueue_batch(first, encoded, now + self.config.message_timeout)
@@ -379,28 +356,38 @@ class Road:
             raise LocalError(f"no remote {which!r}")
         return found
 
-    def remove_remote(self, which: str | int) -> None:
-        """Forget a remote (its keep record too), e.g. after its key was deleted."""
-        remote = self.remote(which)
-        for txn in list(remote.transactions.values()):
-            txn.finish()
-        if remote.channel is not None:
-            remote.channel.unfinished()  # ends it: its reassembly reservations go back
-        self.timers.arm(self._housekeeping.pop(remote.uid), None)
-        del self.remotes[remote.uid]
-        del self.remotes_by_name[remote.name]
-        self.keep.remove_remote(remote.name)
+    def change_key(self, action: str, ref: KeyRef, now: float) -> bool:
+        """An operator's decision (``raetsalt.keep.policy.Action``) on the key ``ref``,
+        effective at once: a pending join waiting for it is answered, and deleting or
+        rejecting a key ends the sessions of that role (the remote is then told
+        ``unjoined`` when it speaks, and joins again).  False if ``ref`` is not stored
+        as given (nothing changed)."""
+        change = self.keys.change(action, ref)
+        if change is None:
+            return False
+        acceptance = None if change.record is None else change.record.acceptance
+        for txn in self.joins.of_role(ref.role):
+            if acceptance is None:
+                txn.finish()
+            else:
+                txn.decided(acceptance, now)
+        for remote in [r for r in self.remotes.values() if r.role == ref.role]:
+            if change.drop_sessions:
+                self._depart(remote, now)
+                continue
+            joining = remote.in_progress(TransactionKind.JOIN)
+            if isinstance(joining, JoinInitiator) and acceptance is not None:
+                joining.decided(acceptance, now)
+        return True
 
-    # -- services for transactions ---------------------------------------------------------
+    # -- services for transactions (the RoadPort) ----------------------------------------
 
-    def transmit(self, header: Header, coat: bytes, address: tuple[str, int]) -> None:
-        sign = self.signer.sign if header.foot_kind == FootKind.NACL else None
-        self._outbox.append(
-            (pack_packet(header, coat, sign, max_size=self.config.max_packet_size), address)
-        )
-        self.stats["tx"] += 1
+    def transmit(self, header: Header, coat: bytes, address: Address) -> None:
+        sign = self._local.signer.sign if header.foot_kind == FootKind.NACL else None
+        data = pack_packet(header, coat, sign, max_size=self.config.max_packet_size)
+        self.transmit_datagram(data, address)
 
-    def transmit_datagram(self, data: bytes, address: tuple[str, int]) -> None:
+    def transmit_datagram(self, data: bytes, address: Address) -> None:
         """Queue a datagram a transaction packed (and signed) itself."""
         self._outbox.append((data, address))
         self.stats["tx"] += 1
@@ -408,16 +395,17 @@ class Road:
     def emit(self, event: Event) -> None:
         self._events.append(event)
 
-    def mark_dirty(self, channel: Channel) -> None:
-        """``channel`` has something to send at the next ``datagrams_to_send``."""
+    def arm(self, owner: Timed, when: float | None) -> None:
+        self.timers.arm(owner, when)
+
+    def want_flush(self, channel: SessionChannel) -> None:
         self._dirty[channel] = None
 
     def long_box(self, remote: Remote) -> SessionBox:
-        """The box between our and the remote's long-term keys (used by allow's vouch)."""
         box = self._long_boxes.get(remote.long_public)
         if box is None:
             box = self._long_boxes[remote.long_public] = SessionBox(
-                self.long_keys.secret, remote.long_public
+                self._local.long_keys.secret, remote.long_public
             )
         return box
 
@@ -425,9 +413,7 @@ class Road:
         if coat_kind == CoatKind.NADA:
             return coat
         if remote.session is None:
-            raise BadPacket(
-                "encrypted packet from a remote without a session", DropReason.DECRYPT.value
-            )
+            raise BadPacket("encrypted packet from a remote without a session", DropReason.DECRYPT)
         return remote.session.open_untrusted(coat)
 
     def seal_body(self, remote: Remote, body: bytes, coat_kind: CoatKind) -> bytes:
@@ -441,57 +427,89 @@ class Road:
         plain = self.open_coat(remote, packet.coat, CoatKind(header.coat_kind))
         return decode_body_untrusted(BodyKind(header.body_kind), plain)
 
-    def save_remote(self, remote: Remote) -> None:
-        if not remote.joined and remote.fuid == 0:
-            return  # nothing worth keeping about a remote that never joined
-        self.keep.save_remote(
-            RemoteRecord(
-                name=remote.name,
-                role=remote.role,
-                uid=remote.uid,
-                fuid=remote.fuid,
-                ha=remote.ha,
-                sid=remote.sid,
-                main=remote.main,
-                kind=remote.kind,
-                joined=bool(remote.joined),
-            )
-        )
-        local = self.keep.load_local()
-        if local is not None and local.puid != self.puid:
-            local.puid = self.puid
-            self.keep.save_local(local)
+    def drop(self, reason: DropReason, address: Address, detail: str) -> None:
+        """Count and report a datagram dropped after its transaction took it."""
+        self.stats[f"drop_{reason.value}"] += 1
+        self.emit(PacketDropped(reason, address, detail))
+
+    def name_holder(self, name: str) -> Remote | None:
+        return self.remotes_by_name.get(name)
+
+    def decide_key(self, role: str, verhex: str, pubhex: str) -> KeyDecision:
+        return self.keys.decide(role, verhex, pubhex)
 
     def adopt_identity(self, remote: Remote, join: JoinBody, *, fuid: int) -> None:
-        """Take name, role, keys and flags from a join body (renaming a vacuous remote)."""
         if join.name != remote.name:
             self.remotes_by_name.pop(remote.name, None)
-            if remote.joined or remote.fuid:
-                self.keep.remove_remote(remote.name)  # its record lives under the old name
+            if self._persisted.pop(remote.name, None) is not None:
+                self.emit(RemoteRemoved(remote.name))  # its record lives under the old name
             remote.name = join.name
             self.remotes_by_name[remote.name] = remote
         remote.role, remote.main, remote.kind, remote.fuid = join.role, join.main, join.kind, fuid
         remote.set_keys(bytes.fromhex(join.verhex), bytes.fromhex(join.pubhex))
 
+    def forget_join(self, txn: Exchange) -> None:
+        assert isinstance(txn, JoinCorrespondent)
+        self.joins.forget(txn)
+
+    def register_lazy(self, stem: bytes, txn: Exchange) -> None:
+        assert isinstance(txn, MessageReceiver)
+        self.lazy_heads[stem] = txn
+
+    def forget_lazy(self, stem: bytes, txn: Exchange) -> None:
+        if self.lazy_heads.get(stem) is txn:
+            del self.lazy_heads[stem]
+
+    def remote_changed(self, remote: Remote) -> None:
+        if not remote.joined and remote.fuid == 0:
+            return  # nothing worth keeping about a remote that never joined
+        record = remote.record()
+        if self._persisted.get(remote.name) != record:
+            self._persisted[remote.name] = record
+            self.emit(RemoteChanged(record))
+        if self._local_record.puid != self.puid:
+            self._local_record = LocalRecord(**{**vars(self._local_record), "puid": self.puid})
+            self.emit(LocalChanged(self._local_record))
+
     # -- connection life cycle (called by transactions) ------------------------------------
 
-    def on_joined(self, remote: Remote, now: float, *, initiator: bool) -> None:
+    def on_joined(self, remote: Remote, now: float, *, initiator: bool, vacuous: bool) -> None:
         remote.retry_delay = 0.0
-        if initiator:
-            # We joined because we (re)started or lost the remote: our session is stale,
-            # and we allow next.  The correspondent keeps its session until that allow
-            # replaces it, so a late duplicate join request costs nothing.
-            self._lose_session(remote)
-            if remote.auto_connect:
-                self.allow(remote.uid, now)
+        if remote.sid == 0:
+            self._bump_sid(remote)
+        if not initiator:
+            if vacuous:
+                remote.rsid = 0  # the joiner numbers its sessions afresh for us
+            if remote.link is Link.UNJOINED:
+                remote.link = Link.JOINED
+            self.remote_changed(remote)
+            return
+        if vacuous:
+            remote.rsid = 0  # the other side numbers its sessions afresh for us
+        remote.link = Link.JOINED
+        self.remote_changed(remote)
+        # We joined because we (re)started or lost the remote: our session is stale, and
+        # we allow next.  The correspondent keeps its session until that allow replaces
+        # it, so a late duplicate join request costs nothing.
+        self._lose_session(remote)
+        if remote.auto_connect:
+            self.allow(remote.uid, now)
 
     def on_allowed(
-        self, remote: Remote, session: SessionBox, now: float, *, native: bool, initiator: bool
+        self,
+        remote: Remote,
+        session: SessionBox,
+        now: float,
+        *,
+        native: bool,
+        initiator: bool,
+        ha: Address,
+        fuid: int,
+        rsid: int,
     ) -> None:
         if remote.channel is not None:
             remote.outbox.extendleft(reversed(remote.channel.unfinished()))
             remote.channel = None
-        remote.profile = "native" if native else "raet"
         if native:
             loopback = remote.ha[0].startswith("127.") or remote.ha[0] == "::1"
             config = self.config
@@ -505,10 +523,11 @@ class Road:
                 window=config.native_window,
             )
         remote.session = session
-        remote.allowed = True
+        remote.link = Link.ALLOWED
+        remote.replay = type(remote.replay)()  # a new session key: a fresh window
         remote.retry_delay = 0.0
         remote.last_rx = now
-        remote.next_sid()
+        self._bump_sid(remote)
         # Our transactions of the old session are void; their messages go out again.
         requeue: list[Outgoing] = []
         for txn in list(remote.transactions.values()):
@@ -519,15 +538,15 @@ class Road:
         if remote.sender is not None and remote.sender.finished:
             remote.sender = None
         remote.outbox.extendleft(reversed(requeue))
-        self.save_remote(remote)
+        self.remote_changed(remote)
         self._set_alive(remote, True)
         self.emit(Allowed(remote.name, remote.profile))
         self._pump(remote, now)
         self._rearm(remote, now)
 
     def on_unjoined(self, remote: Remote, now: float) -> None:
-        remote.joined = False
         self._lose_session(remote)
+        remote.link = Link.UNJOINED
         self.join(remote.uid, now)
 
     def on_unallowed(self, remote: Remote, now: float) -> None:
@@ -546,28 +565,33 @@ class Road:
             # Silent for several alives: it may have restarted without its keep.  A
             # restart with its keep answers "unallowed" and needs no re-join.
             self._lose_session(remote)
-            remote.joined = None
-            self.on_connect_failed(remote)
+            remote.link = Link.UNJOINED
+            self.on_connect_failed(remote, now)
         else:
             self._rearm(remote, now)
 
-    def on_connect_failed(self, remote: Remote) -> None:
+    def on_connect_failed(self, remote: Remote, now: float) -> None:
         if not remote.auto_connect:
             return
         remote.retry_delay = backoff(
             remote.retry_delay, self.config.retry_min, self.config.retry_max
         )
         # Jitter spreads reconnects so a thousand minions do not hit a restarted main at once.
-        remote.retry_at = self.now + remote.retry_delay * self.rng.uniform(0.5, 1.0)
-        self._rearm(remote, self.now)
+        remote.retry_at = now + remote.retry_delay * self.rng.uniform(0.5, 1.0)
+        self._rearm(remote, now)
 
     def on_message_finished(self, remote: Remote, now: float) -> None:
         remote.sender = None
         self._pump(remote, now)
 
+    def on_renew(self, remote: Remote, now: float) -> None:
+        remote.fuid = 0
+        self.join(remote.uid, now)
+
     def _lose_session(self, remote: Remote) -> None:
         """The session keys are gone: end its message transactions; ours go out again."""
-        remote.allowed = False
+        if remote.link is Link.ALLOWED:
+            remote.link = Link.JOINED
         remote.session = None
         if remote.channel is not None:
             remote.outbox.extendleft(reversed(remote.channel.unfinished()))
@@ -584,6 +608,35 @@ class Road:
         if remote.alive is not alive:
             remote.alive = alive
             self.emit(PresenceChanged(remote.name, alive))
+
+    def _bump_sid(self, remote: Remote) -> None:
+        sid = remote.next_sid()
+        if remote.sid_reserved == 0 or not id_after(remote.sid_reserved, sid):
+            remote.sid_reserved = (sid + SID_BLOCK - 1) % (1 << 32) + 1
+            self.remote_changed(remote)
+
+    def _remove(self, remote: Remote) -> None:
+        """Forget ``remote`` completely (its keep record too)."""
+        for txn in list(remote.transactions.values()):
+            txn.finish()
+        for join in self.joins.of_remote(remote):
+            join.finish()
+        self._lose_session(remote)
+        self._set_alive(remote, False)
+        self.timers.arm(self._housekeeping.pop(remote.uid), None)
+        del self.remotes[remote.uid]
+        if self.remotes_by_name.get(remote.name) is remote:
+            del self.remotes_by_name[remote.name]
+        if self._persisted.pop(remote.name, None) is not None:
+            self.emit(RemoteRemoved(remote.name))
+
+    def _depart(self, remote: Remote, now: float) -> None:
+        """An operator took the remote's key away: forget it, but tell it (``unjoined``)
+        when it speaks, for a while, so that it joins again at once."""
+        if remote.verifier is not None:
+            self.guard.depart(remote.uid, remote.verifier, now + self.config.departed_memory)
+        self._remove(remote)
+        self.emit(Departed(remote.name, remote.role))
 
     # -- housekeeping ----------------------------------------------------------------------
 
@@ -616,7 +669,7 @@ class Road:
         kinds = {t.kind for t in remote.transactions.values()}
         times: list[float] = []
         connecting = TransactionKind.JOIN in kinds or TransactionKind.ALLOW in kinds
-        if remote.auto_connect and not (remote.joined and remote.allowed) and not connecting:
+        if remote.auto_connect and not remote.allowed and not connecting:
             times.append(max(remote.retry_at, now))
         if remote.allowed and TransactionKind.ALIVE not in kinds:
             times.append(remote.last_rx + self.config.presence_period)
@@ -629,7 +682,8 @@ class Road:
         if keeper.deadline is None or when is None or when < keeper.deadline:
             self.timers.arm(keeper, when)
 
-    def _service_remote(self, remote: Remote, now: float) -> None:
+    def service_remote(self, remote: Remote, now: float) -> None:
+        """Housekeeping of one remote: reconnect, presence, expired queued messages."""
         if remote.uid not in self.remotes:
             return
         busy = any(
@@ -656,91 +710,42 @@ class Road:
 
     # -- receive pipeline --------------------------------------------------------------------
 
-    def drop(self, trigger: str, address: tuple[str, int], detail: str) -> None:
-        """Count and report a datagram dropped after its transaction took it."""
-        self._drop(trigger, address, detail)
+    def _drop_bad(self, exc: BadPacket, address: Address) -> None:
+        trigger = exc.trigger
+        self.drop(trigger if isinstance(trigger, DropReason) else DropReason.MALFORMED,
+                  address, str(exc))
 
-    def _drop(self, trigger: str, address: tuple[str, int], detail: str) -> None:
-        try:
-            reason = DropReason(trigger)
-        except ValueError:
-            reason = DropReason.MALFORMED
-        self.stats[f"drop_{reason.value}"] += 1
-        self.emit(PacketDropped(reason, address, detail))
-
-    def _receive_native(self, data: bytes, address: tuple[str, int], now: float) -> None:
+    def _receive_native(self, data: bytes, address: Address, now: float) -> None:
         uid, counter = parse_prefix_untrusted(data)
         remote = self.remotes.get(uid)
         channel = remote.channel if remote is not None else None
         if channel is None or remote is None:
-            raise BadPacket(
-                "native datagram for no native session", DropReason.UNKNOWN_REMOTE.value
-            )
+            raise BadPacket("native datagram for no native session", DropReason.UNKNOWN_REMOTE)
         channel.receive_untrusted(data, counter, now)
         remote.last_rx = now
         remote.alive_failures = 0
         if remote.alive is not True:
             self._set_alive(remote, True)
 
-    def _receive_lazy_segment(self, data: bytes, address: tuple[str, int], now: float) -> bool:
-        """Store a plain segment of a lazily verifying receiver without parsing it; False if
-        ``data`` is not byte for byte the head such a segment has (the parser decides).
-
-        The stem between ``fg`` and the blank line, without ``sn``, finds the receiver;
-        the head is then rebuilt from its fields and must equal ``data``'s exactly, so
-        this accepts only what the parser would read as the same header.
-        """
-        if len(data) > self.config.max_packet_size or not data.startswith(b"ri RAET\npl "):
-            return False
-        try:
-            head_length = int(data[19:21], 16)
-            flags = int(data[25:27], 16)
-        except ValueError:
-            return False
-        if flags & _LAZY_FAST_EXCLUDED:
-            return False
-        tail = data[27 : head_length - 2]
-        start = tail.find(b"\nsn ")
-        if start < 0:
-            number, stem = 0, tail
-        else:
-            end = tail.find(b"\n", start + 4)
-            if end < 0:
-                return False
-            try:
-                number = int(tail[start + 4 : end], 16)
-            except ValueError:
-                return False
-            stem = tail[:start] + tail[end:]
-        txn = self.lazy_heads.get(stem)
-        if txn is None or txn.heads is None:
-            return False
-        coat_end = len(data) - 64
-        head = data[:head_length]
-        if coat_end < head_length or head != txn.heads.make(number, flags, coat_end - head_length):
-            return False
-        txn.receive_unverified_segment(
-            number, head, data[head_length:coat_end], data[coat_end:], address, now
-        )
-        return True
-
-    def _dispatch(self, packet: Packet, address: tuple[str, int], now: float) -> None:
+    def _dispatch(self, packet: Packet, address: Address, now: float) -> None:
         header = packet.header
         if header.flags & Flag.BF:
-            raise BadPacket("broadcast packets are not supported", DropReason.BROADCAST.value)
+            raise BadPacket("broadcast packets are not supported", DropReason.BROADCAST)
         if header.transaction_kind == TransactionKind.JOIN:
             self._dispatch_join(packet, address, now)
             return
         if header.foot_kind != FootKind.NACL:
-            raise BadPacket("unsigned packet", DropReason.UNSIGNED.value)
+            raise BadPacket("unsigned packet", DropReason.UNSIGNED)
         if not (header.source_uid and header.destination_uid and header.session_id):
-            raise BadPacket("zero estate or session id", DropReason.IDS.value)
+            raise BadPacket("zero estate or session id", DropReason.IDS)
         remote = self.remotes.get(header.destination_uid)
         if remote is None or remote.verifier is None:
-            raise BadPacket("unknown remote", DropReason.UNKNOWN_REMOTE.value)
+            if self._answer_departed(packet, address, now):
+                return
+            raise BadPacket("unknown remote", DropReason.UNKNOWN_REMOTE)
         if (
             header.packet_kind == PacketKind.MESSAGE
-            and not int(header.flags) & _LAZY_EXCLUDED
+            and not int(header.flags) & LAZY_EXCLUDED
             and header.transaction_kind == TransactionKind.MESSAGE
             and header.session_id == remote.rsid
         ):
@@ -751,85 +756,95 @@ class Road:
                 txn.receive_unverified(packet, address, now)
                 return
         if not remote.verifier.verify(packet.signed_bytes(), packet.foot):
-            raise BadPacket("signature does not verify", DropReason.SIGNATURE.value)
-        # Authenticated from here on.
+            raise BadPacket("signature does not verify", DropReason.SIGNATURE)
+        # Authenticated from here on (though perhaps replayed, and from anywhere).
         remote.last_rx = now
         remote.alive_failures = 0
         self._set_alive(remote, True)
         ours = bool(header.flags & Flag.CF)  # a reply within a transaction we started
         if not ours and not self._check_session(remote, packet, address):
             return
-        txn = remote.transactions.get((ours, header.session_id, header.transaction_id))
-        if txn is not None:
-            txn.receive(packet, now)
+        found = remote.transactions.get((ours, header.session_id, header.transaction_id))
+        if found is not None:
+            found.receive(packet, now)
         elif ours:
             if header.packet_kind not in _NACK_KINDS:
-                self._reply_stale(packet, address)
+                self.reply_stale(packet, address)
             else:
                 self.stats["stale_nack"] += 1
         else:
-            self._correspond(remote, packet, address, now)
+            start = self._correspondents.get((header.transaction_kind, header.packet_kind))
+            if start is None:
+                raise BadPacket("packet belongs to no transaction", DropReason.STALE)
+            start(remote, packet, address, now)
         self._rearm(remote, now)
 
-    def _check_session(self, remote: Remote, packet: Packet, address: tuple[str, int]) -> bool:
+    def _answer_departed(self, packet: Packet, address: Address, now: float) -> bool:
+        """A remote whose key an operator took away still speaks: if the packet is really
+        its own, answer ``unjoined`` so that it joins again.  True if answered."""
+        header = packet.header
+        verifier = self.guard.departed(header.destination_uid, now)
+        if verifier is None or not verifier.verify(packet.signed_bytes(), packet.foot):
+            return False
+        if header.flags & Flag.CF or header.packet_kind in _NACK_KINDS:
+            return True
+        self.reply_stale(packet, address, PacketKind.UNJOINED)
+        return True
+
+    def _check_session(self, remote: Remote, packet: Packet, address: Address) -> bool:
         """Apply the remote session id rules (protocol.md 4.3) to a remotely initiated packet."""
-        sid = packet.header.session_id
+        header = packet.header
+        sid = header.session_id
         if not sid_valid(sid, remote.rsid):
-            if packet.header.packet_kind not in _NACK_KINDS:
-                self._reply_stale(packet, address)
+            if header.packet_kind not in _NACK_KINDS:
+                self.reply_stale(packet, address)
             self.stats["stale_session"] += 1
             return False
         if sid != remote.rsid:
             remote.rsid = sid
-            remote.replay.reset()
             for txn in list(remote.transactions.values()):
                 if not txn.initiator and txn.sid != sid and txn.kind != TransactionKind.JOIN:
                     txn.finish()  # joins always carry si 0 and are not part of a session
         return True
 
-    def _correspond(
-        self, remote: Remote, packet: Packet, address: tuple[str, int], now: float
+    def _start_allow_correspondent(
+        self, remote: Remote, packet: Packet, address: Address, now: float
     ) -> None:
-        header = packet.header
-        tk, pk = header.transaction_kind, header.packet_kind
-        if tk == TransactionKind.ALLOW and pk == PacketKind.HELLO:
-            self._start_allow_correspondent(remote, packet, now)
-        elif tk == TransactionKind.ALIVE and pk == PacketKind.REQUEST:
-            self._answer_alive(remote, packet, address)
-        elif tk == TransactionKind.MESSAGE and pk == PacketKind.MESSAGE:
-            self._start_message_receiver(remote, packet, address, now)
-        else:
-            raise BadPacket("packet belongs to no transaction", DropReason.STALE.value)
-
-    def _start_allow_correspondent(self, remote: Remote, packet: Packet, now: float) -> None:
-        joining = remote.in_progress(TransactionKind.JOIN)
-        if isinstance(joining, JoinCorrespondent) and joining.awaiting_ack:
-            # The hello is signed with the key the join delivered, so the joiner completed
-            # the join; its ack was lost or overtaken.  Finish the join instead of refusing.
-            joining.complete(now)
+        joining = self.joins.from_address(remote, address)
+        for join in joining:
+            if join.awaiting_ack:
+                # The hello is signed with the key the join delivered, so the joiner
+                # completed the join; its ack was lost or overtaken.
+                join.complete(now)
         if not remote.joined:
-            self._reply_stale(packet, remote.ha, PacketKind.UNJOINED)
+            self.reply_stale(packet, address, PacketKind.UNJOINED)
             return
-        if remote.in_progress(TransactionKind.JOIN) is not None:
-            self._reply_stale(packet, remote.ha, PacketKind.REFUSE)
+        if any(not j.finished for j in joining) or remote.in_progress(TransactionKind.JOIN):
+            self.reply_stale(packet, address, PacketKind.REFUSE)
             return
         ours = any(
             t.kind == TransactionKind.ALLOW and t.initiator for t in remote.transactions.values()
         )
         if ours and self.name < remote.name:
             # Both sides started an allow at once: the smaller name refuses (as raet does).
-            self._reply_stale(packet, remote.ha, PacketKind.REFUSE)
+            self.reply_stale(packet, address, PacketKind.REFUSE)
             return
         header = packet.header
         txn = AllowCorrespondent(
-            self, remote, sid=header.session_id, tid=header.transaction_id, now=now
+            self,
+            remote,
+            sid=header.session_id,
+            tid=header.transaction_id,
+            fuid=header.source_uid,
+            reply_to=address,
+            now=now,
         )
-        txn.start(
-            packet, now
-        )  # raises BadPacket, leaving everything as it was, if the hello is bad
+        txn.start(packet, now)  # raises BadPacket, leaving everything as it was, if bad
         for other in list(remote.transactions.values()):
-            if other.kind == TransactionKind.ALLOW:
-                other.finish()  # a newer, valid hello supersedes any unfinished handshake
+            if (
+                isinstance(other, AllowCorrespondent) and other.address == address
+            ) or isinstance(other, AllowInitiator):
+                other.finish()  # a newer, valid hello supersedes an unfinished handshake
         remote.transactions[txn.key] = txn
 
     def _handshaking(self, remote: Remote) -> bool:
@@ -838,7 +853,7 @@ class Road:
             for t in remote.transactions.values()
         )
 
-    def _answer_alive(self, remote: Remote, packet: Packet, address: tuple[str, int]) -> None:
+    def _answer_alive(self, remote: Remote, packet: Packet, address: Address, now: float) -> None:
         if self._handshaking(remote) and not remote.allowed:
             # Our side of a handshake is still running; answering "unallowed" now would
             # start another one.  The alive's own retry will find the session up.
@@ -850,155 +865,72 @@ class Road:
             kind = PacketKind.UNALLOWED
         else:
             kind = PacketKind.ACK
-        self._reply_stale(packet, remote.ha, kind)
+        self.reply_stale(packet, remote.ha, kind)
 
     def _start_message_receiver(
-        self, remote: Remote, packet: Packet, address: tuple[str, int], now: float
+        self, remote: Remote, packet: Packet, address: Address, now: float
     ) -> None:
         header = packet.header
         if remote.replay.seen(header.transaction_id):
             self.stats["replayed_message"] += 1
-            self._reply_stale(packet, remote.ha, PacketKind.DONE, copy_wait=True)
+            self.reply_stale(packet, remote.ha, PacketKind.DONE, copy_wait=True)
             return
         if header.flags & Flag.AF:
             # A retransmission for a transaction we no longer have (raet answers nack).
-            self._reply_stale(packet, remote.ha)
+            self.reply_stale(packet, remote.ha)
             return
         if not remote.allowed:
             if not self._handshaking(remote):
-                self._reply_stale(packet, remote.ha, PacketKind.UNALLOWED)
+                self.reply_stale(packet, remote.ha, PacketKind.UNALLOWED)
             return
         receivers = sum(1 for t in remote.transactions.values() if isinstance(t, MessageReceiver))
         if receivers >= self.config.max_receivers:
-            raise BadPacket(
-                "too many concurrent messages from one remote", DropReason.OVERLOAD.value
-            )
+            raise BadPacket("too many concurrent messages from one remote", DropReason.OVERLOAD)
         txn = MessageReceiver(self, remote, header, now=now)
         remote.transactions[txn.key] = txn
         txn.receive(packet, now)
 
-    def _reply_stale(
+    def reply_stale(
         self,
         packet: Packet,
-        address: tuple[str, int],
+        address: Address,
         kind: PacketKind = PacketKind.NACK,
         *,
         copy_wait: bool = False,
     ) -> None:
         """Answer a packet outside any transaction with the ids mirrored (raet's Stalent)."""
-        header = packet.header
-        flags = Flag(0) if header.flags & Flag.CF else Flag.CF
-        if copy_wait:
-            flags |= header.flags & Flag.WF
-        reply = Header(
-            packet_kind=kind,
-            transaction_kind=header.transaction_kind,
-            source_uid=header.destination_uid,
-            destination_uid=header.source_uid,
-            session_id=header.session_id,
-            transaction_id=header.transaction_id,
-            flags=flags,
-            body_kind=BodyKind.JSON,
-            coat_kind=header.coat_kind,
-            foot_kind=header.foot_kind,
-        )
-        self.transmit(reply, b"", address)
+        self.transmit(mirrored_header(packet, kind, copy_wait=copy_wait), b"", address)
         self.stats[f"tx_stale_{kind.name.lower()}"] += 1
 
     # -- joins -------------------------------------------------------------------------------
 
-    def _dispatch_join(self, packet: Packet, address: tuple[str, int], now: float) -> None:
-        header = packet.header
-        if header.session_id != 0:
-            raise BadPacket("join packet with a session id", DropReason.IDS.value)
-        if header.flags & Flag.CF:
-            self._dispatch_join_reply(packet, address, now)
-            return
-        if header.source_uid == 0:
-            raise BadPacket("join packet without a source id", DropReason.IDS.value)
-        if header.destination_uid == 0:
-            key = (address, header.source_uid, header.transaction_id)
-            txn: Transaction | None = self.vacuous_joins.get(key)
-            if txn is not None:
-                txn.receive(packet, now)
-            elif header.packet_kind == PacketKind.REQUEST:
-                self._start_join_correspondent(packet, address, None, now)
-            else:
-                raise BadPacket("join packet for no transaction", DropReason.STALE.value)
-            return
-        remote = self.remotes.get(header.destination_uid)
-        if remote is None:
-            if header.packet_kind == PacketKind.REQUEST:
-                # We lost the ids the joiner remembers: tell it to join afresh.
-                self._reply_stale(packet, address, PacketKind.RENEW)
-                return
-            raise BadPacket("join packet for an unknown remote", DropReason.UNKNOWN_REMOTE.value)
-        txn = remote.transactions.get((False, 0, header.transaction_id))
-        if txn is not None:
-            txn.receive(packet, now)
-        elif header.packet_kind == PacketKind.REQUEST:
-            self._start_join_correspondent(packet, address, remote, now)
-        else:
-            raise BadPacket("join packet for no transaction", DropReason.STALE.value)
+    def new_remote(self, name: str, ha: Address) -> Remote:
+        """A remote first seen in a join from ``ha``."""
+        remote = Remote(uid=self._new_uid(), name=name, ha=ha)
+        self._add(remote)
+        return remote
 
-    def _dispatch_join_reply(self, packet: Packet, address: tuple[str, int], now: float) -> None:
+    def _dispatch_join(self, packet: Packet, address: Address, now: float) -> None:
+        if packet.header.session_id != 0:
+            raise BadPacket("join packet with a session id", DropReason.IDS)
+        if packet.header.flags & Flag.CF:
+            self._dispatch_join_reply(packet, address, now)
+        else:
+            self.joins.receive(packet, address, now)
+
+    def _dispatch_join_reply(self, packet: Packet, address: Address, now: float) -> None:
         header = packet.header
         remote = self.remotes.get(header.destination_uid)
         if remote is None:
-            raise BadPacket("join reply for an unknown remote", DropReason.UNKNOWN_REMOTE.value)
+            raise BadPacket("join reply for an unknown remote", DropReason.UNKNOWN_REMOTE)
         if address != remote.ha:
-            raise BadPacket(
-                "join reply from an address we did not join", DropReason.WRONG_ADDRESS.value
-            )
+            raise BadPacket("join reply from an address we did not join", DropReason.WRONG_ADDRESS)
         txn = remote.transactions.get((True, 0, header.transaction_id))
         if txn is not None:
             txn.receive(packet, now)
         elif header.packet_kind == PacketKind.RESPONSE and remote.joined:
             # Our ack was lost and the correspondent repeats its response: ack again, so it
             # does not wait for its time-out and answer our allow with "unjoined".
-            self._reply_stale(packet, address, PacketKind.ACK)
+            self.reply_stale(packet, address, PacketKind.ACK)
         else:
-            raise BadPacket("join reply for no transaction", DropReason.STALE.value)
-
-    def _start_join_correspondent(
-        self, packet: Packet, address: tuple[str, int], known: Remote | None, now: float
-    ) -> None:
-        header = packet.header
-        join = parse_join_body_untrusted(packet, response=False)
-        vacuous = known is None
-        if vacuous and not self.main:
-            raise BadPacket(
-                "vacuous join sent to an estate that is not main", DropReason.NOT_MAIN.value
-            )
-        existing = known if known is not None else self.remotes_by_name.get(join.name)
-        if existing is not None and (existing.role != join.role or existing.name != join.name):
-            raise BadPacket("join claims a name held by another role", DropReason.REFUSED.value)
-        status = self.keep.status_role(join.role, join.verhex, join.pubhex, self.config.auto)
-        if status is Acceptance.REJECTED:
-            self._reply_stale(packet, address, PacketKind.REJECT)
-            self.emit(JoinRejected(join.name, join.role, here=True))
-            return
-        remote = existing
-        if remote is None:
-            remote = Remote(uid=self._new_uid(), name=join.name, ha=address)
-            self._add(remote)
-        for txn in list(remote.transactions.values()):
-            if txn.kind == TransactionKind.JOIN and not txn.initiator:
-                txn.finish()  # a newer request supersedes an older one
-        remote.ha = address
-        self.adopt_identity(remote, join, fuid=header.source_uid)
-        vacuous_key = (address, header.source_uid, header.transaction_id) if vacuous else None
-        txn = JoinCorrespondent(
-            self,
-            remote,
-            tid=header.transaction_id,
-            source_uid=header.destination_uid,
-            destination_uid=header.source_uid,
-            vacuous_key=vacuous_key,
-            join=join,
-            now=now,
-        )
-        if vacuous_key is not None:
-            self.vacuous_joins[vacuous_key] = txn
-        remote.transactions[txn.key] = txn
-        txn.start(status, now)
+            raise BadPacket("join reply for no transaction", DropReason.STALE)

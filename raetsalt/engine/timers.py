@@ -8,9 +8,12 @@ from typing import Protocol
 
 
 class Timed(Protocol):
-    """Anything with a ``deadline`` the road should wake up for (``None``: none)."""
+    """Anything with a ``deadline`` the road should wake up for (``None``: none), and
+    what to do then."""
 
     deadline: float | None
+
+    def on_timer(self, now: float) -> None: ...
 
 
 class TimerQueue:
@@ -29,7 +32,8 @@ class TimerQueue:
         if when is not None:
             heapq.heappush(self._heap, (when, next(self._seq), owner))
 
-    def next_deadline(self) -> float | None:
+    def get_timer(self) -> float | None:
+        """The earliest live deadline (absolute time), or None."""
         heap = self._heap
         while heap:
             when, _, owner = heap[0]

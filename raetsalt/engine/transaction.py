@@ -1,20 +1,24 @@
-"""What every transaction has: ids, header template, timers, and a way to finish."""
+"""What every transaction has: ids, header template, timers, a table of packet handlers,
+and a way to finish."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from raetsalt.engine.timers import backoff
 from raetsalt.wire.enums import BodyKind, CoatKind, Flag, FootKind, PacketKind, TransactionKind
 from raetsalt.wire.header import Header
 
 if TYPE_CHECKING:
-    from raetsalt.engine.remote import Remote
-    from raetsalt.engine.road import Road
+    from raetsalt.engine.port import RoadPort
+    from raetsalt.engine.remote import Address, Remote
     from raetsalt.wire.packet import Packet
 
 
 NO_FLAGS = Flag(0)
+
+Handler = Callable[[Any, "Packet", float], None]
 
 
 class Transaction:
@@ -22,19 +26,23 @@ class Transaction:
 
     The initiator sends with the correspondent flag clear, the correspondent with it set.
     ``source_uid``/``destination_uid`` are fixed when the transaction starts, as raet does
-    (a vacuous join keeps ``de = 0`` even in its final ack).
-    Subclasses set ``kind`` and the redo/timeout policy, and implement ``receive`` and
-    ``on_redo``.
+    (a vacuous join keeps ``de = 0`` even in its final ack).  A correspondent answers the
+    address its first packet came from (``reply_to``); an initiator sends to wherever the
+    remote is now.
+
+    Subclasses set ``kind``, the redo/timeout policy and ``handlers`` (packet kind ->
+    method), and implement ``on_redo``.  A packet kind without a handler is ignored.
     """
 
     kind: ClassVar[TransactionKind]
     redo_min: ClassVar[float] = 0.25
     redo_max: ClassVar[float] = 1.0
     timeout: ClassVar[float] = 0.0  # 0: never
+    handlers: ClassVar[Mapping[int, Handler]] = {}
 
     def __init__(
         self,
-        road: Road,
+        port: RoadPort,
         remote: Remote,
         *,
         initiator: bool,
@@ -43,14 +51,16 @@ class Transaction:
         now: float,
         source_uid: int | None = None,
         destination_uid: int | None = None,
+        reply_to: Address | None = None,
     ) -> None:
-        self.road = road
+        self.port = port
         self.remote = remote
         self.initiator = initiator
         self.sid = sid
         self.tid = tid
         self.source_uid = remote.uid if source_uid is None else source_uid
         self.destination_uid = remote.fuid if destination_uid is None else destination_uid
+        self.reply_to = reply_to
         self.started = now
         self.timeout_at: float | None = now + self.timeout if self.timeout > 0 else None
         self.redo_duration = 0.0
@@ -61,6 +71,11 @@ class Transaction:
     @property
     def key(self) -> tuple[bool, int, int]:
         return (self.initiator, self.sid, self.tid)
+
+    @property
+    def address(self) -> Address:
+        """Where this transaction's packets go."""
+        return self.remote.ha if self.reply_to is None else self.reply_to
 
     def header(
         self,
@@ -88,6 +103,10 @@ class Transaction:
             segment_number=segment_number,
         )
 
+    def send(self, kind: PacketKind, coat: bytes = b"", **fields: Any) -> None:
+        """Queue one packet of this transaction to ``address``."""
+        self.port.transmit(self.header(kind, **fields), coat, self.address)
+
     # -- timers -------------------------------------------------------------------------
 
     def restart_redo(self, now: float) -> None:
@@ -98,7 +117,7 @@ class Transaction:
 
     def schedule(self) -> None:
         times = [t for t in (self.redo_at, self.timeout_at) if t is not None]
-        self.road.timers.arm(self, min(times) if times and not self.finished else None)
+        self.port.arm(self, min(times) if times and not self.finished else None)
 
     def on_timer(self, now: float) -> None:
         if self.finished:
@@ -120,10 +139,34 @@ class Transaction:
     # -- life cycle ---------------------------------------------------------------------
 
     def receive(self, packet: Packet, now: float) -> None:
-        raise NotImplementedError
+        """An authenticated (or, for joins, well-formed) packet of this transaction."""
+        handler = self.handlers.get(packet.header.packet_kind)
+        if handler is not None:
+            handler(self, packet, now)
 
     def finish(self) -> None:
         self.finished = True
         if self.remote.transactions.get(self.key) is self:
             del self.remote.transactions[self.key]
-        self.road.timers.arm(self, None)
+        self.port.arm(self, None)
+
+
+def mirrored_header(packet: Packet, kind: PacketKind, *, copy_wait: bool = False) -> Header:
+    """The head of a reply to a packet outside any transaction: ids mirrored, the other
+    side's correspondent flag, coat and foot kinds copied (raet's Stalent/Staler)."""
+    header = packet.header
+    flags = Flag(0) if header.flags & Flag.CF else Flag.CF
+    if copy_wait:
+        flags |= header.flags & Flag.WF
+    return Header(
+        packet_kind=kind,
+        transaction_kind=header.transaction_kind,
+        source_uid=header.destination_uid,
+        destination_uid=header.source_uid,
+        session_id=header.session_id,
+        transaction_id=header.transaction_id,
+        flags=flags,
+        body_kind=BodyKind.JSON,
+        coat_kind=header.coat_kind,
+        foot_kind=header.foot_kind,
+    )

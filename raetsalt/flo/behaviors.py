@@ -146,8 +146,8 @@ class RaetsaltNodeOpen(_RaetsaltDoer):
             "raetsalt-%s %s serving on %s:%s (keep %s, bus %s)",
             role,
             opts["id"],
-            *node.road.address,
-            getattr(node.road.road.keep, "keep", node.road.road.keep),
+            *node.stack.address,
+            node.stack.keep,
             node.manor_path,
         )
 
@@ -237,7 +237,7 @@ class RaetsaltNodeClose(_RaetsaltDoer):
             except Exception:  # noqa: BLE001
                 log.debug("closing the job service failed", exc_info=True)
         try:
-            if node.road.road.has_output():
+            if node.stack.road.has_output():
                 node.service_ready()  # what is queued goes out before the socket closes
         except Exception:  # noqa: BLE001
             log.debug("final flush failed", exc_info=True)
@@ -245,7 +245,7 @@ class RaetsaltNodeClose(_RaetsaltDoer):
             self.waiter.value.unwatch(node)
         node.close()
         self.status.update(ready=False)
-        log.info("%s stopped", node.road.name if node.road.name else "node")
+        log.info("%s stopped", node.stack.name if node.stack.name else "node")
 
 
 class RaetsaltExit(_RaetsaltDoer):

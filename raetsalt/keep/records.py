@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol, runtime_checkable
 
@@ -21,6 +21,10 @@ __all__ = [
     "RemoteRecord",
     "RoleRecord",
     "Keep",
+    "KeepState",
+    "KeepWrite",
+    "KeyRef",
+    "KeyState",
     "MAX_NAME_LENGTH",
     "validate_name",
     "name_problem",
@@ -94,6 +98,80 @@ class RoleRecord:
     pubhex: str
 
 
+class KeyState(str, Enum):  # noqa: UP042 - same reason as Acceptance
+    """The four states salt-key shows: a role's record, or one of its denied pairs."""
+
+    ACCEPTED = "accepted"
+    PENDING = "pending"
+    REJECTED = "rejected"
+    DENIED = "denied"
+
+    @classmethod
+    def of(cls, acceptance: Acceptance) -> KeyState:
+        return cls(acceptance.value)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRef:
+    """One stored key as an operator saw it listed: an operator action applies only if
+    the key is still stored exactly so (same state and keys)."""
+
+    role: str
+    state: KeyState
+    verhex: str
+    pubhex: str
+
+
+DeniedPairs = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class KeepWrite:
+    """One document to write (``value``) or remove (``value`` None) in a keep.
+
+    ``kind`` is ``local``, ``remote``, ``role`` or ``denied``; ``key`` the name, role or
+    ``estate`` (the local record).  An empty denied list removes the document.
+    """
+
+    kind: str
+    key: str
+    value: LocalRecord | RemoteRecord | RoleRecord | DeniedPairs | None
+
+    @classmethod
+    def local(cls, record: LocalRecord) -> KeepWrite:
+        return cls("local", "estate", record)
+
+    @classmethod
+    def remote(cls, record: RemoteRecord) -> KeepWrite:
+        return cls("remote", record.name, record)
+
+    @classmethod
+    def remove_remote(cls, name: str) -> KeepWrite:
+        return cls("remote", name, None)
+
+    @classmethod
+    def role(cls, record: RoleRecord) -> KeepWrite:
+        return cls("role", record.role, record)
+
+    @classmethod
+    def remove_role(cls, role: str) -> KeepWrite:
+        return cls("role", role, None)
+
+    @classmethod
+    def denied(cls, role: str, pairs: DeniedPairs) -> KeepWrite:
+        return cls("denied", role, pairs or None)
+
+
+@dataclass
+class KeepState:
+    """Everything a keep holds, read once when a road starts."""
+
+    local: LocalRecord | None = None
+    remotes: list[RemoteRecord] = field(default_factory=list)
+    roles: list[RoleRecord] = field(default_factory=list)
+    denied: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+
+
 @runtime_checkable
 class Keep(Protocol):
     """What the engine needs from persistence.  Implementations: ``FileKeep``, ``MemoryKeep``.
@@ -131,6 +209,15 @@ class Keep(Protocol):
         ...
 
     def remove_denied(self, role: str) -> None: ...
+
+    def load_state(self) -> KeepState:
+        """Everything at once, for a road's start; tolerant of unreadable documents."""
+        ...
+
+    def commit(self, writes: list[KeepWrite]) -> None:
+        """Apply ``writes`` in order (the last write of a document wins), atomically per
+        document, durably as one group."""
+        ...
 
 
 # Names and roles become file names in FileKeep, so the same rule applies everywhere (the

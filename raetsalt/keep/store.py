@@ -28,38 +28,18 @@ that readers ignore.  Nothing is cached: every load re-reads the file, so the ke
 running daemon can share one keep; operations that read and then write (``status_role``,
 accept/reject/delete) hold an exclusive ``flock`` on ``.lock`` so they do not interleave.
 
-Key acceptance (``status_role``) follows raet's table (raet-protocol.md section 9) with
-these deliberate changes, closer to salt's ``_auth`` (salt-semantics.md 5.2):
-
-=========================  =========  =========  =========
-stored role                never      once       always
-=========================  =========  =========  =========
-none (first sight)         PENDING*   ACCEPTED*  ACCEPTED*
-accepted, same keys        ACCEPTED   ACCEPTED   ACCEPTED
-accepted, other keys       REJECTED+  REJECTED+  REJECTED+   (raet: always -> accepted)
-pending, same keys         PENDING    ACCEPTED*  ACCEPTED*
-pending, other keys        REJECTED+  REJECTED+  REJECTED+   (raet: always -> accepted)
-rejected, any keys         REJECTED   REJECTED   REJECTED    (raet: always -> accepted)
-=========================  =========  =========  =========
-
-``*`` written to the role record; ``+`` the presented pair is recorded as *denied* for the
-role (salt's "denied" state) and the stored record is left alone.
-
-* Auto mode never overrides a stored decision, so a known identity cannot be taken over by
-  whoever presents new keys (raet Q7), and an operator's rejection sticks.
-* A pending role presented with other keys is treated like salt does (denied), not replaced
-  by the newest keys: otherwise anyone could swap the key an operator is about to accept.
-* As a consequence ONCE and ALWAYS behave identically.
-* A legitimately rebuilt minion is let in by the operator: ``accept_denied`` promotes its
-  denied pair, or ``delete_role`` forgets the role so the next join is a first sight.
-* At most ``MAX_DENIED_PER_ROLE`` distinct pairs are remembered per role (oldest dropped),
-  because joins are unauthenticated and a flood of random keys must not fill the disk.
-  Presenting an already-denied pair again writes nothing.
+Key acceptance (``status_role``) and the operator's actions (``apply_change``) are the
+pure decisions of ``raetsalt.keep.policy`` applied to the stored documents under the
+lock.  A running road keeps its records in memory instead (``load_state`` once at start)
+and hands its changes back through ``commit``: ``FileKeep.commit`` writes a whole batch
+with two file-system syncs (contents, then names), however many documents it holds.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import fcntl
 import json
 import os
@@ -70,9 +50,18 @@ from pathlib import Path
 from typing import Any
 
 from raetsalt.errors import KeepError, LocalError
+from raetsalt.keep.policy import (
+    MAX_DENIED_PER_ROLE,
+    KeyChange,
+    KeyPolicy,
+    operator_change,
+)
 from raetsalt.keep.records import (
     Acceptance,
     AutoMode,
+    KeepState,
+    KeepWrite,
+    KeyRef,
     LocalRecord,
     RemoteRecord,
     RoleRecord,
@@ -84,7 +73,6 @@ from raetsalt.keep.records import (
 __all__ = ["FileKeep", "MemoryKeep", "MAX_DENIED_PER_ROLE", "FORMAT_VERSION"]
 
 FORMAT_VERSION = 1
-MAX_DENIED_PER_ROLE = 8
 
 # Document kinds; each maps to a sub-directory of a FileKeep.
 _LOCAL = "local"
@@ -178,6 +166,9 @@ _ROLE_SCHEMA: _Schema = {
 }
 
 
+_SCHEMAS = {_LOCAL: _LOCAL_SCHEMA, _REMOTE: _REMOTE_SCHEMA, _ROLE: _ROLE_SCHEMA}
+
+
 def _parse_fields(doc: Any, schema: _Schema, where: str) -> dict[str, Any]:
     """Checked values of the schema's fields from ``doc``; extra keys are ignored."""
     if not isinstance(doc, dict):
@@ -257,9 +248,27 @@ class _BaseKeep:
         """Remove a document; absent is fine."""
         raise NotImplementedError
 
-    def _keys(self, kind: str) -> list[str]:
-        """Sorted keys of every document of a kind."""
+    def _entries(self, kind: str) -> list[str]:
+        """Sorted keys of every document of a kind, as stored (not yet validated)."""
         raise NotImplementedError
+
+    def _scan(self, kind: str) -> tuple[list[str], list[str]]:
+        """(valid keys, one problem line per document whose file name is not a name)."""
+        keys: list[str] = []
+        problems: list[str] = []
+        for key in self._entries(kind):
+            try:
+                keys.append(validate_name(key))
+            except KeepError as exc:
+                problems.append(f"{self._where(kind, key)}: bad file name: {exc}")
+        return keys, problems
+
+    def _keys(self, kind: str) -> list[str]:
+        """Sorted keys of every document of a kind; KeepError for a bad file name."""
+        keys, problems = self._scan(kind)
+        if problems:
+            raise KeepError(problems[0])
+        return keys
 
     def _transaction(self) -> contextlib.AbstractContextManager[None]:
         raise NotImplementedError
@@ -302,18 +311,18 @@ class _BaseKeep:
         }
         self._write(_DENIED, role, doc)
 
+    def _get_remote(self, name: str) -> RemoteRecord | None:
+        where = self._where(_REMOTE, name)
+        doc = self._read(_REMOTE, name)
+        if doc is None:  # removed between listing and reading
+            return None
+        rec = RemoteRecord(**_parse_fields(doc, _REMOTE_SCHEMA, where))
+        if rec.name != name:
+            raise KeepError(f"{where}: holds remote {rec.name!r}, not {name!r}")
+        return rec
+
     def _get_remotes(self) -> list[RemoteRecord]:
-        remotes = []
-        for name in self._keys(_REMOTE):
-            where = self._where(_REMOTE, name)
-            doc = self._read(_REMOTE, name)
-            if doc is None:  # removed between listing and reading
-                continue
-            rec = RemoteRecord(**_parse_fields(doc, _REMOTE_SCHEMA, where))
-            if rec.name != name:
-                raise KeepError(f"{where}: holds remote {rec.name!r}, not {name!r}")
-            remotes.append(rec)
-        return remotes
+        return [r for name in self._keys(_REMOTE) if (r := self._get_remote(name)) is not None]
 
     # -- the Keep protocol ----------------------------------------------------------------
 
@@ -368,7 +377,7 @@ class _BaseKeep:
         return out
 
     def status_role(self, role: str, verhex: str, pubhex: str, auto: AutoMode) -> Acceptance:
-        """Acceptance of ``role`` presenting (verhex, pubhex); see the module docstring.
+        """Acceptance of ``role`` presenting (verhex, pubhex) (``raetsalt.keep.policy``).
 
         Writes only when something changes, so repeated joins cost no disk writes.
         Raises KeepError for an invalid role name and LocalError for non-string keys.
@@ -376,29 +385,15 @@ class _BaseKeep:
         validate_name(role, "role")
         if not isinstance(verhex, str) or not isinstance(pubhex, str):
             raise LocalError("verhex and pubhex must be strings")
-        auto = AutoMode(auto)
         with self._transaction():
-            stored = self._get_role(role)
-            if stored is None:
-                acceptance = Acceptance.PENDING if auto is AutoMode.NEVER else Acceptance.ACCEPTED
-                self._put_role(RoleRecord(role, acceptance, verhex, pubhex))
-                return acceptance
-            if stored.acceptance is Acceptance.REJECTED:
-                return Acceptance.REJECTED
-            if (stored.verhex, stored.pubhex) != (verhex, pubhex):
-                self._add_denied(role, verhex, pubhex)
-                return Acceptance.REJECTED
-            if stored.acceptance is Acceptance.PENDING and auto is not AutoMode.NEVER:
-                stored.acceptance = Acceptance.ACCEPTED
-                self._put_role(stored)
-            return stored.acceptance
-
-    def _add_denied(self, role: str, verhex: str, pubhex: str) -> None:
-        pairs = self._get_denied(role)
-        if (verhex, pubhex) in pairs:
-            return
-        pairs.append((verhex, pubhex))
-        self._put_denied(role, pairs[-MAX_DENIED_PER_ROLE:])
+            decision = KeyPolicy(AutoMode(auto)).decide(
+                role, verhex, pubhex, self._get_role(role), self._get_denied(role)
+            )
+            if decision.record is not None:
+                self._put_role(decision.record)
+            if decision.denied is not None:
+                self._put_denied(role, list(decision.denied))
+            return decision.acceptance
 
     def list_denied(self) -> dict[str, list[tuple[str, str]]]:
         """role -> denied (verhex, pubhex) pairs, oldest first; roles sorted."""
@@ -419,6 +414,65 @@ class _BaseKeep:
             else:
                 kept = [pair for pair in self._get_denied(role) if pair[0] != verhex.lower()]
                 self._put_denied(role, kept)
+
+    def load_state(self) -> KeepState:
+        """Every record at once, for a road's start (KeepError naming the first
+        document that cannot be read)."""
+        with self._transaction():
+            return KeepState(
+                local=self.load_local(),
+                remotes=self._get_remotes(),
+                roles=self.list_roles(),
+                denied=self.list_denied(),
+            )
+
+    def commit(self, writes: list[KeepWrite]) -> None:
+        """Apply ``writes`` in order; the last write of a document wins."""
+        with self._transaction():
+            for (kind, key), doc in self._documents(writes).items():
+                if doc is None:
+                    self._delete(kind, key)
+                else:
+                    self._write(kind, key, doc)
+
+    def _documents(self, writes: list[KeepWrite]) -> dict[tuple[str, str], Doc | None]:
+        """The final document (None: removed) of every document ``writes`` touch."""
+        out: dict[tuple[str, str], Doc | None] = {}
+        for write in writes:
+            where = self._where(write.kind, write.key)
+            value = write.value
+            doc: Doc | None
+            if value is None:
+                doc = None
+            elif write.kind == _DENIED:
+                doc = {
+                    "format": FORMAT_VERSION,
+                    "role": write.key,
+                    "keys": [{"verhex": v, "pubhex": p} for v, p in value],  # type: ignore[union-attr]
+                }
+            else:
+                validate_name(write.key)
+                doc = _record_doc(value, _SCHEMAS[write.kind], where)
+            out.pop((write.kind, write.key), None)  # keep the order of the last write
+            out[(write.kind, write.key)] = doc
+        return out
+
+    def apply_change(self, action: str, ref: KeyRef) -> KeyChange | None:
+        """Carry out salt-key's ``action`` (``raetsalt.keep.policy.Action``) on the key
+        ``ref`` under the lock; None (nothing changed) if it is no longer stored as
+        listed.  Deleting a role also forgets its remote estates."""
+        validate_name(ref.role, "role")
+        with self._transaction():
+            stored = self._get_role(ref.role)
+            change = operator_change(action, ref, stored, self._get_denied(ref.role))
+            if change is None:
+                return None
+            if change.record is None:
+                self.delete_role(ref.role, include_denied=False)
+            else:
+                self._put_role(change.record)
+            self._put_denied(ref.role, list(change.denied))
+            return change
 
     def transaction(self) -> contextlib.AbstractContextManager[None]:
         """Hold the keep's lock (re-entrant; across processes for ``FileKeep``) so that a
@@ -533,6 +587,21 @@ def _why(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
+def _find_syncfs() -> Callable[[int], int] | None:
+    """syncfs(2) from the C library, if there is one."""
+    name = ctypes.util.find_library("c")
+    try:
+        function = ctypes.CDLL(name, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int]
+    function.restype = ctypes.c_int
+    return function
+
+
+_SYNCFS = _find_syncfs()
+
+
 class FileKeep(_BaseKeep):
     """A keep in a directory (layout in the module docstring).
 
@@ -612,6 +681,12 @@ class FileKeep(_BaseKeep):
 
     def _write(self, kind: str, key: str, doc: Doc) -> None:
         path = self.path_of(kind, key)
+        tmp = self._stage(path, doc, sync=self.durable)
+        self._install(tmp, path)
+        self._sync_dir(path.parent)
+
+    def _stage(self, path: Path, doc: Doc, *, sync: bool) -> Path:
+        """Write ``doc`` to a new temp file beside ``path`` (fsync-ed when ``sync``)."""
         data = (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         try:
@@ -622,11 +697,10 @@ class FileKeep(_BaseKeep):
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view):]
-                if self.durable:
+                if sync:
                     os.fsync(fd)
             finally:
                 os.close(fd)
-            os.replace(tmp, path)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -635,17 +709,78 @@ class FileKeep(_BaseKeep):
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
-        self._sync_dir(path.parent)
+        return tmp
+
+    def _install(self, tmp: Path, path: Path) -> None:
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise KeepError(f"{path}: cannot write: {_why(exc)}") from exc
+
+    def commit(self, writes: list[KeepWrite]) -> None:
+        """Apply a batch with two file-system syncs however many documents it holds
+        (group commit): every new document goes to a temp file, the file system is
+        synced, then all are renamed into place (and removals done) and it is synced
+        again.  A crash leaves each document old or new, never torn."""
+        documents = self._documents(writes)
+        if not documents:
+            return
+        with self._transaction():
+            staged: list[tuple[Path | None, Path]] = []
+            try:
+                for (kind, key), doc in documents.items():
+                    path = self.path_of(kind, key)
+                    staged.append((None if doc is None else self._stage(path, doc, sync=False),
+                                   path))
+                self._sync_all()
+                while staged:
+                    tmp, path = staged.pop(0)
+                    if tmp is not None:
+                        self._install(tmp, path)
+                    else:
+                        self._delete_file(path)
+                self._sync_all()
+            finally:
+                for tmp, _ in staged:
+                    if tmp is not None:
+                        with contextlib.suppress(OSError):
+                            os.unlink(tmp)
+
+    def _sync_all(self) -> None:
+        """Make everything written under the keep durable with one call (syncfs(2) on
+        Linux; per-directory fsync elsewhere would need one call per file)."""
+        if not self.durable:
+            return
+        try:
+            fd = os.open(self.dirpath, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise KeepError(f"{self.dirpath}: cannot open to sync: {_why(exc)}") from exc
+        try:
+            if _SYNCFS is not None:
+                if _SYNCFS(fd) != 0:
+                    error = ctypes.get_errno()
+                    raise KeepError(f"{self.dirpath}: cannot sync: {os.strerror(error)}")
+            else:
+                os.sync()
+        finally:
+            os.close(fd)
 
     def _delete(self, kind: str, key: str) -> None:
         path = self.path_of(kind, key)
+        if self._delete_file(path):
+            self._sync_dir(path.parent)
+
+    def _delete_file(self, path: Path) -> bool:
+        """Unlink ``path``; False if it was not there."""
         try:
             os.unlink(path)
         except FileNotFoundError:
-            return
+            return False
         except OSError as exc:
             raise KeepError(f"{path}: cannot remove: {_why(exc)}") from exc
-        self._sync_dir(path.parent)
+        return True
 
     def _sync_dir(self, dirpath: Path) -> None:
         # The rename/unlink is only durable once the directory entry is on disk.
@@ -662,7 +797,7 @@ class FileKeep(_BaseKeep):
         finally:
             os.close(fd)
 
-    def _keys(self, kind: str) -> list[str]:
+    def _entries(self, kind: str) -> list[str]:
         directory = self.dirpath / kind
         try:
             entries = os.listdir(directory)
@@ -670,19 +805,13 @@ class FileKeep(_BaseKeep):
             return []
         except OSError as exc:
             raise KeepError(f"{directory}: cannot list: {_why(exc)}") from exc
-        keys = []
-        for entry in entries:
-            # Dot files are our temp files (or the operator's editor); other suffixes
-            # (backups such as "x.json~") are not documents.
-            if entry.startswith(".") or not entry.endswith(".json"):
-                continue
-            key = entry[: -len(".json")]
-            try:
-                validate_name(key)
-            except KeepError as exc:
-                raise KeepError(f"{directory / entry}: bad file name: {exc}") from None
-            keys.append(key)
-        return sorted(keys)
+        # Dot files are our temp files (or the operator's editor); other suffixes
+        # (backups such as "x.json~") are not documents.
+        return sorted(
+            entry[: -len(".json")]
+            for entry in entries
+            if not entry.startswith(".") and entry.endswith(".json")
+        )
 
 
 # --------------------------------------------------------------------------- MemoryKeep
@@ -720,6 +849,6 @@ class MemoryKeep(_BaseKeep):
     def _delete(self, kind: str, key: str) -> None:
         self._docs.pop((kind, key), None)
 
-    def _keys(self, kind: str) -> list[str]:
+    def _entries(self, kind: str) -> list[str]:
         return sorted(k for (d, k) in self._docs if d == kind)
 

@@ -31,7 +31,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 from typing import Any
 
 import msgpack
@@ -63,7 +63,7 @@ class PackKind(IntEnum):
     MSGPACK = 1
 
 
-class DropReason:
+class DropReason(StrEnum):
     """Stable trigger strings for dropped pages (``BadPacket.trigger`` and lane counters)."""
 
     TOO_LARGE = "page_too_large"

@@ -25,6 +25,7 @@ from typing import Any
 
 import msgpack
 
+from raetsalt.drops import DropReason
 from raetsalt.errors import BadPacket
 
 MAX_HEADER = 16384
@@ -84,14 +85,14 @@ def receive(sock: socket.socket) -> tuple[dict[str, Any], Any, list[int]] | None
         return None
     try:
         if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
-            raise BadPacket("control message truncated", "body")
+            raise BadPacket("control message truncated", DropReason.BODY)
         header = _unpack(data)
         if not isinstance(header, dict):
-            raise BadPacket("control header is not a mapping", "body")
+            raise BadPacket("control header is not a mapping", DropReason.BODY)
         body = None
         if header.get("body"):
             if not fds:
-                raise BadPacket("control message without its body", "body")
+                raise BadPacket("control message without its body", DropReason.BODY)
             body = _read_body(fds.pop(0))
         return header, body, fds
     except BadPacket:
@@ -101,14 +102,14 @@ def receive(sock: socket.socket) -> tuple[dict[str, Any], Any, list[int]] | None
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
         for fd in fds:
             os.close(fd)
-        raise BadPacket(f"control message: {exc}", "body") from None
+        raise BadPacket(f"control message: {exc}", DropReason.BODY) from None
 
 
 def _read_body(fd: int) -> Any:
     try:
         size = os.fstat(fd).st_size
         if size > MAX_BODY:
-            raise BadPacket(f"control body of {size} bytes", "body")
+            raise BadPacket(f"control body of {size} bytes", DropReason.BODY)
         chunks = []
         offset = 0
         while offset < size:
@@ -143,7 +144,7 @@ class FrameReader:
         while len(self._buffer) >= _LENGTH.size:
             (length,) = _LENGTH.unpack_from(self._buffer)
             if length > MAX_FRAME:
-                raise BadPacket(f"frame of {length} bytes", "body")
+                raise BadPacket(f"frame of {length} bytes", DropReason.BODY)
             end = _LENGTH.size + length
             if len(self._buffer) < end:
                 break
@@ -151,7 +152,7 @@ class FrameReader:
                 out.append(_unpack(bytes(self._buffer[_LENGTH.size:end])))
             except (ValueError, msgpack.ExtraData, msgpack.FormatError,
                     msgpack.StackError) as exc:
-                raise BadPacket(f"frame: {exc}", "body") from None
+                raise BadPacket(f"frame: {exc}", DropReason.BODY) from None
             del self._buffer[:end]
         return out
 

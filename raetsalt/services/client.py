@@ -26,6 +26,10 @@ class DaemonUnavailable(LocalError):
     """The daemon's manor yard cannot be reached (not running, or no permission)."""
 
 
+class DaemonNotRunning(DaemonUnavailable):
+    """Nothing serves the daemon's manor socket: the daemon is not running."""
+
+
 class CommandClient:
     """One client yard talking to a daemon's manor."""
 
@@ -60,7 +64,7 @@ class CommandClient:
             )
         except (FileNotFoundError, ConnectionRefusedError):
             self.close()
-            raise DaemonUnavailable(
+            raise DaemonNotRunning(
                 f"the raetsalt-{node} daemon is not running (nothing serves {self.manor_path})"
             ) from None
         except OSError as exc:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from raetsalt.drops import DropReason
 from raetsalt.errors import BadPacket, TargetError
 from raetsalt.execution.loader import (
     CommandExecutionError,
@@ -226,7 +227,7 @@ class JobOutcome:
     @classmethod
     def from_wire_untrusted(cls, data: Any) -> JobOutcome:
         if not isinstance(data, dict) or not isinstance(data.get("ret"), dict):
-            raise BadPacket("not a job outcome", "body")
+            raise BadPacket("not a job outcome", DropReason.BODY)
         grains = data.get("grains_set")
         refresh = data.get("refresh")
         return cls(

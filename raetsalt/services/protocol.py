@@ -141,6 +141,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from raetsalt.drops import DropReason
 from raetsalt.errors import BadPacket
 
 # Lane shares (client <-> daemon).
@@ -262,7 +263,7 @@ def text_untrusted(body: Mapping[str, Any], key: str, *, default: str | None = N
     """A string field of a peer's message; raises only BadPacket."""
     value = body.get(key, default)
     if not isinstance(value, str):
-        raise BadPacket(f"field {key!r} must be a string", "body")
+        raise BadPacket(f"field {key!r} must be a string", DropReason.BODY)
     return value
 
 
@@ -270,7 +271,7 @@ def list_untrusted(body: Mapping[str, Any], key: str) -> list[Any]:
     """A list field (missing: empty); raises only BadPacket."""
     value = body.get(key, [])
     if not isinstance(value, list):
-        raise BadPacket(f"field {key!r} must be a list", "body")
+        raise BadPacket(f"field {key!r} must be a list", DropReason.BODY)
     return value
 
 
@@ -280,7 +281,7 @@ def target_untrusted(body: Mapping[str, Any]) -> tuple[Any, str, str]:
     if not isinstance(tgt, str) and not (
         isinstance(tgt, list) and all(isinstance(t, str) for t in tgt)
     ):
-        raise BadPacket("tgt must be a string or a list of strings", "body")
+        raise BadPacket("tgt must be a string or a list of strings", DropReason.BODY)
     # An unknown tgt_type is left to raetsalt.targeting, which names the problem.
     tgt_type = text_untrusted(body, "tgt_type", default="glob")
     delimiter = text_untrusted(body, "delimiter", default=":")

@@ -1,7 +1,7 @@
 """An in-memory datagram network with a seeded route hook, for deterministic engine tests.
 
 ``FakeNet`` moves datagrams between engines that have the sans-IO surface
-(``receive_datagram`` / ``datagrams_to_send`` / ``next_timer`` / ``handle_timer``) and
+(``receive_datagram`` / ``datagrams_to_send`` / ``get_timer`` / ``handle_timer``) and
 can lose, duplicate, delay (and so reorder) and corrupt them, all drawn from one
 ``random.Random`` so a seed replays the same run.  Time is virtual: ``run_until`` jumps
 from one event (delivery or timer) to the next, so a 30-second time-out costs nothing.
@@ -22,7 +22,7 @@ class Engine(Protocol):
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes | bytearray, tuple[str, int]]]: ...
 
-    def next_timer(self) -> float | None: ...
+    def get_timer(self) -> float | None: ...
 
     def handle_timer(self, now: float) -> None: ...
 
@@ -87,7 +87,7 @@ class FakeNet:
     def step(self, until: float) -> bool:
         """Advance to the next delivery or timer at or before ``until``; False if none."""
         self._collect()
-        timers = [(t, a) for a, e in self.hosts.items() if (t := e.next_timer()) is not None]
+        timers = [(t, a) for a, e in self.hosts.items() if (t := e.get_timer()) is not None]
         next_timer = min(timers)[0] if timers else None
         next_packet = self._queue[0][0] if self._queue else None
         candidates = [t for t in (next_timer, next_packet) if t is not None and t <= until]
@@ -101,7 +101,7 @@ class FakeNet:
                 self.delivered += 1
                 engine.receive_datagram(bytes(data), source, self.now)  # as a socket reads it
         for engine in list(self.hosts.values()):
-            when = engine.next_timer()
+            when = engine.get_timer()
             if when is not None and when <= self.now:
                 engine.handle_timer(self.now)
         self._collect()

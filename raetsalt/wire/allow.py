@@ -20,7 +20,7 @@ initiate (328 bytes, ``!32s24s248s24s``), whose box holds the initiate stuff::
     stuff (232, ``!32s48s24s128s``): L_i (32) | vouch = box(S_i) (48) | vouch nonce (24)
                                      | responder fqdn, ASCII, space padded (128)
 
-Unpacking raises only ``BadPacket("body")``, for a wrong length.
+Unpacking raises only ``BadPacket`` (``DropReason.BODY``), for a wrong length.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
+from raetsalt.drops import DropReason
 from raetsalt.errors import BadPacket, LocalError
 
 __all__ = [
@@ -130,7 +131,7 @@ def _check_uid(value: int, what: str) -> None:
 
 def _require_size(body: bytes, size: int, what: str) -> None:
     if len(body) != size:
-        raise BadPacket(f"{what} body is {len(body)} bytes, not {size}", "body")
+        raise BadPacket(f"{what} body is {len(body)} bytes, not {size}", DropReason.BODY)
 
 
 def pack_hello(short_public: bytes, box80: bytes, nonce: bytes) -> bytes:

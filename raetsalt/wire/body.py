@@ -10,7 +10,7 @@
 * raw (bk 2): the bytes as given (the allow handshake's fixed layouts).
 * nada (bk 0): no body.
 
-Drop trigger for everything here: ``"body"``.
+Drop trigger for everything here: ``DropReason.BODY``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 import msgpack
 
+from raetsalt.drops import DropReason
 from raetsalt.errors import BadPacket, LocalError
 from raetsalt.wire.constants import MAX_BODY_DEPTH, MAX_BODY_SIZE
 from raetsalt.wire.enums import BodyKind
@@ -142,15 +143,15 @@ def _decode_json(data: bytes | bytearray) -> Any:
     try:
         value = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
     except (UnicodeDecodeError, ValueError, RecursionError):
-        raise BadPacket("body is not valid JSON", "body") from None
+        raise BadPacket("body is not valid JSON", DropReason.BODY) from None
     if not isinstance(value, dict):
-        raise BadPacket("JSON body is not an object", "body")
+        raise BadPacket("JSON body is not an object", DropReason.BODY)
     # Counting brackets (fast, in C) bounds the depth from above; only bodies with
     # many containers pay for the exact walk.
     if data.count(b"{") + data.count(b"[") > MAX_BODY_DEPTH and nests_deeper_than(
         value, MAX_BODY_DEPTH
     ):
-        raise BadPacket(f"body nests deeper than {MAX_BODY_DEPTH}", "body")
+        raise BadPacket(f"body nests deeper than {MAX_BODY_DEPTH}", DropReason.BODY)
     return value
 
 
@@ -172,9 +173,9 @@ def _decode_msgpack(data: bytes | bytearray) -> Any:
     # unhashable keys, its own ExtraData/FormatError/StackError, OverflowError); the
     # input is untrusted, so every failure means the same thing: a bad body.
     except Exception:
-        raise BadPacket("body is not valid msgpack", "body") from None
+        raise BadPacket("body is not valid msgpack", DropReason.BODY) from None
     if type(value) is not dict:
-        raise BadPacket("msgpack body is not a map", "body")
+        raise BadPacket("msgpack body is not a map", DropReason.BODY)
     size = len(data)
     if (
         size > MAX_BODY_DEPTH
@@ -185,7 +186,7 @@ def _decode_msgpack(data: bytes | bytearray) -> Any:
         )
         and nests_deeper_than(value, MAX_BODY_DEPTH)
     ):
-        raise BadPacket(f"body nests deeper than {MAX_BODY_DEPTH}", "body")
+        raise BadPacket(f"body nests deeper than {MAX_BODY_DEPTH}", DropReason.BODY)
     return value
 
 
@@ -196,10 +197,10 @@ def decode_body_untrusted(
 
     JSON and msgpack give a dict (``{}`` for an empty body), raw gives the bytes, nada
     gives ``{}`` and requires an empty body.  Bodies longer than ``max_size`` or nested
-    deeper than ``MAX_BODY_DEPTH`` are refused.  Raises only ``BadPacket("body")``.
+    deeper than ``MAX_BODY_DEPTH`` are refused.  Raises only ``BadPacket`` (``DropReason.BODY``).
     """
     if len(data) > max_size:
-        raise BadPacket(f"body of {len(data)} bytes exceeds {max_size}", "body")
+        raise BadPacket(f"body of {len(data)} bytes exceeds {max_size}", DropReason.BODY)
     if kind == _MSGPACK:  # the native profile's kind first: it is the hot path
         return _decode_msgpack(data)  # bytes or bytearray alike: no copy
     if kind == _JSON:
@@ -208,6 +209,6 @@ def decode_body_untrusted(
         return bytes(data)
     if kind == _NADA:
         if data:
-            raise BadPacket("body kind nada with a non-empty body", "body")
+            raise BadPacket("body kind nada with a non-empty body", DropReason.BODY)
         return {}
-    raise BadPacket(f"unknown body kind {kind!r}", "body")
+    raise BadPacket(f"unknown body kind {kind!r}", DropReason.BODY)

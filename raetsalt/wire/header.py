@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from raetsalt.drops import DropReason
 from raetsalt.errors import BadPacket, LocalError
 from raetsalt.wire.constants import (
     HEAD_END,
@@ -216,7 +217,7 @@ _FOOT_KINDS = {int(kind): kind for kind in FootKind}
 _FLAGS = [Flag(value) for value in range(256)]
 
 
-def _bad(message: str, trigger: str = "header") -> BadPacket:
+def _bad(message: str, trigger: DropReason = DropReason.HEADER) -> BadPacket:
     return BadPacket(message, trigger)
 
 
@@ -373,9 +374,13 @@ def parse_header_untrusted(datagram: bytes) -> tuple[Header, int, int]:
     if fields.get("hk", 0) != head_kind:
         raise _bad("head field 'hk' does not match the head's format")
     if fields["hl"] != head_length:
-        raise _bad(f"head length field {fields['hl']} != actual {head_length}", "length")
+        raise _bad(
+            f"head length field {fields['hl']} != actual {head_length}", DropReason.LENGTH
+        )
     if fields["pl"] != len(datagram):
-        raise _bad(f"packet length field {fields['pl']} != actual {len(datagram)}", "length")
+        raise _bad(
+            f"packet length field {fields['pl']} != actual {len(datagram)}", DropReason.LENGTH
+        )
     if fields.get("vn", 0) != VERSION:
         raise _bad(f"unsupported version {fields['vn']}")
 
@@ -383,9 +388,11 @@ def parse_header_untrusted(datagram: bytes) -> tuple[Header, int, int]:
     foot_len = fields.get("fl", 0)
     expected_foot = SIGNATURE_SIZE if foot_kind == FootKind.NACL else 0
     if foot_len != expected_foot:
-        raise _bad(f"foot length {foot_len} does not fit foot kind {foot_kind.name}", "foot")
+        raise _bad(
+            f"foot length {foot_len} does not fit foot kind {foot_kind.name}", DropReason.FOOT
+        )
     if head_length + foot_len > len(datagram):
-        raise _bad("packet too short for its foot", "foot")
+        raise _bad("packet too short for its foot", DropReason.FOOT)
 
     get = fields.get
     header = Header(

@@ -11,8 +11,8 @@ The coat is the body, or the boxed body (``tag || cipher || nonce``), or one seg
 of a boxed message stream; this module never looks inside it.  The foot is an Ed25519
 signature over the whole packet with the foot replaced by 64 zero bytes.
 
-Drop triggers raised by ``parse_packet_untrusted``: ``"length"`` (datagram too big,
-or ``pl``/``hl`` wrong), ``"header"`` (malformed head), ``"foot"`` (foot does not
+Drop reasons raised by ``parse_packet_untrusted`` (``raetsalt.drops``): ``LENGTH`` (too big,
+or ``pl``/``hl`` wrong), ``HEADER`` (malformed head), ``FOOT`` (foot does not
 fit its kind).
 """
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from raetsalt.drops import DropReason
 from raetsalt.errors import BadPacket, LocalError
 from raetsalt.wire.constants import (
     MAX_PACKET_SIZE,
@@ -97,7 +98,7 @@ def parse_packet_untrusted(data: bytes, *, max_size: int = MAX_PACKET_SIZE) -> P
     Raises only ``BadPacket`` (see the module docstring for the triggers).
     """
     if len(data) > max_size:
-        raise BadPacket(f"datagram of {len(data)} bytes exceeds {max_size}", "length")
+        raise BadPacket(f"datagram of {len(data)} bytes exceeds {max_size}", DropReason.LENGTH)
     if type(data) is not bytes:
         data = bytes(data)
     header, head_length, foot_len = parse_header_untrusted(data)

@@ -174,7 +174,7 @@ def test_master_trusts_the_road_not_the_payload(wired: Wired) -> None:
 
     def raw(tag: str, data: dict[str, Any], src_estate: str = MINION) -> None:
         route = {"src": [src_estate, "manor", None], "dst": [None, "manor", "event_fire"]}
-        wired.minion.road.send(master_uid, {"route": route, "tag": tag, "data": data})
+        wired.minion.stack.send(master_uid, {"route": route, "tag": tag, "data": data})
 
     raw("salt/key", {"act": "accept", "id": "web1"})
     raw("salt/job/1/new", {"jid": "1"})

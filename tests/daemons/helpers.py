@@ -6,6 +6,7 @@ Used by tests/daemons and tests/remote.
 
 from __future__ import annotations
 
+import json
 import os
 import selectors
 import shutil
@@ -181,6 +182,20 @@ class World:
         for daemon in self.daemons:
             daemon.stop()
 
+
+
+def key_tool(confdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``raetsalt-key -c confdir ...`` in another process, as an operator runs it."""
+    tool = Path(sys.executable).with_name("raetsalt-key")
+    return subprocess.run([str(tool), "-c", str(confdir), *args], capture_output=True,
+                          text=True, timeout=30)
+
+
+def ping(world: World, minion: str = "minion1", timeout: str = "5") -> bool:
+    """``raetsalt MINION test.ping`` through the master of ``world``: did it answer?"""
+    done = world.cli("salt", world.root / "ma", minion, "test.ping", "--out", "json",
+                     "-t", timeout)
+    return done.returncode == 0 and json.loads(done.stdout or "{}").get(minion) is True
 
 
 @contextmanager

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from raetsalt.daemon.policy import AcceptancePolicy, auto_mode, id_matches_file
-from raetsalt.keep.records import Acceptance, AutoMode
-from raetsalt.keep.store import FileKeep
+from raetsalt.daemon.policy import FileMatcher, auto_mode, id_matches_file, key_policy
+from raetsalt.keep.policy import KeyPolicy
+from raetsalt.keep.records import Acceptance, AutoMode, RoleRecord
 
 A = ("a" * 64, "b" * 64)
 B = ("c" * 64, "d" * 64)
@@ -42,41 +42,74 @@ def test_group_writable_files_are_ignored_unless_permissive(tmp_path: Path) -> N
     assert id_matches_file(path, "web1", permissive=True)
 
 
+class Book:
+    """Role records in memory with a policy deciding on them, as the road holds them."""
+
+    def __init__(self, policy: KeyPolicy) -> None:
+        self.policy = policy
+        self.roles: dict[str, RoleRecord] = {}
+        self.denied: dict[str, tuple[tuple[str, str], ...]] = {}
+
+    def status(self, role: str, keys: tuple[str, str]) -> Acceptance:
+        decision = self.policy.decide(role, *keys, self.roles.get(role), self.denied.get(role, ()))
+        if decision.record is not None:
+            self.roles[role] = decision.record
+        if decision.denied is not None:
+            self.denied[role] = decision.denied
+        return decision.acceptance
+
+
 def test_autoreject_wins_over_autosign_and_both_beat_pending(tmp_path: Path) -> None:
-    keep = FileKeep(tmp_path / "keep", durable=False)
-    policy = AcceptancePolicy(
-        keep,
-        autosign_file=_file(tmp_path, "sign", "web*\nbad1\n"),
-        autoreject_file=_file(tmp_path, "reject", "bad*\n"),
-    )
-    assert policy.status_role("web1", *A, AutoMode.NEVER) is Acceptance.ACCEPTED
-    assert policy.status_role("bad1", *A, AutoMode.NEVER) is Acceptance.REJECTED
-    assert keep.load_role("bad1").acceptance is Acceptance.REJECTED  # type: ignore[union-attr]
-    assert policy.status_role("other", *A, AutoMode.NEVER) is Acceptance.PENDING
-    # A pending id that starts matching autosign is accepted at its next re-check.
-    Path(policy.autosign_file).write_text("web*\nother\n")  # type: ignore[arg-type]
-    assert policy.status_role("other", *A, AutoMode.NEVER) is Acceptance.ACCEPTED
+    now = [0.0]
+    sign = _file(tmp_path, "sign", "web*\nbad1\n")
+    reject = _file(tmp_path, "reject", "bad*\n")
+    book = Book(KeyPolicy(
+        autosign=FileMatcher(sign, clock=lambda: now[0]),
+        autoreject=FileMatcher(reject, clock=lambda: now[0]),
+    ))
+    assert book.status("web1", A) is Acceptance.ACCEPTED
+    assert book.status("bad1", A) is Acceptance.REJECTED
+    assert book.roles["bad1"].acceptance is Acceptance.REJECTED
+    assert book.status("other", A) is Acceptance.PENDING
+    # A pending id that starts matching autosign is accepted at its next join (the file
+    # is looked at again within a second).
+    Path(sign).write_text("web*\nother\n")
+    now[0] += FileMatcher.RECHECK
+    assert book.status("other", A) is Acceptance.ACCEPTED
     # ...but a changed key for an autosigned id is denied, never taken over.
-    assert policy.status_role("web1", *B, AutoMode.NEVER) is Acceptance.REJECTED
-    assert keep.list_denied() == {"web1": [B]}
+    assert book.status("web1", B) is Acceptance.REJECTED
+    assert book.denied == {"web1": (B,)}
     # An accepted id stays accepted even if it later matches autoreject.
-    Path(policy.autoreject_file).write_text("bad*\nweb1\n")  # type: ignore[arg-type]
-    assert policy.status_role("web1", *A, AutoMode.NEVER) is Acceptance.ACCEPTED
+    Path(reject).write_text("bad*\nweb1\n")
+    now[0] += FileMatcher.RECHECK
+    assert book.status("web1", A) is Acceptance.ACCEPTED
 
 
-def test_open_mode_accepts_everything_and_replaces_changed_keys(tmp_path: Path) -> None:
-    keep = FileKeep(tmp_path / "keep", durable=False)
-    keep.status_role("m1", *A, AutoMode.ONCE)
-    keep.status_role("m1", *B, AutoMode.ONCE)  # denied in the normal modes
-    keep.status_role("m2", *A, AutoMode.NEVER)
-    keep.reject_role("m2")
-    policy = AcceptancePolicy(keep, open_mode=True)
-    assert policy.status_role("m1", *B, AutoMode.NEVER) is Acceptance.ACCEPTED
-    stored = keep.load_role("m1")
-    assert stored is not None and (stored.verhex, stored.pubhex) == B
-    assert keep.list_denied() == {}
-    assert policy.status_role("m2", *A, AutoMode.NEVER) is Acceptance.ACCEPTED
-    assert policy.status_role("m3", *A, AutoMode.NEVER) is Acceptance.ACCEPTED
+def test_the_files_are_read_only_when_they_change(tmp_path: Path) -> None:
+    now = [0.0]
+    path = _file(tmp_path, "sign", "web1\n")
+    matcher = FileMatcher(path, clock=lambda: now[0])
+    assert matcher("web1") and not matcher("web2")
+    Path(path).write_text("web2\n")
+    assert matcher("web1")  # within a second: the old contents
+    now[0] += FileMatcher.RECHECK
+    assert matcher("web2") and not matcher("web1")
+    os.unlink(path)
+    now[0] += FileMatcher.RECHECK
+    assert not matcher("web2")
+
+
+def test_open_mode_accepts_everything_and_replaces_changed_keys() -> None:
+    book = Book(KeyPolicy(AutoMode.ONCE))
+    book.status("m1", A)
+    book.status("m1", B)  # denied in the normal modes
+    book.roles["m2"] = RoleRecord("m2", Acceptance.REJECTED, *A)
+    book.policy = key_policy({"open_mode": True})
+    assert book.status("m1", B) is Acceptance.ACCEPTED
+    assert (book.roles["m1"].verhex, book.roles["m1"].pubhex) == B
+    assert book.denied == {"m1": ()}
+    assert book.status("m2", A) is Acceptance.ACCEPTED
+    assert book.status("m3", A) is Acceptance.ACCEPTED
 
 
 def test_auto_accept_maps_to_once() -> None:
@@ -108,8 +141,8 @@ def test_minion_follows_a_changed_master_address(tmp_path: Path) -> None:
         now[0] += link.RESOLVE_EVERY
         assert link.reresolve()  # moved: same remote, new address
         assert link.uid == uid and node.master == uid
-        assert node.road.road.remote(uid).ha == ("127.0.0.1", 4999)
-        assert len(node.road.road.remotes) == 1
+        assert node.stack.road.remote(uid).ha == ("127.0.0.1", 4999)
+        assert len(node.stack.road.remotes) == 1
     finally:
         node.close()
         shutil.rmtree(sock_dir, ignore_errors=True)

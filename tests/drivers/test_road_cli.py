@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -29,6 +30,16 @@ class Listener:
     def line(self) -> dict:
         assert self.proc.stdout is not None
         return json.loads(self.proc.stdout.readline())
+
+    def hangup(self) -> None:
+        """SIGHUP: listen applies the keep's decisions; wait for its note saying so."""
+        assert self.proc.stderr is not None
+        self.proc.send_signal(signal.SIGHUP)
+        lines = []
+        while "re-read the keep" not in (line := self.proc.stderr.readline()):
+            assert line and len(lines) < 20, lines
+            lines.append(line)
+        assert "1 decision(s) applied" in line
 
 
 @pytest.fixture
@@ -92,12 +103,14 @@ def test_pending_then_accepted_then_rejected(listener, tmp_path: Path) -> None:
     assert f"key pending on {srv.ha}: accept it there" in done.stderr
     assert json.loads((srv.keep / "role" / "minion.json").read_text())["acceptance"] == "pending"
 
-    FileKeep(srv.keep).accept_role("minion")  # what the key tool does
+    FileKeep(srv.keep).accept_role("minion")  # what the key tool does, then tell listen
+    srv.hangup()
     done = road("send", "--to", srv.ha, "--keep", str(keep), '{"a": 2}')
     assert done.returncode == 0, done.stderr
     assert srv.line() == {"from": "minion", "body": {"a": 2}}
 
     FileKeep(srv.keep).reject_role("minion")
+    srv.hangup()
     done = road("ping", "--to", srv.ha, "--keep", str(keep), "--timeout", "5")
     assert done.returncode == EXIT_REJECTED, done.stderr
     assert "rejected" in done.stderr

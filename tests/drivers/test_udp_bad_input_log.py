@@ -5,28 +5,14 @@ from __future__ import annotations
 
 import logging
 import socket
-from typing import Any
 
 import pytest
 
 from raetsalt.drivers.udp import RoadStack
-from raetsalt.errors import KeepError
 from raetsalt.keep.records import AutoMode
 from raetsalt.keep.store import MemoryKeep
+from raetsalt.testing.faults import FullDiskKeep
 from raetsalt.testing.forge import join_request
-
-
-class DiskFullKeep(MemoryKeep):
-    """Writes of remote estates and roles fail as on a full disk (the identity is there)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.full = False
-
-    def _write(self, kind: str, key: str, doc: Any) -> None:
-        if self.full:
-            raise KeepError(f"memory:{kind}/{key}: cannot write: No space left on device")
-        super()._write(kind, key, doc)
 
 
 def _flood(stack: RoadStack, datagrams: list[bytes]) -> None:
@@ -59,13 +45,19 @@ def test_unparsable_names_log_nothing(caplog: pytest.LogCaptureFixture) -> None:
 def test_a_full_disk_is_logged_once_per_interval_without_traceback(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """Storage is not in the engine's path any more: joins are answered from memory, the
+    writer keeps what it could not write, says so once, and writes it all once it can."""
     caplog.set_level(logging.DEBUG)
-    keep = DiskFullKeep()
+    keep = FullDiskKeep()
     with RoadStack(keep, name="master", main=True, auto=AutoMode.ONCE) as stack:
         keep.full = True
         _flood(stack, [join_request(f"new{n}", tid=n) for n in range(1, 501)])
-        assert stack.road.stats["drop_storage"] == 500
-        assert stack.stats["engine_error"] == 0
+        assert stack.road.stats["drop_body"] == 0 and stack.stats["engine_error"] == 0
+        assert len(stack.road.keys.roles) == 500  # every join answered
+        assert stack.writer is not None and stack.writer.failing
+        lines = _lines(caplog)
+        assert len(lines) == 1 and "No space left on device" in lines[0].getMessage()
+        keep.full = False
+        assert stack.writer.flush(5.0) and stack.writer.failing is None
+        assert len(keep.list_roles()) == 500
     assert not any(r.exc_info for r in caplog.records)
-    lines = _lines(caplog)
-    assert len(lines) == 1 and "No space left on device" in lines[0].getMessage()

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from raetsalt.engine.events import Allowed, Joined, JoinPending, JoinRejected, MessageReceived
+from raetsalt.keep.policy import Action
 from raetsalt.keep.records import Acceptance, AutoMode
 from raetsalt.keep.store import MemoryKeep
-from raetsalt.testing.pair import MAIN_HA, Node, make_road, road_pair
+from raetsalt.testing.pair import MAIN_HA, make_peer, make_road, road_pair
 
 
 def test_pending_until_an_operator_accepts_then_joins_without_restart() -> None:
@@ -18,7 +19,7 @@ def test_pending_until_an_operator_accepts_then_joins_without_restart() -> None:
     pair.until(lambda: False, timeout=30)
     assert not pair.main.of(Joined)
     assert pair.minion.of(JoinPending) and pair.minion.of(JoinPending)[0].here is False
-    pair.main_keep.accept_role("minion")  # type: ignore[attr-defined]
+    assert pair.accept("minion")  # the operator's command, no restart
     accepted_at = pair.net.now
     assert pair.until(
         lambda: bool(pair.main.of(Allowed)) and bool(pair.minion.of(Allowed)), timeout=10
@@ -30,7 +31,7 @@ def test_rejected_key_is_refused() -> None:
     pair = road_pair(main_config={"auto": AutoMode.NEVER})
     pair.minion.road.connect(MAIN_HA, pair.net.now)
     assert pair.until(lambda: bool(pair.main.of(JoinPending)), timeout=5)
-    pair.main_keep.reject_role("minion")  # type: ignore[attr-defined]
+    assert pair.main.decide(Action.REJECT, "minion", pair.net.now)
     assert pair.until(lambda: bool(pair.minion.of(JoinRejected)), timeout=10)
     assert pair.minion.of(JoinRejected)[0].here is False
     assert not pair.main.of(Joined)
@@ -40,14 +41,14 @@ def test_same_name_with_new_keys_is_denied_and_the_original_keeps_working() -> N
     pair = road_pair()
     assert pair.connect()
     # An impostor (or a rebuilt minion) with the same name and fresh keys.
-    impostor = Node(make_road(MemoryKeep(), ("10.0.0.9", 4510), "minion", seed=99))
+    impostor = make_peer(MemoryKeep(), ("10.0.0.9", 4510), "minion", seed=99)
     pair.net.attach(("10.0.0.9", 4510), impostor.road)
     impostor.road.connect(MAIN_HA, pair.net.now)
     assert pair.until(lambda: bool(impostor.of(JoinRejected)), timeout=10)
     denied = pair.main_keep.list_denied()
     assert (
         list(denied) == ["minion"]
-        and denied["minion"][0][0] == impostor.road.signer.verify_key.hex()
+        and denied["minion"][0][0] == impostor.road.local.signer.verify_key.hex()
     )
     assert pair.main.road.remote("minion").ha == ("10.0.0.2", 4510)  # not hijacked
     pair.minion.road.send_message("main", {"still": "here"}, pair.net.now)

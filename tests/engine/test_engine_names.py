@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raetsalt.engine.join import valid_name
+from raetsalt.engine.identity import valid_name
 from raetsalt.errors import KeepError
 from raetsalt.keep.records import name_problem, validate_name
 from raetsalt.testing.forge import join_request

@@ -48,10 +48,10 @@ def test_main_that_forgot_its_remotes_gets_a_fresh_join() -> None:
     assert pair.connect()
     pair.net.detach(MAIN_HA)
     identity = pair.main_keep.load_local()
-    pair.main_keep = MemoryKeep()
+    forgetful = MemoryKeep()
     assert identity is not None
-    pair.main_keep.save_local(identity)
-    pair.restart_main()
+    forgetful.save_local(identity)
+    pair.restart_main(forgetful)
     assert pair.until(
         lambda: bool(pair.main.of(Allowed)) and pair.minion.road.remote("main").allowed, timeout=60
     )
@@ -67,7 +67,6 @@ def test_main_with_new_keys_is_refused_by_the_minion() -> None:
     pair = road_pair()
     assert pair.connect()
     pair.net.detach(MAIN_HA)
-    pair.main_keep = MemoryKeep()
-    pair.restart_main()
+    pair.restart_main(MemoryKeep())
     assert pair.until(lambda: any(e.here for e in pair.minion.of(JoinRejected)), timeout=60)
     assert "main" in pair.minion_keep.list_denied()

@@ -13,7 +13,13 @@ import pytest
 
 from raetsalt.crypto import Signer
 from raetsalt.engine.events import MessageDelivered, MessageReceived
-from raetsalt.engine.message import MessageReceiver, SegmentHeads, _segment_header
+from raetsalt.engine.message import (
+    MessageReceiver,
+    SegmentHeads,
+    _segment_header,
+    take_lazy_segment,
+)
+from raetsalt.engine.road import Road
 from raetsalt.testing.pair import Pair, road_pair
 from raetsalt.wire.enums import BodyKind, CoatKind, Flag, FootKind, PacketKind, TransactionKind
 from raetsalt.wire.header import Header
@@ -300,7 +306,7 @@ def test_mutated_heads_of_a_lazy_message_are_never_answered_or_stored() -> None:
     # The shortcut takes none of them (the parser may still accept some, e.g. upper
     # case hex, and then they are stored unverified like any other plain segment).
     taken = [
-        i for i, m in enumerate(mutants) if road._receive_lazy_segment(m, ATTACKER, pair.net.now)
+        i for i, m in enumerate(mutants) if _take(road, m, pair.net.now)
     ]
     assert not taken
     txn = next(iter(road.lazy_heads.values()))
@@ -308,9 +314,13 @@ def test_mutated_heads_of_a_lazy_message_are_never_answered_or_stored() -> None:
     for mutant in mutants:
         road.receive_datagram(mutant, ATTACKER, pair.net.now)
     assert not road.datagrams_to_send(pair.net.now)
-    assert road._receive_lazy_segment(data, ATTACKER, pair.net.now)
+    assert _take(road, data, pair.net.now)
     for data in held:
         road.receive_datagram(data, ATTACKER, pair.net.now)
     pair.minion.road.datagrams_to_send = lambda now, o=pair.minion.road.datagrams_to_send: o(now)
     assert pair.until(lambda: bool(pair.main.of(MessageReceived)))
     assert pair.main.received() == [body]
+
+
+def _take(road: Road, data: bytes, now: float) -> bool:
+    return take_lazy_segment(data, ATTACKER, now, road.lazy_heads, road.config.max_packet_size)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import random
 
-from raetsalt.engine.native import REPLAY_WINDOW, _ReplayWindow
+from raetsalt.engine.replay import WINDOW as REPLAY_WINDOW
+from raetsalt.engine.replay import ReplayWindow as _ReplayWindow
 
 
 class _Reference:
@@ -64,3 +65,18 @@ def test_matches_the_set_rule_under_reordering_and_jumps() -> None:
         if not reference.seen(counter):
             window.mark(counter)
             reference.mark(counter)
+
+
+def test_message_tids_wrap_and_stay_seen() -> None:
+    from raetsalt.engine.replay import TID_WINDOW, TidWindow
+
+    window = TidWindow()
+    tids = [0xFFFFFFFF - 5 + i for i in range(5)] + [0xFFFFFFFF, 1, 2, 3]
+    for tid in tids:
+        assert not window.seen(tid)
+        window.mark(tid)
+    assert all(window.seen(tid) for tid in tids)
+    assert not window.seen(4)  # newer, after the wrap
+    assert window.seen(0xFFFFFFFF - 2 * TID_WINDOW)  # far behind: counts as seen
+    fresh = TidWindow()
+    assert not fresh.seen(123456) and not fresh.window.bits  # no memory until used

@@ -24,9 +24,10 @@ from raetsalt.engine.reassembly import Reassembly, ReassemblyBudget, charge
 from raetsalt.engine.remote import Outgoing
 from raetsalt.engine.scheduler import BULK, DATA_HEAD
 from raetsalt.errors import BadPacket
+from raetsalt.keep.policy import Action
 from raetsalt.keep.store import MemoryKeep
 from raetsalt.testing.fakenet import Conditions
-from raetsalt.testing.pair import MAIN_HA, MINION_HA, Node, Pair, make_road, road_pair
+from raetsalt.testing.pair import MAIN_HA, MINION_HA, Pair, Peer, make_road, road_pair
 from raetsalt.wire.enums import BodyKind
 
 MiB = 1024 * 1024
@@ -135,7 +136,7 @@ def test_native_global_cap_holds_across_remotes() -> None:
     extra = []
     for n in (3, 4):
         ha = (f"10.0.0.{n}", 4510)
-        node = Node(make_road(MemoryKeep(), ha, f"minion{n}", seed=n, native=True))
+        node = Peer(make_road(MemoryKeep(), ha, f"minion{n}", seed=n, native=True))
         pair.net.attach(ha, node.road)
         node.road.connect(MAIN_HA, pair.net.now, name="main")
         extra.append(node)
@@ -183,7 +184,8 @@ def test_ending_the_session_gives_the_reservations_back() -> None:
     frame = _frame(channel.scheduler.streams[BULK].next_seq, MiB, 0, b"w" * 500)
     main.receive_datagram(channel.seal_packet(frame), MINION_HA, pair.net.now)
     assert _held(main) > 0
-    main.remove_remote("minion")
+    assert pair.main.decide(Action.DELETE, "minion", pair.net.now)  # the operator's -d
+    assert "minion" not in main.remotes_by_name
     assert _held(main) == 0
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 import raetsalt  # noqa: F401  (collections.abc before ioflo)
+from raetsalt.cli.key import main as key_main
 from raetsalt.config import load_node_config
 from raetsalt.flo import flow_path
 from raetsalt.flo.skedder import SelectSkedder, Waiter, build
@@ -241,7 +242,7 @@ def test_master_and_minion_flows_connect_and_stop_cleanly(short_dir: Path) -> No
         assert minion.status["connected"] and minion.status["state"] == "connected"
         assert master.frame == "serving" and master.status["ready"]
         node = minion.share(".raetsalt.node").value
-        road_sock = node.road.sock
+        road_sock = node.stack.sock
         # The node, and the job service (its job pipes).
         assert minion.sk.waiter.watched == (node, minion.share(".raetsalt.jobs").value)
         # SIGTERM as the daemon's handler reports it: both flows close their nodes and end.
@@ -259,7 +260,9 @@ def test_master_and_minion_flows_connect_and_stop_cleanly(short_dir: Path) -> No
             flow.sk.close()
 
 
-def test_pending_minion_waits_then_connects_when_accepted_in_the_keep(short_dir: Path) -> None:
+def test_pending_minion_waits_then_connects_when_accepted_by_the_key_tool(
+    short_dir: Path,
+) -> None:
     port = _free_port()
     mopts = _opts(short_dir / "ma", "master", raet_port=port, id="flomaster")
     master = Flow("master", mopts)
@@ -271,12 +274,25 @@ def test_pending_minion_waits_then_connects_when_accepted_in_the_keep(short_dir:
     try:
         pump(flows, lambda: minion.frame == "pending")
         assert minion.status["pending"] and not minion.status["connected"]
+        assert master.share(".raetsalt.node").value.stack.writer.flush()
         keep = FileKeep(keep_dir(mopts))
         assert [(r.role, r.acceptance) for r in keep.list_roles()] == [
             ("waiter1", Acceptance.PENDING)
         ]
-        keep.accept_role("waiter1")  # what raetsalt-key -a does, from "another process"
-        pump(flows, lambda: minion.frame == "connected", timeout=3.0)
+        # raetsalt-key -a, as a command to the running master (another thread here: the
+        # tool waits for the master's answer while the flows run).
+        result: list[int] = []
+        tool = threading.Thread(
+            target=lambda: result.append(key_main(["-c", str(short_dir / "ma"), "-a",
+                                                   "waiter1", "-y"]))
+        )
+        tool.start()
+        pump(flows, lambda: minion.frame == "connected" and not tool.is_alive(), timeout=5.0)
+        tool.join()
+        assert result == [0]
+        assert [(r.role, r.acceptance) for r in keep.list_roles()] == [
+            ("waiter1", Acceptance.ACCEPTED)
+        ]
     finally:
         for flow in flows:
             flow.sk.close()
@@ -302,6 +318,7 @@ def test_minion_with_a_denied_key_ends_with_77(short_dir: Path) -> None:
         pump(flows, lambda: not second.running)
         assert second.exit_code == 77 and second.visited[-1] == "rejected"
         assert second.share(".raetsalt.node").value is None
+        assert master.share(".raetsalt.node").value.stack.writer.flush()
         assert list(FileKeep(keep_dir(mopts)).list_denied()) == ["twin"]
         assert first.frame == "connected"  # the accepted one is untouched
     finally:

@@ -30,7 +30,8 @@ from raetsalt.engine.events import (
     MessageDelivered,
     MessageReceived,
 )
-from raetsalt.keep.records import Acceptance, AutoMode
+from raetsalt.keep.policy import Action
+from raetsalt.keep.records import Acceptance, AutoMode, KeyRef, KeyState
 from raetsalt.keep.store import FileKeep
 
 pytestmark = pytest.mark.interop
@@ -168,7 +169,8 @@ def test_raet_joins_ours_and_both_sides_allow(raet_peer: Start, ours) -> None:
     side.wait(MessageDelivered, mid=mid)
     assert minion.wait_messages(1, remote="salt")[0]["body"] == {"after": "reallow"}
     # keys recorded in our keep are the raet peer's
-    role = FileKeep(side.stack.road.keep.dirpath).load_role("minion")  # type: ignore[attr-defined]
+    assert side.stack.writer is not None and side.stack.writer.flush()
+    role = FileKeep(side.stack.keep.dirpath).load_role("minion")  # type: ignore[union-attr]
     assert role is not None and role.acceptance is Acceptance.ACCEPTED
     assert (role.verhex, role.pubhex) == (minion.verhex, minion.pubhex)
 
@@ -195,18 +197,21 @@ def test_ours_joins_raet_and_both_sides_allow(raet_peer: Start, ours) -> None:
 
 def test_raet_key_pending_in_our_keep_until_accepted(raet_peer: Start, ours) -> None:
     side = ours("salt", main=True, auto=AutoMode.NEVER)
-    keep = FileKeep(side.stack.road.keep.dirpath)  # type: ignore[attr-defined]
+    keep = FileKeep(side.stack.keep.dirpath)  # type: ignore[union-attr]
     minion = raet_peer("minion", auto="once")
     minion.join(side.stack.address)
     pending = side.wait(JoinPending, remote="minion", here=True)
     assert pending.role == "minion"
     minion.wait_for("join_pended", ha=list(side.stack.address))
+    side.call(lambda s: s.writer.flush())
     role = keep.load_role("minion")
     assert role is not None and role.acceptance is Acceptance.PENDING
     assert (role.verhex, role.pubhex) == (minion.verhex, minion.pubhex)
     assert not any(isinstance(e, Joined) for e in side.seen)
 
-    keep.accept_role("minion")  # the operator; no restart of either side
+    # The operator's decision, as a command to the running stack; no restart of either side.
+    ref = KeyRef("minion", KeyState.PENDING, role.verhex, role.pubhex)
+    assert side.call(lambda s: s.change_key(Action.ACCEPT, ref)) is not None
     minion.wait_for("joined", remote="salt", timeout=8)
     side.wait(Joined, remote="minion")
     minion.allow("salt")

@@ -1,0 +1,138 @@
+"""The operator's key decisions reach a running master as commands over the lane.
+
+``raetsalt-key`` (as root or the master's user: its yard must sit directly in
+``sock_dir``, as for every lane request the master trusts) sends the keys it listed and
+what to do with them::
+
+    {share: "key", req, action: "accept"|"reject"|"delete", keys: [{role, state, verhex,
+     pubhex}, ...]}                        ->  key_ret {req, stale: [index of each key
+                                                   no longer stored as listed]}
+
+The master applies each decision to its road at once (``RoadStack.change_key``: a pending
+join is answered, a deleted or rejected key ends that minion's session) and answers once
+the keep writer has made the change durable, so the key tool's "Key for minion X
+accepted." is true on disk as well as in the running master.  If the keep cannot be
+written the answer says so (``error``); the decision stands in memory meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import selectors
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from raetsalt.keep.policy import Action
+from raetsalt.keep.records import KeyRef, KeyState, name_problem
+from raetsalt.node import Node
+from raetsalt.services import protocol as p
+
+log = logging.getLogger("raetsalt.daemon")
+
+SHARE_KEY = "key"
+SHARE_KEY_RET = "key_ret"
+MAX_KEYS = 100_000
+"""Keys one command may name (the pending limit is 1,000 by default)."""
+_STATES = {state.value: state for state in KeyState}
+
+
+def refs_untrusted(keys: object) -> list[KeyRef] | None:
+    """The keys of a command, or None if the list is malformed."""
+    if not isinstance(keys, list) or len(keys) > MAX_KEYS:
+        return None
+    refs = []
+    for item in keys:
+        if not isinstance(item, dict):
+            return None
+        role, word = item.get("role"), item.get("state")
+        state = _STATES.get(word) if isinstance(word, str) else None
+        verhex, pubhex = item.get("verhex"), item.get("pubhex")
+        if name_problem(role) is not None or state is None:
+            return None
+        if not isinstance(verhex, str) or not isinstance(pubhex, str):
+            return None
+        refs.append(KeyRef(str(role), state, verhex, pubhex))
+    return refs
+
+
+class KeyService:
+    """Serves the ``key`` share on a master's node (module docstring).
+
+    :param trusted: who owns a lane yard (None: not trusted), ``AccessGate.lane_requester``.
+    :param send: delivers an answer to a client yard.
+    """
+
+    def __init__(
+        self,
+        node: Node,
+        trusted: Callable[[str], object | None],
+        send: Callable[[str, dict[str, Any]], None],
+    ) -> None:
+        self.node = node
+        self.trusted = trusted
+        self.send = send
+        self._waiting: list[tuple[int, str, dict[str, Any]]] = []
+
+    # Wakeable: the keep writer says when a change is durable.
+    def register(self, selector: selectors.BaseSelector, data: Any = None) -> None:
+        writer = self.node.stack.writer
+        if writer is not None:
+            selector.register(writer.fileno(), selectors.EVENT_READ, data)
+
+    def unregister(self, selector: selectors.BaseSelector) -> None:
+        writer = self.node.stack.writer
+        if writer is not None:
+            try:
+                selector.unregister(writer.fileno())
+            except (KeyError, ValueError):
+                pass
+
+    def on_request(self, yard: str, body: Mapping[str, Any]) -> None:
+        req = body.get("req")
+        if not isinstance(req, str):
+            return
+        if self.trusted(yard) is None:
+            self._answer(yard, req, error="key commands are taken only from yards in the "
+                                           "master's sock_dir (run raetsalt-key as its user)")
+            return
+        action = body.get("action")
+        stack = self.node.stack
+        refs = refs_untrusted(body.get("keys"))
+        if action not in Action.ALL or refs is None:
+            self._answer(yard, req, error=f"malformed key command {action!r}")
+            return
+        stale: list[int] = []
+        sequence = 0
+        for index, ref in enumerate(refs):
+            changed = stack.change_key(str(action), ref)
+            if changed is None:
+                stale.append(index)
+                continue
+            sequence = changed
+            log.info("key of minion %s (%s): %s by the operator", ref.role, ref.state.value,
+                     action)
+        self._waiting.append((sequence, yard, {"req": req, "stale": stale}))
+        self.poll()
+
+    def poll(self) -> None:
+        """Answer the commands whose changes are on disk (or cannot get there now)."""
+        writer = self.node.stack.writer
+        if writer is None:
+            return
+        # Always (one non-blocking read): a commit's wake-up byte left unread would keep
+        # the descriptor readable and the loop spinning.
+        writer.drain_wake()
+        if not self._waiting:
+            return
+        waiting, self._waiting = self._waiting, []
+        for sequence, yard, answer in waiting:
+            if writer.committed >= sequence:
+                self._answer(yard, **answer)
+            elif writer.failing is not None:
+                self._answer(yard, **answer, error=f"not saved yet: {writer.failing}")
+            else:
+                self._waiting.append((sequence, yard, answer))
+
+    def _answer(self, yard: str, req: str, **fields: Any) -> None:
+        self.send(yard, p.lane_reply(self.node.stack.road.name, yard, SHARE_KEY_RET, req=req,
+                                     **fields))

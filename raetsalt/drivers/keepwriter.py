@@ -1,0 +1,152 @@
+"""Write a road's persistence events to its keep without making the event loop wait.
+
+``KeepWriter.submit`` queues the writes and returns at once; a thread takes everything
+queued so far as one batch and commits it with ``Keep.commit`` (for a ``FileKeep``: atomic
+files and two file-system syncs per batch, however many documents: group commit).  So
+a master taking a thousand joins a second does a few syncs a second, in the background,
+instead of one fsync per join inside ``receive_datagram``.
+
+Each batch gets a sequence number; ``committed`` is the highest one on disk, and the
+writer's file descriptor becomes readable whenever it advances, so a selector loop can
+wait for "my change is durable" (the key tool's answers do).  A failed commit (disk
+full, ...) keeps its writes, is retried every ``RETRY`` seconds together with newer
+ones, and is logged at most once per interval, without a traceback (``failing`` holds
+the reason meanwhile).
+
+``threaded=False`` commits in the caller's thread at each ``submit`` (in-memory keeps in
+tests), with the same failure handling: what fails is retried at the next submission.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections.abc import Callable
+
+from raetsalt.drivers.clock import monotonic
+from raetsalt.errors import KeepError
+from raetsalt.keep.records import Keep, KeepWrite
+from raetsalt.keep.store import FileKeep
+from raetsalt.log import Throttle
+
+log = logging.getLogger(__name__)
+
+RETRY = 1.0
+"""Seconds between attempts while commits fail."""
+
+
+class KeepWriter:
+    """Commits batches of writes to ``keep`` (module docstring)."""
+
+    def __init__(
+        self,
+        keep: Keep,
+        *,
+        threaded: bool = True,
+        clock: Callable[[], float] = monotonic,
+    ) -> None:
+        self.keep = keep
+        self.submitted = 0
+        self.committed = 0
+        self.failing: str | None = None
+        self._pending: list[KeepWrite] = []
+        self._cond = threading.Condition()
+        self._closing = False
+        self.clock = clock
+        self._failures = Throttle(60.0)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._thread: threading.Thread | None = None
+        if threaded:
+            self._thread = threading.Thread(target=self._run, name="keep-writer", daemon=True)
+            self._thread.start()
+
+    def submit(self, writes: list[KeepWrite]) -> int:
+        """Queue ``writes``; returns the sequence number that is durable once
+        ``committed`` reaches it."""
+        with self._cond:
+            self._pending.extend(writes)
+            self.submitted += 1
+            sequence = self.submitted
+            self._cond.notify()
+        if self._thread is None:
+            self._commit_pending()
+        return sequence
+
+    def fileno(self) -> int:
+        """Readable when ``committed`` advanced (call ``drain_wake`` then)."""
+        return self._wake_r.fileno()
+
+    def drain_wake(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except OSError:  # BlockingIOError: nothing (more) to read
+            pass
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until everything submitted so far is committed; False on time-out."""
+        if self._thread is None:
+            self._commit_pending()
+        with self._cond:
+            target = self.submitted
+            return self._cond.wait_for(lambda: self.committed >= target, timeout)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Commit what is queued (waiting at most ``timeout``, less while commits fail),
+        then stop the thread."""
+        if not self.flush(timeout if self.failing is None else min(timeout, 2 * RETRY)):
+            log.error("the keep could not be written before stopping: %s", self.failing)
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._wake_r.close()
+        self._wake_w.close()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: bool(self._pending) or self._closing)
+                if not self._pending:
+                    return
+            if not self._commit_pending():
+                with self._cond:
+                    if self._closing:
+                        return
+                    self._cond.wait_for(lambda: self._closing, RETRY)
+
+    def _commit_pending(self) -> bool:
+        """Commit everything queued as one batch; False (writes kept) if it failed."""
+        with self._cond:
+            batch, self._pending = self._pending, []
+            sequence = self.submitted
+        if not batch:
+            return True
+        try:
+            self.keep.commit(batch)
+        except (KeepError, OSError) as exc:
+            with self._cond:
+                self._pending[:0] = batch  # older writes first: the newest still wins
+                self.failing = str(exc)
+            times = self._failures.note("commit", self.clock())
+            if times:
+                log.error("the keep cannot be written (%d attempt(s)): %s", times, exc)
+            return False
+        with self._cond:
+            self.committed = max(self.committed, sequence)
+            self.failing = None
+            self._cond.notify_all()
+        try:
+            self._wake_w.send(b"\0")
+        except OSError:
+            pass  # the loop is behind on wake-ups already: one byte is enough
+        return True
+
+
+def writer_for(keep: Keep) -> KeepWriter:
+    """A background writer for keeps on disk, a synchronous one for anything else."""
+    return KeepWriter(keep, threaded=isinstance(keep, FileKeep))

@@ -1,0 +1,62 @@
+"""``RoadConfig``: the tunables of one road (frozen; defaults follow raet 0.6.8 where raet
+has one)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from raetsalt.keep.records import AutoMode
+from raetsalt.wire.enums import BodyKind
+
+
+@dataclass(frozen=True, slots=True)
+class RoadConfig:
+    """Tunables of a road.  Defaults follow raet 0.6.8 where raet has one."""
+
+    auto: AutoMode = AutoMode.NEVER
+    """How remote keys seen for the first time are accepted."""
+    join_timeout: float = 5.0
+    join_pending_timeout: float = 120.0
+    """How long a join waits for an operator while the other side keeps asking."""
+    pending_retry: float = 0.5
+    """How often a joiner whose key is pending on the other side asks again."""
+    alive_timeout: float = 2.0
+    presence_period: float = 1.0
+    """An alive is sent to a remote that has been silent this long."""
+    message_timeout: float = 30.0
+    window: int = 256
+    """Segments a raet-profile message sender may have in flight beyond the receiver's last
+    ack (0: all).  256 x 1 KiB stays well below the 4 MiB socket buffers the UDP driver
+    asks for; a smaller buffer only costs resends."""
+    ack_every: int = 32
+    """A raet-profile sender flags every this many-th segment ``wf`` (the receiver acks it)."""
+    lazy_verify: bool = True
+    """Store message segments without ``wf`` of a known message before checking their
+    signatures; the message's box authenticates them (see ``raetsalt.engine.message``)."""
+    max_packet_size: int = 1024
+    max_message_size: int = 16 * 1024 * 1024
+    max_receivers: int = 64
+    """Concurrent incoming messages per remote."""
+    rejoin_after: int = 3
+    """Consecutive unanswered alives after which a connecting side re-joins."""
+    retry_min: float = 0.5
+    retry_max: float = 10.0
+    """Bounds of the jittered back-off between connection attempts."""
+    body_kind: BodyKind = BodyKind.JSON
+    native: bool = True
+    """Offer and accept the native profile (used only when both ends are raetsalt)."""
+    native_datagram_size: int = 1400
+    """Largest native datagram on real networks (fits a 1500-byte MTU with IPv6)."""
+    native_loopback_datagram_size: int = 65000
+    """Largest native datagram to a loopback address, where the MTU is 64 KiB."""
+    native_window: int = 2 * 1024 * 1024
+    """Bytes a native sender may have unacknowledged (below the receiver's socket buffer)."""
+    # Reassembly caps and time-out (engine.reassembly); the largest express message.
+    reassembly_per_remote: int = 32 * 1024 * 1024
+    reassembly_total: int = 256 * 1024 * 1024
+    reassembly_timeout: float = 30.0
+    native_express_size: int = 16 * 1024
+    # -- limits on unauthenticated input --------------------------------------------------
+    departed_memory: float = 600.0
+    """Seconds a remote whose key was deleted still gets told ``unjoined`` (so it re-joins
+    at once) when it sends authenticated packets."""
