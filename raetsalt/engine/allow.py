@@ -14,7 +14,9 @@ public/secret keys from the join, ``S``/``s`` fresh short-term keys, ``_i`` init
 Every allow packet is signed with the sender's long-term Ed25519 key, so by the time a
 transaction sees a packet it is authenticated; a box that does not open is dropped and
 counted, never answered.  Each side swaps its new session in only when the handshake
-completes, so a replayed hello cannot tear down a working session (raet re-keys at once).
+completes, so a replayed hello cannot tear down a working session (raet re-keys at once),
+and a replayed hello from another address gets a cookie it cannot open, so it cannot
+move the estate there either.
 """
 
 from __future__ import annotations
@@ -153,7 +155,10 @@ class AllowInitiator(_AllowBase):
 class AllowCorrespondent(_AllowBase):
     """A remote's handshake with us (raet's Allowent).
 
-    It answers the address the hello came from, with the ids the hello carries.
+    It answers the address the hello came from, with the ids the hello carries, and only
+    a valid initiate from there (which needs the cookie we sent there, opened with the
+    initiator's fresh short-term key, and a vouch made with its long-term key) completes
+    it: that is the path validation that lets a known estate move to a new address.
     """
 
     def __init__(

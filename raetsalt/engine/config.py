@@ -57,6 +57,12 @@ class RoadConfig:
     reassembly_timeout: float = 30.0
     native_express_size: int = 16 * 1024
     # -- limits on unauthenticated input --------------------------------------------------
+    amplification: int = 3
+    """An address no session has validated gets at most this many bytes per byte it sent."""
+    max_joins: int = 1024
+    """Join correspondents at once (each holds a little state for an unsigned request)."""
+    max_joins_per_remote: int = 4
+    """Join correspondents for one known estate, from different addresses."""
     departed_memory: float = 600.0
     """Seconds a remote whose key was deleted still gets told ``unjoined`` (so it re-joins
     at once) when it sends authenticated packets."""

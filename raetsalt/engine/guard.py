@@ -1,5 +1,11 @@
-"""What a road remembers about remotes it no longer has.
+"""Limits on what unauthenticated input can make a road do.
 
+* **Anti-amplification.**  Joins are unsigned and a source address can be spoofed, so an
+  address no session has validated (``trusted``) may be sent at most ``factor`` bytes per
+  byte received from it (QUIC's rule, RFC 9000 section 8).  Addresses become trusted when
+  we choose them (``Road.connect``) or an allow from there completes; everything the
+  road sends elsewhere is paid from that address's credit, and what the credit does not
+  cover is not sent (counted).
 * **Departed remotes.**  When an operator deletes (or rejects) a key, the road forgets
   the remote but remembers its verify key for a while: authenticated packets it still
   sends are answered ``unjoined``, so it joins again at once (Salt's re-auth).
@@ -12,11 +18,14 @@ from __future__ import annotations
 from typing import TypeVar
 
 from raetsalt.crypto import Verifier
+from raetsalt.engine.remote import Address
 
 K = TypeVar("K")
 V = TypeVar("V")
 
 MAX_ENTRIES = 4096
+CREDIT_CAP = 1 << 18
+"""Most bytes one unvalidated address can have in hand (a join and an allow need ~3 KB)."""
 
 
 def _bounded_put(table: dict[K, V], key: K, value: V) -> None:
@@ -30,8 +39,40 @@ def _bounded_put(table: dict[K, V], key: K, value: V) -> None:
 class Guard:
     """The tables behind the limits (module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, factor: int) -> None:
+        self.factor = factor
+        self.trusted: dict[Address, int] = {}
+        """Validated addresses (how many remotes live there)."""
+        self._credit: dict[Address, int] = {}
         self._departed: dict[int, tuple[Verifier, float]] = {}
+
+    # -- anti-amplification ---------------------------------------------------------------
+
+    def trust(self, address: Address) -> None:
+        self.trusted[address] = self.trusted.get(address, 0) + 1
+        self._credit.pop(address, None)
+
+    def untrust(self, address: Address) -> None:
+        count = self.trusted.get(address, 0) - 1
+        if count > 0:
+            self.trusted[address] = count
+        else:
+            self.trusted.pop(address, None)
+
+    def received(self, address: Address, size: int) -> None:
+        """``size`` bytes arrived from an address that is not trusted."""
+        credit = self._credit.get(address, 0)
+        _bounded_put(self._credit, address, min(CREDIT_CAP, credit + self.factor * size))
+
+    def spend(self, address: Address, size: int) -> bool:
+        """May ``size`` bytes go to ``address``?  Pays for them if so."""
+        if address in self.trusted:
+            return True
+        credit = self._credit.get(address, 0)
+        if credit < size:
+            return False
+        self._credit[address] = credit - size
+        return True
 
     # -- departed remotes ---------------------------------------------------------------
 

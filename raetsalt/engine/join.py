@@ -14,7 +14,10 @@ authorised by acceptance, not by a signature, so a join proves nothing about who
 it.  Deliberate differences from raet 0.6.8:
 
 * identity is the role and its keys, not the address: a known, accepted estate may come
-  back from another address (raet's immutable road rejected that, quirk Q7);
+  back from another address (raet's immutable road rejected that, quirk Q7), but its
+  join changes nothing about the known estate (its address, ids and session stay): the
+  road moves it to the new address only when an allow from there completes, which an
+  unsigned join cannot fake (``raetsalt.engine.allow``);
 * a correspondent answers the address the request came from and lives in the road's
   table of join correspondents under (address, ids), so packets from one address never
   reach the join of another;

@@ -1,8 +1,16 @@
 """``JoinDesk``: where unsigned join requests come in, and the join correspondents live.
 
-A correspondent is found by (source address, the joiner's uid, its transaction id), and
-a newer request from the same address supersedes an older one.  A known estate that
-joins from another address is moved there (its identity is its role and keys).
+A join request proves nothing about its sender (plaintext, unsigned, any source address),
+so everything here is bounded and keyed so that one address cannot steer another's join:
+
+* a correspondent is found by (source address, the joiner's uid, its transaction id):
+  a packet from one address never reaches a transaction started from another;
+* a request for a known estate from a new address gets its own correspondent, which
+  answers that address and changes nothing about the known estate (``Road.on_joined``);
+* at most ``max_joins`` correspondents at once and ``max_joins_per_remote`` per estate:
+  the one whose joiner asked least recently gives way (a flood churns through the slots
+  but cannot keep a real joiner out: its next request gets a slot), and a newer request
+  from the same address supersedes an older one.
 """
 
 from __future__ import annotations
@@ -96,7 +104,7 @@ class JoinDesk:
         self._start(packet, address, known, now)
 
     def _start(self, packet: Packet, address: Address, known: Remote | None, now: float) -> None:
-        host, header = self.host, packet.header
+        host, header, config = self.host, packet.header, self.host.config
         join = parse_join_body_untrusted(packet, response=False)
         if known is None and not host.local.main:
             raise BadPacket("vacuous join sent to an estate that is not main", DropReason.NOT_MAIN)
@@ -111,10 +119,16 @@ class JoinDesk:
         remote = existing
         if remote is None:
             remote = host.new_remote(join.name, address)
-        remote.ha = address
-        host.adopt_identity(remote, join, fuid=header.source_uid)
+            host.adopt_identity(remote, join, fuid=header.source_uid)
         for older in self.from_address(remote, address):
             older.finish()  # a newer request from there supersedes an older one
+        joins = self._of.setdefault(remote.uid, {})
+        while len(joins) >= config.max_joins_per_remote:
+            self.live[next(iter(joins))].finish()
+            host.stats["join_superseded"] += 1
+        while len(self.live) >= config.max_joins:
+            self.live[next(iter(self.live))].finish()
+            host.stats["join_evicted"] += 1
         txn = JoinCorrespondent(
             host,
             remote,

@@ -100,7 +100,8 @@ class RoadPort(Protocol):
     # -- life cycle -----------------------------------------------------------------------
 
     def on_joined(self, remote: Remote, now: float, *, initiator: bool, vacuous: bool) -> None:
-        """A join completed (``vacuous``: it carried no ids of ours)."""
+        """A join completed.  It proves nothing about who sent it, so a correspondent
+        never moves a known estate to the joiner's address: only an allow does."""
 
     def on_allowed(
         self,
@@ -114,8 +115,8 @@ class RoadPort(Protocol):
         fuid: int,
         rsid: int,
     ) -> None:
-        """An allow completed: ``session`` is the new session (``ha``, ``fuid``, ``rsid``:
-        where and with which ids the remote completed it)."""
+        """An allow completed: ``session`` is the new session, authenticated from
+        ``ha`` (the path is validated there)."""
 
     def on_unjoined(self, remote: Remote, now: float) -> None: ...
 

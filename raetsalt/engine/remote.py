@@ -126,7 +126,8 @@ class Remote:
     tells us).  ``sid`` is our session id for transactions we start, ``rsid`` the last one
     it used for transactions it started; the keep stores ``sid_reserved`` (see
     ``SID_BLOCK``).  Keys: ``verify_key`` (Ed25519) and ``long_public`` (Curve25519) from
-    the join; ``session`` is the box of the current allow.
+    the join; ``session`` is the box of the current allow.  ``ha`` changes only when we
+    choose an address (``Road.connect``) or an allow from the new address completes.
     """
 
     uid: int
@@ -149,6 +150,8 @@ class Remote:
     verifier: Verifier | None = None
     auto_connect: bool = False
     """We keep this remote connected: join, allow and re-join after failures by ourselves."""
+    trusted: bool = False
+    """``ha`` is validated: we chose it, or an allow from it completed (anti-amplification)."""
     transactions: dict[tuple[bool, int, int], Exchange] = field(default_factory=dict)
     replay: TidWindow = field(default_factory=TidWindow)
     """Message tids delivered in the current session."""

@@ -22,7 +22,12 @@ Receive pipeline (protocol.md 6, made strict):
    transaction kind and packet kind), or gets a stale nack.
 
 Nothing here replies to a packet that failed to authenticate, except what the join
-protocol itself needs (``pend``, ``reject``, ``renew``, ``response``).
+protocol itself needs (``pend``, ``reject``, ``renew``, ``response``), and whatever goes
+to an address no session validated is limited to ``config.amplification`` times what it
+sent (``raetsalt.engine.guard``).  An unauthenticated packet never changes an
+established session: a join from a new address for a known estate runs its own
+transaction and leaves the estate's address, ids and session alone; the estate moves
+only when an allow from the new address completes.
 
 Storage stays outside: the road holds its records in memory (``KeyBook`` for keys) and
 reports each change as a ``KeepEvent``.  Operator decisions arrive as commands
@@ -161,7 +166,7 @@ class Road:
             denied=state.denied,
             emit=self.emit,
         )
-        self.guard = Guard()
+        self.guard = Guard(factor=config.amplification)
         self.joins = JoinDesk(self)
         self._correspondents: Mapping[tuple[int, int], Correspond] = {
             (TransactionKind.ALLOW, PacketKind.HELLO): self._start_allow_correspondent,
@@ -215,6 +220,8 @@ class Road:
     def receive_datagram(self, data: bytes, address: Address, now: float) -> None:
         """Process one datagram; never raises for anything the datagram contains."""
         self.stats["rx"] += 1
+        if address not in self.guard.trusted:
+            self.guard.received(address, len(data))
         try:
             if self.lazy_heads and take_lazy_segment(
                 data, address, now, self.lazy_heads, self.config.max_packet_size
@@ -275,7 +282,7 @@ class Road:
             uid = self._new_uid()
             remote = Remote(uid=uid, name=name or f"{ha[0]}:{ha[1]}", ha=ha)
             self._add(remote)
-        remote.ha = ha
+        self._move(remote, ha, trusted=True)
         remote.auto_connect = True
         # Always re-join on (re)connect: the other side may have restarted.
         self._lose_session(remote)
@@ -389,6 +396,9 @@ class Road:
 
     def transmit_datagram(self, data: bytes, address: Address) -> None:
         """Queue a datagram a transaction packed (and signed) itself."""
+        if address not in self.guard.trusted and not self.guard.spend(address, len(data)):
+            self.stats["tx_unvalidated_limit"] += 1
+            return
         self._outbox.append((data, address))
         self.stats["tx"] += 1
 
@@ -478,8 +488,8 @@ class Road:
         if remote.sid == 0:
             self._bump_sid(remote)
         if not initiator:
-            if vacuous:
-                remote.rsid = 0  # the joiner numbers its sessions afresh for us
+            # A correspondent learns nothing trustworthy from a join: the estate keeps its
+            # address, ids and session; an allow from the new address moves it.
             if remote.link is Link.UNJOINED:
                 remote.link = Link.JOINED
             self.remote_changed(remote)
@@ -510,8 +520,11 @@ class Road:
         if remote.channel is not None:
             remote.outbox.extendleft(reversed(remote.channel.unfinished()))
             remote.channel = None
+        # The handshake authenticated the remote at ``ha`` (path validation).
+        self._move(remote, ha, trusted=True)
+        remote.fuid, remote.rsid = fuid, rsid
         if native:
-            loopback = remote.ha[0].startswith("127.") or remote.ha[0] == "::1"
+            loopback = ha[0].startswith("127.") or ha[0] == "::1"
             config = self.config
             size = config.native_loopback_datagram_size if loopback else config.native_datagram_size
             remote.channel = Channel(
@@ -615,6 +628,16 @@ class Road:
             remote.sid_reserved = (sid + SID_BLOCK - 1) % (1 << 32) + 1
             self.remote_changed(remote)
 
+    def _move(self, remote: Remote, ha: Address, *, trusted: bool) -> None:
+        """Point ``remote`` at ``ha`` (``trusted``: a validated address)."""
+        if remote.ha == ha and remote.trusted == trusted:
+            return
+        if remote.trusted:
+            self.guard.untrust(remote.ha)
+        remote.ha, remote.trusted = ha, trusted
+        if trusted:
+            self.guard.trust(ha)
+
     def _remove(self, remote: Remote) -> None:
         """Forget ``remote`` completely (its keep record too)."""
         for txn in list(remote.transactions.values()):
@@ -624,6 +647,7 @@ class Road:
         self._lose_session(remote)
         self._set_alive(remote, False)
         self.timers.arm(self._housekeeping.pop(remote.uid), None)
+        self._move(remote, remote.ha, trusted=False)
         del self.remotes[remote.uid]
         if self.remotes_by_name.get(remote.name) is remote:
             del self.remotes_by_name[remote.name]
@@ -796,6 +820,15 @@ class Road:
         header = packet.header
         sid = header.session_id
         if not sid_valid(sid, remote.rsid):
+            if (
+                header.transaction_kind == TransactionKind.ALLOW
+                and header.packet_kind == PacketKind.HELLO
+                and not remote.allowed
+            ):
+                # No session to protect, and the remote numbers its sessions from scratch
+                # (it lost its records): the handshake proves it fresh, and its completion
+                # adopts this sid.
+                return True
             if header.packet_kind not in _NACK_KINDS:
                 self.reply_stale(packet, address)
             self.stats["stale_session"] += 1
@@ -905,7 +938,7 @@ class Road:
     # -- joins -------------------------------------------------------------------------------
 
     def new_remote(self, name: str, ha: Address) -> Remote:
-        """A remote first seen in a join from ``ha``."""
+        """A remote first seen in a join from ``ha`` (not a validated address yet)."""
         remote = Remote(uid=self._new_uid(), name=name, ha=ha)
         self._add(remote)
         return remote

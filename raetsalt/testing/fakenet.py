@@ -119,3 +119,34 @@ class FakeNet:
                 self.now = max(self.now, deadline)
                 return done()
         raise AssertionError("FakeNet.run_until: step budget exhausted (livelock?)")
+
+
+@dataclass
+class RawHost:
+    """A host on a ``FakeNet`` with no engine: it sends what a test queues (``send``) and
+    records every datagram it receives (an attacker, or a spoofed address)."""
+
+    received: list[tuple[bytes, tuple[str, int]]] = field(default_factory=list)
+    _queue: list[tuple[bytes, tuple[str, int]]] = field(default_factory=list)
+    sent_bytes: int = 0
+
+    def send(self, data: bytes, to: tuple[str, int]) -> None:
+        self._queue.append((data, to))
+        self.sent_bytes += len(data)
+
+    @property
+    def received_bytes(self) -> int:
+        return sum(len(data) for data, _ in self.received)
+
+    def receive_datagram(self, data: bytes, address: tuple[str, int], now: float) -> None:
+        self.received.append((data, address))
+
+    def datagrams_to_send(self, now: float) -> list[tuple[bytes, tuple[str, int]]]:
+        out, self._queue = self._queue, []
+        return out
+
+    def get_timer(self) -> float | None:
+        return None
+
+    def handle_timer(self, now: float) -> None:
+        return None

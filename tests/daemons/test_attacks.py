@@ -1,0 +1,106 @@
+"""The security report's attacks on the road, against real daemons (F2, F6, F8, point 9),
+and what an operator sees: test.ping keeps working, the attacker gets nothing, every
+problem is one log line.  Each test waits on log lines, files and CLI answers, never on
+a fixed sleep (the attacker's own pacing is the only timing here)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from raetsalt.keep.records import Acceptance
+from raetsalt.testing.forge import join_request
+from raetsalt.wire.enums import TransactionKind
+from raetsalt.wire.packet import parse_packet_untrusted
+
+from .helpers import World, make_world, ping
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    with make_world() as w:
+        yield w
+
+
+def _wait_for(condition, timeout: float = 10.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, "condition not met"
+        time.sleep(0.05)
+    return value
+
+
+class Attacker(threading.Thread):
+    """Sends datagrams from its own UDP socket at a pace; counts what comes back."""
+
+    def __init__(self, target: tuple[str, int], make: object, per_second: float) -> None:
+        super().__init__(daemon=True)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.01)
+        self.target, self.make, self.gap = target, make, 1.0 / per_second
+        self.sent = self.sent_bytes = self.received_bytes = 0
+        self.kinds: set[int] = set()
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        next_at = time.monotonic()
+        while not self.stop.is_set():
+            if time.monotonic() >= next_at:
+                data = self.make(self.sent)  # type: ignore[operator]
+                self.sock.sendto(data, self.target)
+                self.sent += 1
+                self.sent_bytes += len(data)
+                next_at += self.gap
+            try:
+                data, _ = self.sock.recvfrom(65536)
+            except TimeoutError:
+                continue
+            self.received_bytes += len(data)
+            if data.startswith(b"ri RAET"):
+                self.kinds.add(parse_packet_untrusted(data).header.transaction_kind)
+            else:
+                self.kinds.add(-1)  # a native datagram: a session's traffic
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.join(5)
+        self.sock.close()
+
+
+def _cluster(world: World, master_extra: str = "auto_accept: true\n") -> tuple:  # type: ignore[type-arg]
+    master = world.start("master", world.master_dir(master_extra))
+    master.expect("serving on")
+    minion = world.start("minion", world.minion_dir("m1", "minion1"))
+    minion.expect("connected to the master themaster", timeout=10)
+    return master, minion
+
+
+def test_f2_a_forged_join_with_a_minions_public_keys_hijacks_nothing(world: World) -> None:
+    master, minion = _cluster(world)
+    keep = world.master_keep()
+    keys = _wait_for(lambda: keep.load_role("minion1"))  # written in the background
+    assert keys.acceptance is Acceptance.ACCEPTED
+
+    def forged(n: int) -> bytes:  # the report's forge_hijack.py: public keys only
+        return join_request("minion1", verhex=keys.verhex, pubhex=keys.pubhex,
+                            source_uid=900 + n, tid=n + 1)
+
+    attacker = Attacker(("127.0.0.1", world.port), forged, per_second=20)
+    attacker.start()
+    try:
+        results = [ping(world) for _ in range(10)]
+    finally:
+        attacker.finish()
+    assert results == [True] * 10, results  # the report: 5-7 of 10-12 failed
+    assert attacker.sent >= 20
+    assert attacker.kinds <= {TransactionKind.JOIN}  # no jobs, no alives, no session
+    assert attacker.received_bytes <= 3 * attacker.sent_bytes  # the report: 15x
+    assert not any("lost the master" in line for line in minion.drain())
+    assert ping(world)
