@@ -408,6 +408,17 @@ SCHEMA: tuple[Option, ...] = (
         "Fire a salt/auth event for every key decision.",
         "Minion keys",
     ),
+    Option(
+        "max_pending_keys",
+        s.integer(1),
+        {"master": 1000},
+        "Most minion keys waiting for an operator (raetsalt-key -L 'Unaccepted').  "
+        "Joins of further new ids are dropped and counted, and the master says so "
+        "once in its log and in raetsalt-key -L, until keys are accepted, rejected "
+        "or deleted.  Joins are unauthenticated: this bounds what a flood of forged "
+        "ids can add to the keep.",
+        "Minion keys",
+    ),
     # ---------------------------------------------------------------- jobs
     Option(
         "timeout",

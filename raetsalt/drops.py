@@ -37,3 +37,5 @@ class DropReason(StrEnum):
     # stalled partial message discarded.
     REASSEMBLY_LIMIT = "reassembly_limit"  # it would exceed a reassembly cap
     REASSEMBLY_TIMEOUT = "reassembly_timeout"  # no progress within the time-out
+    PENDING_LIMIT = "pending_limit"  # a new id while max_pending keys wait for an operator
+    RATE_LIMIT = "rate_limit"  # too many new ids from one source address

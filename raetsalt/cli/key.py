@@ -665,6 +665,7 @@ def _run(args: argparse.Namespace, out: _Out) -> int:
 
     if action == "list":
         out.data(id_lists(snapshot(keep), statuses))
+        _report_limit(opts)
         return EXIT_OK
     if action in ("print", "finger"):
         entries = snapshot(keep)
@@ -691,6 +692,23 @@ def _run(args: argparse.Namespace, out: _Out) -> int:
     finally:
         if master is not None:
             master.close()
+
+
+def _report_limit(opts: Mapping[str, Any]) -> None:
+    """On stderr (stdout stays salt-key's listing): new ids the running master dropped
+    because ``max_pending_keys`` keys wait for an operator."""
+    master = Master.connect(opts)
+    if master is None:
+        return
+    try:
+        status = master.ask("status")
+    finally:
+        master.close()
+    dropped, pending = status.get("dropped"), status.get("pending")
+    limit = status.get("max_pending")
+    if isinstance(dropped, int) and dropped > 0:
+        _stale(f"the master dropped {dropped} join(s) of new minion ids: {pending} keys wait "
+               f"for an operator and max_pending_keys is {limit}")
 
 
 def select_name(name: str, match: str) -> bool:

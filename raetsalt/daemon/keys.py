@@ -7,6 +7,8 @@ what to do with them::
     {share: "key", req, action: "accept"|"reject"|"delete", keys: [{role, state, verhex,
      pubhex}, ...]}                        ->  key_ret {req, stale: [index of each key
                                                    no longer stored as listed]}
+    {share: "key", req, action: "status"}            ->  key_ret {req, pending,
+                                                           max_pending, dropped, limited}
 
 The master applies each decision to its road at once (``RoadStack.change_key``: a pending
 join is answered, a deleted or rejected key ends that minion's session) and answers once
@@ -97,6 +99,11 @@ class KeyService:
             return
         action = body.get("action")
         stack = self.node.stack
+        if action == "status":
+            stats, keys = stack.road.stats, stack.road.keys
+            self._answer(yard, req, pending=keys.pending, max_pending=keys.max_pending,
+                         dropped=stats["drop_pending_limit"], limited=stats["drop_rate_limit"])
+            return
         refs = refs_untrusted(body.get("keys"))
         if action not in Action.ALL or refs is None:
             self._answer(yard, req, error=f"malformed key command {action!r}")

@@ -24,6 +24,7 @@ from raetsalt.engine.events import (
     JoinPending,
     JoinRejected,
     MessageReceived,
+    PendingLimitReached,
     PresenceChanged,
     TransactionFailed,
 )
@@ -59,9 +60,13 @@ def road_config(opts: Mapping[str, Any], node: str) -> RoadConfig:
     bounds the jittered back-off between connection attempts (``retry_max``) and
     ``acceptance_wait_time`` is how often a pending join asks the master again (an
     operator's acceptance reaches the master at once, as a command, and the master
-    answers the join it holds open right away).
+    answers the join it holds open right away); on a
+    master ``max_pending_keys`` bounds the keys waiting for an operator.
     """
-    config = RoadConfig(auto=auto_mode(opts) if node == "master" else AutoMode.ONCE)
+    config = RoadConfig(
+        auto=auto_mode(opts) if node == "master" else AutoMode.ONCE,
+        max_pending=int(opts.get("max_pending_keys", 1000)),
+    )
     period = float(opts.get("raet_alive_period", 3.0)) or _NEVER
     config = replace(
         config,
@@ -307,6 +312,10 @@ class MasterWatch:
                 self.connected.discard(event.remote)
                 log.warning("minion %s: key removed by the operator; session dropped (it "
                             "is told to join again)", event.role)
+            elif isinstance(event, PendingLimitReached):
+                log.warning("%d minion keys wait for an operator (max_pending_keys): joins "
+                            "of new minion ids are dropped until keys are accepted, rejected "
+                            "or deleted (raetsalt-key -L)", event.limit)
             elif isinstance(event, Joined):
                 try:
                     role = road.remote(event.remote).role or event.remote

@@ -25,6 +25,7 @@ from raetsalt.engine.events import (
     MessageDelivered,
     MessageReceived,
     PacketDropped,
+    PendingLimitReached,
     PresenceChanged,
     TransactionFailed,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "MessageDelivered",
     "MessageReceived",
     "PacketDropped",
+    "PendingLimitReached",
     "PresenceChanged",
     "Road",
     "RoadConfig",

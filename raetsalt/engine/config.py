@@ -57,6 +57,11 @@ class RoadConfig:
     reassembly_timeout: float = 30.0
     native_express_size: int = 16 * 1024
     # -- limits on unauthenticated input --------------------------------------------------
+    max_pending: int = 1000
+    """Keys waiting for an operator; joins of further new ids are dropped and counted."""
+    new_ids_burst: int = 20
+    new_ids_per_second: float = 2.0
+    """Joins of ids never seen before, per source address: a burst, then this rate."""
     amplification: int = 3
     """An address no session has validated gets at most this many bytes per byte it sent."""
     max_joins: int = 1024

@@ -30,6 +30,7 @@ __all__ = [
     "MessageDelivered",
     "MessageReceived",
     "PacketDropped",
+    "PendingLimitReached",
     "PresenceChanged",
     "RemoteChanged",
     "RemoteRemoved",
@@ -134,6 +135,15 @@ class PacketDropped(Event):
     reason: DropReason
     address: tuple[str, int]
     detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingLimitReached(Event):
+    """``limit`` keys wait for an operator: joins of further new ids are dropped (and
+    counted as ``drop_pending_limit``) until some are accepted, rejected or deleted.
+    Reported once each time the limit is reached."""
+
+    limit: int
 
 
 @dataclass(frozen=True, slots=True)

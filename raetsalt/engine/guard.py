@@ -6,6 +6,11 @@
   we choose them (``Road.connect``) or an allow from there completes; everything the
   road sends elsewhere is paid from that address's credit, and what the credit does not
   cover is not sent (counted).
+* **New ids per source address.**  A token bucket per source address bounds the joins
+  of ids never seen before (``burst``, then ``rate`` per second), so one sender cannot
+  fill the keep with pending keys by itself (a legitimate minion needs one; many minions
+  behind one NAT have their own ports).  What many spoofed addresses can add is bounded
+  by the pending-key limit (``KeyBook``).
 * **Departed remotes.**  When an operator deletes (or rejects) a key, the road forgets
   the remote but remembers its verify key for a while: authenticated packets it still
   sends are answered ``unjoined``, so it joins again at once (Salt's re-auth).
@@ -39,11 +44,14 @@ def _bounded_put(table: dict[K, V], key: K, value: V) -> None:
 class Guard:
     """The tables behind the limits (module docstring)."""
 
-    def __init__(self, *, factor: int) -> None:
+    def __init__(self, *, factor: int, burst: int, rate: float) -> None:
         self.factor = factor
+        self.burst = float(burst)
+        self.rate = rate
         self.trusted: dict[Address, int] = {}
         """Validated addresses (how many remotes live there)."""
         self._credit: dict[Address, int] = {}
+        self._buckets: dict[Address, tuple[float, float]] = {}
         self._departed: dict[int, tuple[Verifier, float]] = {}
 
     # -- anti-amplification ---------------------------------------------------------------
@@ -73,6 +81,16 @@ class Guard:
             return False
         self._credit[address] = credit - size
         return True
+
+    # -- new ids --------------------------------------------------------------------------
+
+    def admit_new_id(self, address: Address, now: float) -> bool:
+        """One join of a new id from ``address``: within its budget?"""
+        tokens, at = self._buckets.get(address, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - at) * self.rate)
+        admitted = tokens >= 1.0
+        _bounded_put(self._buckets, address, (tokens - 1.0 if admitted else tokens, now))
+        return admitted
 
     # -- departed remotes ---------------------------------------------------------------
 

@@ -10,7 +10,9 @@ so everything here is bounded and keyed so that one address cannot steer another
 * at most ``max_joins`` correspondents at once and ``max_joins_per_remote`` per estate:
   the one whose joiner asked least recently gives way (a flood churns through the slots
   but cannot keep a real joiner out: its next request gets a slot), and a newer request
-  from the same address supersedes an older one.
+  from the same address supersedes an older one;
+* ids never seen before: ``new_ids_burst`` per source address, then ``new_ids_per_second``;
+  beyond ``max_pending`` waiting keys they are dropped (``KeyBook``).
 """
 
 from __future__ import annotations
@@ -111,7 +113,15 @@ class JoinDesk:
         existing = known if known is not None else host.name_holder(join.name)
         if existing is not None and (existing.role != join.role or existing.name != join.name):
             raise BadPacket("join claims a name held by another role", DropReason.REFUSED)
+        if (
+            existing is None
+            and join.role not in host.keys.roles
+            and not host.guard.admit_new_id(address, now)
+        ):
+            raise BadPacket("too many new ids from one address", DropReason.RATE_LIMIT)
         decision = host.keys.decide(join.role, join.verhex, join.pubhex)
+        if decision is None:
+            raise BadPacket("too many keys pending", DropReason.PENDING_LIMIT)
         if decision.acceptance is Acceptance.REJECTED:
             host.reply_stale(packet, address, PacketKind.REJECT)
             host.emit(JoinRejected(join.name, join.role, here=True, denied=decision.denial))

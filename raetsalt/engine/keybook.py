@@ -5,6 +5,10 @@ start plus every change since, and carries out operator actions
 (``raetsalt.keep.policy.operator_change``).  It never touches the keep: each change is
 reported as a persistence event (``RoleChanged``, ``RoleRemoved``, ``DeniedChanged``)
 for the driver to write, and only when a record really changed.
+
+It also holds the line on unauthenticated growth: at most ``max_pending`` keys wait for
+an operator; a new id beyond that is refused (``decide`` returns None) and the first
+refusal after the limit is reached is reported once (``PendingLimitReached``).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from raetsalt.engine.events import (
     DeniedChanged,
     Event,
+    PendingLimitReached,
     RoleChanged,
     RoleRemoved,
 )
@@ -30,21 +35,37 @@ class KeyBook:
         *,
         roles: Iterable[RoleRecord] = (),
         denied: Mapping[str, Iterable[Pair]] | None = None,
+        max_pending: int,
         emit: Callable[[Event], None],
     ) -> None:
         self.policy = policy
         self.roles = {record.role: record for record in roles}
         self.denied = {role: tuple(pairs) for role, pairs in (denied or {}).items() if pairs}
+        self.max_pending = max_pending
+        self.pending = sum(1 for r in self.roles.values() if r.acceptance is Acceptance.PENDING)
         self._emit = emit
+        self._limit_reported = False
 
     def accepted(self) -> list[str]:
         return sorted(r.role for r in self.roles.values() if r.acceptance is Acceptance.ACCEPTED)
 
-    def decide(self, role: str, verhex: str, pubhex: str) -> KeyDecision:
-        """The policy's answer for ``role`` presenting these keys, recorded."""
+    def decide(self, role: str, verhex: str, pubhex: str) -> KeyDecision | None:
+        """The policy's answer for ``role`` presenting these keys, recorded; None when it
+        would add a pending key beyond ``max_pending`` (nothing is recorded then)."""
         stored = self.roles.get(role)
         decision = self.policy.decide(role, verhex, pubhex, stored, self.denied.get(role, ()))
-        self._apply(role, decision.record, decision.denied)
+        record = decision.record
+        if (
+            record is not None
+            and record.acceptance is Acceptance.PENDING
+            and (stored is None or stored.acceptance is not Acceptance.PENDING)
+            and self.pending >= self.max_pending
+        ):
+            if not self._limit_reported:
+                self._limit_reported = True
+                self._emit(PendingLimitReached(self.max_pending))
+            return None
+        self._apply(role, record, decision.denied)
         return decision
 
     def change(self, action: str, ref: KeyRef) -> KeyChange | None:
@@ -77,9 +98,17 @@ class KeyBook:
         elif record is not None and record != before:
             self.roles[role] = record
             self._emit(RoleChanged(record))
+        after = self.roles.get(role)
+        self.pending += _is_pending(after) - _is_pending(before)
+        if self.pending < self.max_pending:
+            self._limit_reported = False
         if denied is not None and denied != self.denied.get(role, ()):
             if denied:
                 self.denied[role] = denied
             else:
                 self.denied.pop(role, None)
             self._emit(DeniedChanged(role, denied))
+
+
+def _is_pending(record: RoleRecord | None) -> int:
+    return int(record is not None and record.acceptance is Acceptance.PENDING)

@@ -164,9 +164,12 @@ class Road:
             policy if policy is not None else KeyPolicy(config.auto),
             roles=state.roles,
             denied=state.denied,
+            max_pending=config.max_pending,
             emit=self.emit,
         )
-        self.guard = Guard(factor=config.amplification)
+        self.guard = Guard(
+            factor=config.amplification, burst=config.new_ids_burst, rate=config.new_ids_per_second
+        )
         self.joins = JoinDesk(self)
         self._correspondents: Mapping[tuple[int, int], Correspond] = {
             (TransactionKind.ALLOW, PacketKind.HELLO): self._start_allow_correspondent,
@@ -446,7 +449,10 @@ class Road:
         return self.remotes_by_name.get(name)
 
     def decide_key(self, role: str, verhex: str, pubhex: str) -> KeyDecision:
-        return self.keys.decide(role, verhex, pubhex)
+        decision = self.keys.decide(role, verhex, pubhex)
+        if decision is None:  # a main's key pending on a minion beyond the limit
+            raise BadPacket("too many keys pending", DropReason.PENDING_LIMIT)
+        return decision
 
     def adopt_identity(self, remote: Remote, join: JoinBody, *, fuid: int) -> None:
         if join.name != remote.name:

@@ -5,6 +5,7 @@ a fixed sleep (the attacker's own pacing is the only timing here)."""
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -17,7 +18,7 @@ from raetsalt.testing.forge import join_request
 from raetsalt.wire.enums import TransactionKind
 from raetsalt.wire.packet import parse_packet_untrusted
 
-from .helpers import World, make_world, ping
+from .helpers import World, key_tool, make_world, ping
 
 pytestmark = pytest.mark.integration
 
@@ -104,3 +105,52 @@ def test_f2_a_forged_join_with_a_minions_public_keys_hijacks_nothing(world: Worl
     assert attacker.received_bytes <= 3 * attacker.sent_bytes  # the report: 15x
     assert not any("lost the master" in line for line in minion.drain())
     assert ping(world)
+
+
+def test_f6_a_flood_of_forged_ids_is_capped_while_test_ping_works(world: World) -> None:
+    confdir = world.root / "ma"
+    master = world.start("master", world.master_dir("max_pending_keys: 50\n"))
+    master.expect("serving on")
+    minion = world.start("minion", world.minion_dir("m1", "minion1"))
+    minion.expect("is pending on the master", timeout=10)
+    assert key_tool(confdir, "-a", "minion1", "-y").returncode == 0
+    minion.expect("connected to the master themaster", timeout=10)
+    attackers = [
+        Attacker(("127.0.0.1", world.port),
+                 lambda n, k=k: join_request(f"flood{k}x{n}", tid=n + 1), per_second=400)
+        for k in range(3)
+    ]
+    for attacker in attackers:
+        attacker.start()
+    try:
+        results = [ping(world) for _ in range(8)]
+    finally:
+        for attacker in attackers:
+            attacker.finish()
+    assert results == [True] * 8, results
+    sent = sum(a.sent for a in attackers)
+    assert sent > 300  # a few hundred a second while the pings ran
+    listing = key_tool(confdir, "-L", "--out", "json")
+    pending = json.loads(listing.stdout)["minions_pre"]
+    # Each attacker address: a burst of new ids, then a trickle; never beyond the cap.
+    assert 20 <= len(pending) <= 50
+    assert json.loads(listing.stdout)["minions"] == ["minion1"]
+    log = master.drain()
+    assert sum("max_pending_keys" in line for line in log) <= 1
+    assert not any("Traceback" in line for line in log)
+
+
+def test_f6_the_pending_limit_is_reported_once_in_the_log_and_by_raetsalt_key(
+    world: World,
+) -> None:
+    confdir = world.root / "ma"
+    master = world.start("master", world.master_dir("max_pending_keys: 5\n"))
+    master.expect("serving on")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for n in range(40):  # one address: its burst (20) is enough to pass the cap of 5
+            sock.sendto(join_request(f"new{n}", tid=n + 1), ("127.0.0.1", world.port))
+        master.expect("joins of new minion ids are dropped", timeout=5)
+    listing = key_tool(confdir, "-L", "--out", "json")
+    assert len(json.loads(listing.stdout)["minions_pre"]) == 5
+    assert "the master dropped" in listing.stderr and "max_pending_keys is 5" in listing.stderr
+    assert sum("max_pending_keys" in line for line in master.drain()) == 1

@@ -9,6 +9,7 @@ import socket
 import pytest
 
 from raetsalt.drivers.udp import RoadStack
+from raetsalt.engine.config import RoadConfig
 from raetsalt.keep.records import AutoMode
 from raetsalt.keep.store import MemoryKeep
 from raetsalt.testing.faults import FullDiskKeep
@@ -49,7 +50,8 @@ def test_a_full_disk_is_logged_once_per_interval_without_traceback(
     writer keeps what it could not write, says so once, and writes it all once it can."""
     caplog.set_level(logging.DEBUG)
     keep = FullDiskKeep()
-    with RoadStack(keep, name="master", main=True, auto=AutoMode.ONCE) as stack:
+    config = RoadConfig(new_ids_burst=1000)  # one address here; the limit is tested elsewhere
+    with RoadStack(keep, name="master", main=True, auto=AutoMode.ONCE, config=config) as stack:
         keep.full = True
         _flood(stack, [join_request(f"new{n}", tid=n) for n in range(1, 501)])
         assert stack.road.stats["drop_body"] == 0 and stack.stats["engine_error"] == 0
