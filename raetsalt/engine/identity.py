@@ -108,6 +108,9 @@ class JoinBody:
     role: str
     uid: int = 0  # responses only: the correspondent's id for the initiator
 
+    def same_keys(self, verify_key: bytes, long_public: bytes) -> bool:
+        return (self.verhex, self.pubhex) == (verify_key.hex(), long_public.hex())
+
 
 def parse_join_body_untrusted(packet: Packet, *, response: bool) -> JoinBody:
     body: Any = decode_body_untrusted(BodyKind(packet.header.body_kind), packet.coat)

@@ -25,7 +25,10 @@ it.  Deliberate differences from raet 0.6.8:
   *denied* and the join is rejected, whatever the auto-accept mode;
 * a new request from the same estate and address supersedes an older one instead of
   being refused, so a joiner that timed out and retried is not locked out;
-* a pending correspondent lives as long as the joiner keeps asking.
+* a pending correspondent lives as long as the joiner keeps asking;
+* an initiator that finds the estate it joined already known under its name, with the
+  same role and keys, at another address, takes it over (the estate moved) instead of
+  refusing the name.
 """
 
 from __future__ import annotations
@@ -71,9 +74,11 @@ class JoinInitiator(Transaction):
         port, remote = self.port, self.remote
         other = port.name_holder(join.name)
         if other is not None and other is not remote:
-            self.send(PacketKind.REJECT)
-            self.fail("name_taken", now)
-            return
+            if other.role != join.role or not join.same_keys(other.verify_key, other.long_public):
+                self.send(PacketKind.REJECT)
+                self.fail("name_taken", now)
+                return
+            port.on_estate_moved(remote, other)
         decision = port.decide_key(join.role, join.verhex, join.pubhex)
         if decision.acceptance is Acceptance.REJECTED:
             self.send(PacketKind.REJECT)

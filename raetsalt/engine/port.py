@@ -12,7 +12,7 @@ against a stub port, and every call back into the road is one of these:
   ``remote_changed`` (persist the remote if it changed);
 * life-cycle hooks, named after the protocol event that calls them: ``on_joined``,
   ``on_allowed``, ``on_unjoined``, ``on_unallowed``, ``on_alive_timeout``,
-  ``on_connect_failed``, ``on_message_finished``, ``on_renew``.
+  ``on_connect_failed``, ``on_message_finished``, ``on_renew``, ``on_estate_moved``.
 """
 
 from __future__ import annotations
@@ -130,3 +130,7 @@ class RoadPort(Protocol):
 
     def on_renew(self, remote: Remote, now: float) -> None:
         """The other side no longer knows our ids: join again, vacuously."""
+
+    def on_estate_moved(self, placeholder: Remote, known: Remote) -> None:
+        """The estate we joined at ``placeholder``'s address is ``known`` (same name,
+        role and keys), which lived at another address: ``placeholder`` takes over."""

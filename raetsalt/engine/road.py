@@ -276,7 +276,8 @@ class Road:
 
         ``name`` is the name we expect the remote to have; it makes the remote addressable
         by that name at once (messages queue until the session is up).  If the join
-        reveals another name, the remote is renamed to it.
+        reveals another name, the remote is renamed to it (and if that name is an estate
+        we knew at another address, with the same keys, this one takes it over).
         """
         remote = self.remotes_by_name.get(name) if name else None
         if remote is None:
@@ -606,6 +607,16 @@ class Road:
     def on_renew(self, remote: Remote, now: float) -> None:
         remote.fuid = 0
         self.join(remote.uid, now)
+
+    def on_estate_moved(self, placeholder: Remote, known: Remote) -> None:
+        # Our session ids must continue from the known estate's (the other side checks
+        # them), and so must the messages queued for it.
+        placeholder.sid, placeholder.sid_reserved = known.sid, known.sid_reserved
+        placeholder.rsid = known.rsid
+        placeholder.outbox.extendleft(reversed(known.outbox))
+        known.outbox.clear()
+        placeholder.auto_connect = placeholder.auto_connect or known.auto_connect
+        self._remove(known)
 
     def _lose_session(self, remote: Remote) -> None:
         """The session keys are gone: end its message transactions; ours go out again."""

@@ -18,7 +18,7 @@ from raetsalt.testing.forge import join_request
 from raetsalt.wire.enums import TransactionKind
 from raetsalt.wire.packet import parse_packet_untrusted
 
-from .helpers import World, key_tool, make_world, ping
+from .helpers import World, free_port, key_tool, make_world, ping
 
 pytestmark = pytest.mark.integration
 
@@ -154,3 +154,21 @@ def test_f6_the_pending_limit_is_reported_once_in_the_log_and_by_raetsalt_key(
     assert len(json.loads(listing.stdout)["minions_pre"]) == 5
     assert "the master dropped" in listing.stderr and "max_pending_keys is 5" in listing.stderr
     assert sum("max_pending_keys" in line for line in master.drain()) == 1
+
+
+def test_f8_a_minion_follows_its_master_to_a_new_port(world: World) -> None:
+    master, minion = _cluster(world)
+    assert ping(world)
+    master.terminate_within(2.0)
+    minion.expect("lost the master", timeout=10)
+    # The master comes back on another port with the same keys (same root_dir); the
+    # minion's config is updated and it restarts.
+    old_port, world.port = world.port, free_port()
+    master = world.start("master", world.master_dir("auto_accept: true\n"))
+    master.expect("serving on")
+    minion.terminate_within(2.0)
+    minion = world.start("minion", world.minion_dir("m1", "minion1"))
+    line = minion.expect("connected to the master themaster", timeout=10)
+    assert f"127.0.0.1:{world.port}" in line
+    assert not any("name_taken" in entry for entry in minion.drain())
+    assert world.port != old_port and ping(world)
