@@ -133,14 +133,18 @@ def master_address(opts: Mapping[str, Any], family: int = socket.AF_UNSPEC) -> t
 class MinionLink:
     """A minion's view of its master: connect, follow events, report changes once.
 
-    ``state`` is one of ``starting``, ``connecting``, ``pending``, ``connected``,
-    ``lost``, ``rejected``; each change is logged once with the reason.  ``exit_code``
-    becomes 77 when the master rejected or denied this minion's key (unless
-    ``rejected_retry``).
+    ``state`` is one of ``starting``, ``connecting``, ``unreachable``, ``pending``,
+    ``connected``, ``lost``, ``rejected``; each change is logged once with the reason,
+    at WARNING when something is wrong (so it shows at the default log level: a minion
+    whose master does not answer says so after ``UNREACHABLE_AFTER`` failed joins,
+    naming the address).  ``exit_code`` becomes 77 when the master rejected or denied
+    this minion's key (unless ``rejected_retry``).
     """
 
     RESOLVE_EVERY = 5.0
     """Seconds between re-resolving the master's host name while not connected."""
+    UNREACHABLE_AFTER = 2
+    """Failed joins in a row after which the master counts as unreachable."""
 
     def __init__(
         self,
@@ -160,6 +164,10 @@ class MinionLink:
         self.ever_connected = False
         self.exit_code: int | None = None
         self.uid: int | None = None
+        self.ha: tuple[str, int] | None = None
+        self.failures = 0
+        """Joins with the master that failed since the last one that succeeded."""
+        self.last_failure = ""
         self._last_resolve = 0.0
         self._reported: set[str] = set()
 
@@ -169,6 +177,7 @@ class MinionLink:
         """Resolve the master and keep a session with it (the road retries by itself)."""
         ha = self.resolver()
         self.uid = self.node.connect_master(ha)
+        self.ha = ha
         self._last_resolve = self.clock()
         self._set("connecting", f"connecting to the master at {format_ha(ha)}")
 
@@ -196,6 +205,8 @@ class MinionLink:
         )
         self.uid = self.node.stack.connect(ha, name=remote.name)
         self.node.master = self.uid
+        self.ha = ha
+        self.failures = 0
         return True
 
     # -- events -----------------------------------------------------------------------------
@@ -223,8 +234,11 @@ class MinionLink:
                     )
             elif isinstance(event, Joined | Allowed):
                 self.pending = self.rejected = False
+                self.failures = 0
                 self._reported.clear()
             elif isinstance(event, TransactionFailed) and event.kind == "join":
+                self.failures += 1
+                self.last_failure = event.reason
                 log.debug(
                     "join with %s failed (%s); retrying with back-off", event.remote, event.reason
                 )
@@ -259,6 +273,15 @@ class MinionLink:
                 "pending",
                 f"the key of minion {self.opts['id']!r} is pending on the master; "
                 "waiting for it to be accepted (retrying)",
+                level=logging.WARNING,
+            )
+        elif self.failures >= self.UNREACHABLE_AFTER:
+            where = format_ha(self.ha) if self.ha is not None else "its address"
+            why = "no answer" if self.last_failure == "timeout" else self.last_failure
+            self._set(
+                "unreachable",
+                f"cannot reach the master at {where}: {self.failures} join attempts failed "
+                f"({why}); still trying",
                 level=logging.WARNING,
             )
         elif self.ever_connected:

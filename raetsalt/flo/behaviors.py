@@ -19,7 +19,8 @@ Share layout (every house; absolute paths)::
                                  by the waiter too (job pipes, job timers)
     .raetsalt.status      fields:
         ready     bool    the node is open and serving
-        state     str     minion: starting|connecting|pending|connected|lost|rejected;
+        state     str     minion: starting|connecting|unreachable|pending|connected|
+                          lost|rejected;
                           master: serving
         connected bool    minion: the session with the master is up and alive
         pending   bool    minion: its key is pending on the master

@@ -161,8 +161,9 @@ class World:
         command = [sys.executable, "-m", f"raetsalt.cli.{tool}", "-c", str(confdir), *args]
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
 
-    def start(self, node: str, confdir: Path) -> Daemon:
-        daemon = Daemon(node, confdir)
+    def start(self, node: str, confdir: Path, *extra: str) -> Daemon:
+        """Start ``raetsalt-<node> -c confdir -l info`` (``extra`` arguments after)."""
+        daemon = Daemon(node, confdir, *extra)
         self.daemons.append(daemon)
         return daemon
 
