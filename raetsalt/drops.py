@@ -39,3 +39,4 @@ class DropReason(StrEnum):
     REASSEMBLY_TIMEOUT = "reassembly_timeout"  # no progress within the time-out
     PENDING_LIMIT = "pending_limit"  # a new id while max_pending keys wait for an operator
     RATE_LIMIT = "rate_limit"  # too many new ids from one source address
+    UNREADABLE_KEY = "unreadable_key"  # the keep's record of this role is corrupt

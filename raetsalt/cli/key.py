@@ -26,7 +26,8 @@ Changes are made only to the key that was shown: a key that changed between the
 question and the answer is left alone and reported.  While the master runs they are
 commands to it over its lane (it applies them at once: a pending minion is accepted
 immediately, a deleted accepted minion loses its session and must join again, showing
-up as unaccepted); otherwise the keep is edited under its lock.
+up as unaccepted); otherwise the keep is edited under its lock.  A key file that cannot
+be read is named on stderr and skipped; ``-d ID`` removes it.
 
 Exit status:
   0   done (also: nothing matched, or the question was answered no, as salt-key)
@@ -72,17 +73,20 @@ ACC = "minions"
 PRE = "minions_pre"
 REJ = "minions_rejected"
 DEN = "minions_denied"
+BAD = "minions_unreadable"  # not Salt's: a key file that cannot be read (only -d sees it)
 LOCAL = "local"
 # Order of salt-key's result dicts (what --out json shows); the text output sorts.
 STATUSES: tuple[str, ...] = (PRE, REJ, ACC, DEN)
 
-_WORD = {PRE: "unaccepted", ACC: "accepted", REJ: "rejected", DEN: "denied"}
+_WORD = {PRE: "unaccepted", ACC: "accepted", REJ: "rejected", DEN: "denied",
+         BAD: "unreadable"}
 _HEADING = {
     LOCAL: "Local Keys:",
     ACC: "Accepted Keys:",
     DEN: "Denied Keys:",
     PRE: "Unaccepted Keys:",
     REJ: "Rejected Keys:",
+    BAD: "Unreadable Keys:",
 }
 # Salt's key outputter colours (salt.utils.color): heading, then entries.
 _COLOURS = {
@@ -91,6 +95,7 @@ _COLOURS = {
     DEN: ("\033[0;1;35m", "\033[0;35m"),
     PRE: ("\033[0;1;31m", "\033[0;31m"),
     REJ: ("\033[0;1;34m", "\033[0;34m"),
+    BAD: ("\033[0;1;31m", "\033[0;31m"),
 }
 _ENDC = "\033[0;0m"
 _ACC_TO_STATUS = {
@@ -103,6 +108,7 @@ _STATUS_TO_STATE = {
     PRE: KeyState.PENDING,
     REJ: KeyState.REJECTED,
     DEN: KeyState.DENIED,
+    BAD: KeyState.PENDING,  # with no keys: matches nothing but "delete this id"
 }
 
 # Which states each action may touch, and the ones it touches by default.
@@ -180,14 +186,18 @@ class KeyEntry:
 
 
 def snapshot(keep: FileKeep) -> list[KeyEntry]:
-    """Every minion key in the keep, role records first, then denied keys."""
+    """Every minion key in the keep, role records first, then denied keys.  Files that
+    cannot be read are named on stderr and skipped (the others are listed)."""
     state = keep.load_state()
+    for problem in state.problems:
+        _stale(f"skipped: {problem}")
     entries = [
         KeyEntry(rec.role, _ACC_TO_STATUS[rec.acceptance], rec.verhex, rec.pubhex)
         for rec in sorted(state.roles, key=lambda r: r.role)
     ]
     for role, pairs in sorted(state.denied.items()):
         entries.extend(KeyEntry(role, DEN, verhex, pubhex) for verhex, pubhex in pairs)
+    entries.extend(KeyEntry(role, BAD, "", "") for role in sorted(state.broken))
     return entries
 
 
@@ -425,6 +435,8 @@ def run_change(
     master: Master | None = None,
 ) -> int:
     """-a/-A, -r/-R, -d/-D: select, show, ask, change; returns the exit status."""
+    if action == "delete":
+        statuses = (*statuses, BAD)  # an unreadable key file goes with its id
     chosen = [e for e in select(snapshot(keep), match, hash_type) if e.status in statuses]
     if not chosen:
         out.say(_no_match_message(match, statuses))
@@ -452,7 +464,7 @@ def run_change(
             return status
     out.say(f"The following keys are going to be {_PAST[action]}:")
     if not out.quiet:
-        out.data({s: ids for s, ids in id_lists(chosen, STATUSES).items() if ids})
+        out.data({s: ids for s, ids in id_lists(chosen, (*STATUSES, BAD)).items() if ids})
     if not yes:
         answer = _ask(action)
         if answer is None:

@@ -99,6 +99,8 @@ def open_node(opts: Mapping[str, Any], node: str) -> Node:
 
     The estate is named after ``opts['id']`` (its role too: the id the master files the
     minion's key under).  Raises ``LocalError``/``KeepError`` with a readable message.
+    Keep documents that cannot be read are named in the log (once) and skipped: a
+    minion whose key file is corrupt is refused until it is fixed or deleted.
     """
     datagram = int(opts.get("max_datagram_size", 1024))
     buffer_size = max(SOCKET_BUFFER, int(opts.get("raet_road_bufcnt", 2)) * datagram)
@@ -111,6 +113,9 @@ def open_node(opts: Mapping[str, Any], node: str) -> Node:
         buffer_size=buffer_size,
         policy=key_policy(opts) if node == "master" else None,
     ).open()
+    for problem in stack.problems:
+        log.error("keep: %s (skipped; that key is refused until the file is fixed or "
+                  "deleted, e.g. with raetsalt-key -d)", problem)
     try:
         return Node(
             stack,

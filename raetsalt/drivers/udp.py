@@ -200,6 +200,8 @@ class RoadStack:
         self.policy = policy
         self.keep: Keep | None = None
         self.writer: KeepWriter | None = None
+        self.problems: list[str] = []
+        """Keep documents that could not be read when the stack opened (one line each)."""
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -226,6 +228,7 @@ class RoadStack:
             self.sndbuf = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
             self._io = DatagramIO(sock, self.stats, **self._batching)
             state = keep.load_state()
+            self.problems = state.problems
             road = Road(
                 state=state,
                 ha=self.address,

@@ -12,7 +12,8 @@ so everything here is bounded and keyed so that one address cannot steer another
   but cannot keep a real joiner out: its next request gets a slot), and a newer request
   from the same address supersedes an older one;
 * ids never seen before: ``new_ids_burst`` per source address, then ``new_ids_per_second``;
-  beyond ``max_pending`` waiting keys they are dropped (``KeyBook``).
+  beyond ``max_pending`` waiting keys they are dropped (``KeyBook``);
+* a role whose key record the keep could not read is refused, not taken for a new id.
 """
 
 from __future__ import annotations
@@ -113,6 +114,8 @@ class JoinDesk:
         existing = known if known is not None else host.name_holder(join.name)
         if existing is not None and (existing.role != join.role or existing.name != join.name):
             raise BadPacket("join claims a name held by another role", DropReason.REFUSED)
+        if join.role in host.keys.broken:
+            raise BadPacket("the keep cannot read this role's key", DropReason.UNREADABLE_KEY)
         if (
             existing is None
             and join.role not in host.keys.roles

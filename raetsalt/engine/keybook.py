@@ -8,7 +8,8 @@ for the driver to write, and only when a record really changed.
 
 It also holds the line on unauthenticated growth: at most ``max_pending`` keys wait for
 an operator; a new id beyond that is refused (``decide`` returns None) and the first
-refusal after the limit is reached is reported once (``PendingLimitReached``).
+refusal after the limit is reached is reported once (``PendingLimitReached``).  A role
+whose record the keep could not read is *broken*: refused until an operator deletes it.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from raetsalt.engine.events import (
     RoleChanged,
     RoleRemoved,
 )
-from raetsalt.keep.policy import KeyChange, KeyDecision, KeyPolicy, Pair, operator_change
-from raetsalt.keep.records import Acceptance, KeyRef, RoleRecord
+from raetsalt.keep.policy import Action, KeyChange, KeyDecision, KeyPolicy, Pair, operator_change
+from raetsalt.keep.records import Acceptance, KeyRef, KeyState, RoleRecord
 
 
 class KeyBook:
@@ -35,12 +36,15 @@ class KeyBook:
         *,
         roles: Iterable[RoleRecord] = (),
         denied: Mapping[str, Iterable[Pair]] | None = None,
+        broken: Mapping[str, str] | None = None,
         max_pending: int,
         emit: Callable[[Event], None],
     ) -> None:
         self.policy = policy
         self.roles = {record.role: record for record in roles}
         self.denied = {role: tuple(pairs) for role, pairs in (denied or {}).items() if pairs}
+        self.broken = dict(broken or {})
+        """role -> why its record could not be read."""
         self.max_pending = max_pending
         self.pending = sum(1 for r in self.roles.values() if r.acceptance is Acceptance.PENDING)
         self._emit = emit
@@ -70,6 +74,12 @@ class KeyBook:
 
     def change(self, action: str, ref: KeyRef) -> KeyChange | None:
         """An operator's ``action`` on the key ``ref``; None if it is not stored so."""
+        if ref.role in self.broken and action == Action.DELETE and ref.state is not KeyState.DENIED:
+            # The record could not be read, so no listing can show its keys: deleting the
+            # role by name is how an operator repairs it.
+            del self.broken[ref.role]
+            self._emit(RoleRemoved(ref.role))
+            return KeyChange(None, self.denied.get(ref.role, ()), True)
         change = operator_change(
             action, ref, self.roles.get(ref.role), self.denied.get(ref.role, ())
         )

@@ -164,6 +164,7 @@ class Road:
             policy if policy is not None else KeyPolicy(config.auto),
             roles=state.roles,
             denied=state.denied,
+            broken=state.broken,
             max_pending=config.max_pending,
             emit=self.emit,
         )

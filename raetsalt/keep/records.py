@@ -164,12 +164,20 @@ class KeepWrite:
 
 @dataclass
 class KeepState:
-    """Everything a keep holds, read once when a road starts."""
+    """Everything a keep holds, read once when a road starts.
+
+    A document that cannot be read does not stop the others: it is named in
+    ``problems``; a role whose record is unreadable is listed in ``broken`` (role ->
+    problem) so that its joins are refused until an operator fixes or deletes the file,
+    rather than taken for a first sight.
+    """
 
     local: LocalRecord | None = None
     remotes: list[RemoteRecord] = field(default_factory=list)
     roles: list[RoleRecord] = field(default_factory=list)
     denied: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    broken: dict[str, str] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
 
 
 @runtime_checkable

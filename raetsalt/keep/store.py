@@ -33,6 +33,10 @@ pure decisions of ``raetsalt.keep.policy`` applied to the stored documents under
 lock.  A running road keeps its records in memory instead (``load_state`` once at start)
 and hands its changes back through ``commit``: ``FileKeep.commit`` writes a whole batch
 with two file-system syncs (contents, then names), however many documents it holds.
+
+Unreadable documents never hide the others: ``load_state`` reports each one (file named)
+and marks a role whose record is unreadable as *broken*, so that the road refuses it
+rather than taking it for a new id.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from typing import Any
 from raetsalt.errors import KeepError, LocalError
 from raetsalt.keep.policy import (
     MAX_DENIED_PER_ROLE,
+    Action,
     KeyChange,
     KeyPolicy,
     operator_change,
@@ -62,6 +67,7 @@ from raetsalt.keep.records import (
     KeepState,
     KeepWrite,
     KeyRef,
+    KeyState,
     LocalRecord,
     RemoteRecord,
     RoleRecord,
@@ -416,15 +422,35 @@ class _BaseKeep:
                 self._put_denied(role, kept)
 
     def load_state(self) -> KeepState:
-        """Every record at once, for a road's start (KeepError naming the first
-        document that cannot be read)."""
-        with self._transaction():
-            return KeepState(
-                local=self.load_local(),
-                remotes=self._get_remotes(),
-                roles=self.list_roles(),
-                denied=self.list_denied(),
-            )
+        """Every record at once, for a road's start.
+
+        An unreadable remote or denied document is skipped and named in ``problems``; an
+        unreadable role record makes that role *broken*.  Only our own estate record is
+        essential: KeepError if it is unreadable.
+        """
+        state = KeepState(local=self.load_local())
+        for kind in (_REMOTE, _ROLE, _DENIED):
+            keys, bad_names = self._scan(kind)
+            state.problems.extend(bad_names)
+            for key in keys:
+                try:
+                    if kind == _REMOTE:
+                        remote = self._get_remote(key)
+                        if remote is not None:
+                            state.remotes.append(remote)
+                    elif kind == _ROLE:
+                        role = self._get_role(key)
+                        if role is not None:
+                            state.roles.append(role)
+                    else:
+                        pairs = self._get_denied(key)
+                        if pairs:
+                            state.denied[key] = pairs
+                except KeepError as exc:
+                    state.problems.append(str(exc))
+                    if kind == _ROLE:
+                        state.broken[key] = str(exc)
+        return state
 
     def commit(self, writes: list[KeepWrite]) -> None:
         """Apply ``writes`` in order; the last write of a document wins."""
@@ -463,7 +489,15 @@ class _BaseKeep:
         listed.  Deleting a role also forgets its remote estates."""
         validate_name(ref.role, "role")
         with self._transaction():
-            stored = self._get_role(ref.role)
+            try:
+                stored = self._get_role(ref.role)
+            except KeepError:
+                # Unreadable: no listing shows its keys, so deleting the id is how an
+                # operator repairs it (the engine's KeyBook does the same).
+                if action != Action.DELETE or ref.state is KeyState.DENIED:
+                    return None
+                self.delete_role(ref.role, include_denied=False)
+                return KeyChange(None, (), True)
             change = operator_change(action, ref, stored, self._get_denied(ref.role))
             if change is None:
                 return None
@@ -539,7 +573,14 @@ class _BaseKeep:
         """
         validate_name(role, "role")
         with self._transaction():
-            removed = [r.name for r in self._get_remotes() if r.role == role]
+            removed = []
+            for name in self._scan(_REMOTE)[0]:
+                try:
+                    remote = self._get_remote(name)
+                except KeepError:  # unreadable: it is this role's if it bears its name
+                    remote = RemoteRecord(name, name, 0, 0, ("", 0), 0, False, 0, False)
+                if remote is not None and remote.role == role:
+                    removed.append(name)
             for name in removed:
                 self._delete(_REMOTE, name)
             self._delete(_ROLE, role)

@@ -421,3 +421,23 @@ def test_delete_all_and_quiet(capsys, monkeypatch, conf, keep):
     code, out, err = run(capsys, monkeypatch, conf, "-D", "-y", "-q")
     assert (code, out, err) == (0, "", "")
     assert state(keep) == {"acc": [], "pre": [], "rej": [], "den": []}
+
+
+# --------------------------------------------------------------------------- corrupt files
+
+
+def test_one_corrupt_key_file_is_named_once_and_the_others_listed(
+    capsys, monkeypatch, conf, keep
+):
+    bad = keep.path_of("role", "web2")
+    bad.write_text("{ this is not json")
+    code, out, err = run(capsys, monkeypatch, conf, "-L")
+    assert code == 0
+    assert "web1" in out and "db1" in out and "web2" not in out
+    assert err.count(str(bad)) == 1 and "not valid JSON" in err
+    # The operator repairs it by deleting the id: the file goes, the others stay.
+    code, out, err = run(capsys, monkeypatch, conf, "-d", "web2", "-y")
+    assert code == 0 and "Key for minion web2 deleted." in out
+    assert not bad.exists()
+    code, out, err = run(capsys, monkeypatch, conf, "-L")
+    assert (code, err) == (0, "")

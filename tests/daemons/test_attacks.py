@@ -174,6 +174,28 @@ def test_f8_a_minion_follows_its_master_to_a_new_port(world: World) -> None:
     assert world.port != old_port and ping(world)
 
 
+def test_point9_one_corrupt_key_file_refuses_that_minion_only(world: World) -> None:
+    confdir = world.root / "ma"
+    master, _ = _cluster(world)
+    master.terminate_within(2.0)
+    bad = world.master_keep().path_of("role", "ghost")
+    bad.write_text('{"role": "ghost", "acceptance": "accep')
+    master = world.start("master", world.master_dir("auto_accept: true\n"))
+    line = master.expect("keep:", timeout=5)
+    assert str(bad) in line
+    master.expect("serving on")
+    master.expect("minion minion1 connected", timeout=10)
+    assert ping(world)
+    listing = key_tool(confdir, "-L", "--out", "json")
+    assert listing.returncode == 0 and json.loads(listing.stdout)["minions"] == ["minion1"]
+    assert str(bad) in listing.stderr
+    # A minion under that id is refused, not taken for new (auto_accept is on).
+    ghost = world.start("minion", world.minion_dir("g1", "ghost"))
+    ghost.expect("cannot reach the master", timeout=30)
+    assert bad.read_text().endswith("accep")
+    assert sum(str(bad) in entry for entry in master.drain()) == 1
+
+
 def test_13_3_a_minion_says_at_the_default_level_that_its_master_does_not_answer(
     world: World,
 ) -> None:
