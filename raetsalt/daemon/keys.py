@@ -74,6 +74,7 @@ class KeyService:
         self.trusted = trusted
         self.send = send
         self._waiting: list[tuple[int, str, dict[str, Any]]] = []
+        self._attempts = 0  # the writer's commit attempts seen here
 
     # Wakeable: the keep writer says when a change is durable.
     def register(self, selector: selectors.BaseSelector, data: Any = None) -> None:
@@ -126,8 +127,11 @@ class KeyService:
         writer = self.node.stack.writer
         if writer is None:
             return
-        # Always (one non-blocking read): a commit's wake-up byte left unread would keep
-        # the descriptor readable and the loop spinning.
+        if writer.attempts == self._attempts:
+            return  # no commit since we looked (the usual case: no read, no wake-up byte)
+        # A commit woke the loop: read its byte, or the descriptor stays readable.  The
+        # writer sends the byte before it counts the attempt, so it is there to read.
+        self._attempts = writer.attempts
         writer.drain_wake()
         if not self._waiting:
             return

@@ -50,6 +50,8 @@ class KeepWriter:
         self.submitted = 0
         self.committed = 0
         self.failing: str | None = None
+        self.attempts = 0
+        """Commits tried so far; it moves after the wake-up byte is sent."""
         self._pending: list[KeepWrite] = []
         self._cond = threading.Condition()
         self._closing = False
@@ -76,7 +78,7 @@ class KeepWriter:
         return sequence
 
     def fileno(self) -> int:
-        """Readable when ``committed`` advanced (call ``drain_wake`` then)."""
+        """Readable when a commit was tried (``attempts`` moved; call ``drain_wake``)."""
         return self._wake_r.fileno()
 
     def drain_wake(self) -> None:
@@ -129,22 +131,29 @@ class KeepWriter:
         try:
             self.keep.commit(batch)
         except (KeepError, OSError) as exc:
+            self._wake()
             with self._cond:
                 self._pending[:0] = batch  # older writes first: the newest still wins
                 self.failing = str(exc)
+                self.attempts += 1
             times = self._failures.note("commit", self.clock())
             if times:
                 log.error("the keep cannot be written (%d attempt(s)): %s", times, exc)
             return False
+        self._wake()
         with self._cond:
             self.committed = max(self.committed, sequence)
             self.failing = None
+            self.attempts += 1
             self._cond.notify_all()
+        return True
+
+    def _wake(self) -> None:
+        # Before ``attempts`` moves: a loop that sees it move finds the byte to read.
         try:
             self._wake_w.send(b"\0")
         except OSError:
             pass  # the loop is behind on wake-ups already: one byte is enough
-        return True
 
 
 def writer_for(keep: Keep) -> KeepWriter:

@@ -219,6 +219,7 @@ class MessageSender(Transaction):
             base, self.count, self.stream_length, checks, config.max_packet_size
         )
         self.make_head = heads.make if heads is not None else None
+        self._sign = port.local.signer.sign
         self.window = max(1, config.window or self.count)
         self.ack_every = max(1, config.ack_every)
         self.current = 0  # next segment of the first pass
@@ -244,7 +245,7 @@ class MessageSender(Transaction):
         if make_head is not None:
             # The hot path of a large message: one head, one signature, no Header objects.
             unsigned = make_head(index, flags | self.segment_flags, len(segment)) + segment
-            signature = port.local.signer.sign(unsigned + _BLANK_FOOT)
+            signature = self._sign(unsigned + _BLANK_FOOT)
             port.transmit_datagram(unsigned + signature, self.remote.ha)
             return
         if self.count == 1:

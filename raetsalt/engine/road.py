@@ -397,7 +397,11 @@ class Road:
     def transmit(self, header: Header, coat: bytes, address: Address) -> None:
         sign = self._local.signer.sign if header.foot_kind == FootKind.NACL else None
         data = pack_packet(header, coat, sign, max_size=self.config.max_packet_size)
-        self.transmit_datagram(data, address)
+        if address not in self.guard.trusted and not self.guard.spend(address, len(data)):
+            self.stats["tx_unvalidated_limit"] += 1
+            return
+        self._outbox.append((data, address))
+        self.stats["tx"] += 1
 
     def transmit_datagram(self, data: bytes, address: Address) -> None:
         """Queue a datagram a transaction packed (and signed) itself."""
