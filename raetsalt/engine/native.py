@@ -58,8 +58,8 @@ from raetsalt.drops import DropReason
 from raetsalt.engine.events import MessageDelivered, MessageReceived, TransactionFailed
 from raetsalt.engine.flow import SendWindow
 from raetsalt.engine.reassembly import Reassembly
-from raetsalt.engine.replay import ReplayWindow
 from raetsalt.engine.remote import Outgoing
+from raetsalt.engine.replay import ReplayWindow
 from raetsalt.engine.scheduler import (
     BATCH_FRAME,
     BATCH_HEAD,
