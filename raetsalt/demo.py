@@ -13,6 +13,7 @@ It all lives in a temporary directory and takes well under a minute.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -22,8 +23,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from raetsalt.config import load_node_config
 from raetsalt.event import MasterEvent
@@ -196,6 +197,16 @@ def _story(root: Path, port: int, procs: dict[str, subprocess.Popen[bytes]]) -> 
     show("raetsalt-run", master_dir, "acl.explain", "minion2", "test.ping", "G@roles:db",
          "tgt_type=compound", "--out", "yaml")
 
+    step("the operator deletes minion3's key: its session drops at once and it asks "
+         "again, as a pending key (Salt's re-authentication)")
+    show("raetsalt-key", master_dir, "-d", "minion3", "-y")
+    _wait_pending(master_dir, 1)
+    show("raetsalt-key", master_dir, "-L")
+    show("raetsalt-key", master_dir, "-a", "minion3", "-y")
+    _until(["salt", "-c", str(master_dir), "minion3", "test.ping", "-t", "2", "--out", "json"],
+           lambda out: '"minion3": true' in out, "minion3 did not come back")
+    show("raetsalt", master_dir, "minion3", "test.ping")
+
     step("what the master's event bus carried")
     drain(bus, seen)
     counts: dict[str, int] = {}
@@ -243,15 +254,28 @@ def _salt_states(master_dir: Path, srv: Path) -> None:
 def _wait_pillar(master_dir: Path, target: str) -> None:
     """Until the master has compiled the pillar that ``-I target`` needs (a second or
     two after the minions connected)."""
+    _until(["salt", "-c", str(master_dir), "-I", target, "test.ping", "--preview-target"],
+           lambda out: bool(out.strip()), "the master did not compile the pillar")
+
+
+def _wait_pending(master_dir: Path, count: int) -> None:
+    """Until raetsalt-key lists ``count`` pending keys (each minion asked to join)."""
+    _until(["key", "-c", str(master_dir), "-L", "--out", "json"],
+           lambda out: len(json.loads(out or "{}").get("minions_pre", [])) >= count,
+           "the minions' keys did not arrive")
+
+
+def _until(argv: list[str], done: Callable[[str], bool], failure: str) -> None:
+    """Run ``raetsalt.cli.<argv[0]> argv[1:]`` until it exits 0 with an output ``done``
+    accepts, for at most 15 s."""
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
-        done = subprocess.run([sys.executable, "-m", "raetsalt.cli.salt", "-c", str(master_dir),
-                               "-I", target, "test.ping", "--preview-target"],
-                              capture_output=True, text=True)
-        if done.returncode == 0 and done.stdout.strip():
+        run = subprocess.run([sys.executable, "-m", f"raetsalt.cli.{argv[0]}", *argv[1:]],
+                             capture_output=True, text=True)
+        if run.returncode == 0 and done(run.stdout):
             return
         time.sleep(0.1)
-    raise SystemExit("demo: the master did not compile the pillar")
+    raise SystemExit(f"demo: {failure}")
 
 
 def _daemon(node: str, confdir: Path) -> subprocess.Popen[bytes]:
@@ -263,30 +287,14 @@ def _daemon(node: str, confdir: Path) -> subprocess.Popen[bytes]:
 
 
 def _connect_bus(sock_dir: str, master: subprocess.Popen[bytes]) -> MasterEvent:
-    """The master's bus, once the master serves it."""
+    """The master's bus, once the master serves it (its manor socket exists and answers)."""
+    bus = MasterEvent(sock_dir, listen=False)
     deadline = time.monotonic() + 15
-    while True:
-        try:
-            return MasterEvent(sock_dir)
-        except Exception as exc:  # noqa: BLE001 - not up yet
-            if master.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"demo: the master did not start: {exc}") from None
-            time.sleep(0.05)
-
-
-def _wait_pending(master_dir: Path, count: int) -> None:
-    """Until raetsalt-key lists ``count`` pending keys (each minion asked to join)."""
-    import json
-
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        done = subprocess.run([sys.executable, "-m", "raetsalt.cli.key", "-c", str(master_dir),
-                               "-L", "--out", "json"], capture_output=True, text=True)
-        listing: dict[str, Any] = json.loads(done.stdout or "{}")
-        if len(listing.get("minions_pre", [])) >= count:
-            return
-        time.sleep(0.1)
-    raise SystemExit("demo: the minions' keys did not arrive")
+    while not (os.path.exists(bus.manor_path) and bus.connect_pub(timeout=1.0)):
+        if master.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit("demo: the master did not start its event bus")
+        time.sleep(0.05)
+    return bus
 
 
 if __name__ == "__main__":

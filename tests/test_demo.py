@@ -33,9 +33,14 @@ def test_demo_runs_end_to_end() -> None:
         "(exit code 1)",
         "[WARNING ]", "rule: peer['minion2$'] -> 'G@roles:db' -> 'test.ping'",
         "1 x raetsalt/peer/minion2/denied",
+        "-d minion3 -y\n    The following keys are going to be deleted:",
+        "    Unaccepted Keys:\n    minion3\n    Rejected Keys:",
+        "master minion3 test.ping\n    minion3:\n        True",
         "raetsalt-master master: exit 0",
     ]:
         assert fragment in out, fragment
+    # The demo waits for the master's bus before subscribing: no warning about it.
+    assert "cannot be reached" not in out + done.stderr
     if salt_importable():
         for fragment in [
             "-I team:blue test.ping\n    minion1:\n        True",
