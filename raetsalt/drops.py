@@ -3,7 +3,7 @@
 Every ``BadPacket`` raised while the road handles a datagram carries one of these as its
 ``trigger``; the engine counts it as ``drop_<value>`` in ``Road.stats`` and reports it in
 a ``PacketDropped`` event.  Values are stable (counters and tests name them).  Other
-layers have their own reasons (lane pages: ``raetsalt.lane.page.DropReason``).
+layers have their own reasons (lane pages: ``raetsalt.lane.page.PageDropReason``).
 """
 
 from __future__ import annotations

@@ -55,3 +55,11 @@ class TargetError(LocalError, ValueError):
 
 class AclDenied(RaetSaltError):
     """An access-control check refused a request."""
+
+
+class DaemonUnavailable(LocalError):
+    """The daemon's manor yard cannot be reached (not running, or no permission)."""
+
+
+class DaemonNotRunning(DaemonUnavailable):
+    """Nothing serves the daemon's manor socket: the daemon is not running."""

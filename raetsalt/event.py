@@ -47,7 +47,7 @@ from typing import Any
 from raetsalt.bus import tag_matches
 from raetsalt.drivers.uxd import UxdSocket, check_socket_path, prepare_sock_dir
 from raetsalt.errors import ConfigError, LocalError
-from raetsalt.lane.engine import Lane, MessageReceived, yard_file_name
+from raetsalt.lane.engine import Lane, YardMessage, yard_file_name
 from raetsalt.manor import (
     MANOR,
     SHARE_ACK,
@@ -58,6 +58,7 @@ from raetsalt.manor import (
     Manor,
 )
 from raetsalt.routing import Address, Route
+from raetsalt.timefmt import salt_stamp
 
 log = logging.getLogger(__name__)
 
@@ -111,11 +112,6 @@ def tagify(suffix: str | list[str] = "", prefix: str = "", base: str = "salt") -
         parts.append(prefix)
     parts.extend([suffix] if isinstance(suffix, str) else suffix)
     return "/".join(part for part in parts if part)
-
-
-def _utc_stamp() -> str:
-    """Salt's ``_stamp``: naive ISO-8601 UTC (the aware form minus its ``+00:00``)."""
-    return datetime.datetime.now(datetime.UTC).isoformat()[:-6]
 
 
 def _default_id() -> str:
@@ -293,7 +289,7 @@ class SaltEvent:
         self._sock.receive_into(lane, 0.0)
         event = lane.next_event()
         while event is not None:
-            if type(event) is MessageReceived:
+            if type(event) is YardMessage:
                 self._on_message(event.body)
             event = lane.next_event()
 
@@ -330,7 +326,7 @@ class SaltEvent:
         if type(data) is not dict and not isinstance(data, MutableMapping):
             raise ValueError(f"Dict object expected, not '{data}'.")
         data = dict(data)
-        data["_stamp"] = _utc_stamp()
+        data["_stamp"] = salt_stamp(datetime.datetime.now(datetime.UTC))
         return self._send(SHARE_FIRE, {"tag": str(tag), "data": data}, timeout / 1000.0)
 
     def fire_master(self, data: Mapping[str, Any], tag: str, timeout: float = 1000) -> bool:

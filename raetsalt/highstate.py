@@ -67,6 +67,12 @@ def render(data: Any, *, color: bool = False, indent: int | None = None, retcode
     return _Highstate(color, options or HighstateOptions()).output(data, 1)
 
 
+def outputter(data: Any, options: Any) -> str:
+    """The ``highstate`` entry of ``raetsalt.output``'s table (``options`` is its
+    ``OutputOptions``)."""
+    return render(data, color=options.color, indent=options.indent, retcode=options.retcode)
+
+
 def _unwrap(data: Any) -> Any:
     """The state data inside the envelopes Salt's outputter looks through."""
     if isinstance(data, dict) and "return" in data:

@@ -39,7 +39,7 @@ from typing import Any
 
 from raetsalt.bus import FIRE_MASTER_TAG, EventBus, encode_batch, encode_event, expand_fire_master
 from raetsalt.errors import BadPacket, LocalError
-from raetsalt.lane.engine import Lane, MessageReceived, PageDropped, YardReaped
+from raetsalt.lane.engine import Lane, PageDropped, YardMessage, YardReaped
 from raetsalt.lane.page import PackKind
 from raetsalt.routing import Address, DeliverLocal, Drop, Forward, Route, route
 
@@ -110,7 +110,7 @@ class Manor:
         lane.receive_datagram(data, src_path, now)
         event = lane.next_event()
         while event is not None:
-            if type(event) is MessageReceived:
+            if type(event) is YardMessage:
                 self._on_message(event)
             elif type(event) is YardReaped:
                 self.bus.unsubscribe(event.name)
@@ -186,11 +186,11 @@ class Manor:
         while event is not None:
             if type(event) is YardReaped:
                 self.bus.unsubscribe(event.name)
-            elif type(event) is MessageReceived:
+            elif type(event) is YardMessage:
                 self._on_message(event)
             event = self.lane.next_event()
 
-    def _on_message(self, msg: MessageReceived) -> None:
+    def _on_message(self, msg: YardMessage) -> None:
         body = msg.body
         # Fast path for nearly all bus traffic (fires and subscriptions from local yards):
         # src [None|str, <the sending yard>, None|str], dst [None|our estate, manor, share].

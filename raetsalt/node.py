@@ -37,11 +37,11 @@ or stand-alone: ``node.run(stop)``.
 
 from __future__ import annotations
 
-import datetime
 import logging
 import selectors
 from collections import Counter
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from raetsalt.bus import FIRE_MASTER_TAG, is_blacklisted
@@ -55,6 +55,7 @@ from raetsalt.event import _resolve_group, lane_name_for, manor_path
 from raetsalt.lane.engine import Lane
 from raetsalt.manor import MANOR, SHARE_FIRE, LocalMessage, Manor
 from raetsalt.routing import Address, DeliverLocal, Drop, Route, route
+from raetsalt.timefmt import salt_stamp
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +69,6 @@ _RUN_MAX_WAIT = 0.25
 
 class StopSignal(Protocol):
     def is_set(self) -> bool: ...
-
-
-def _stamp() -> str:
-    return datetime.datetime.now(datetime.UTC).replace(tzinfo=None).isoformat()
 
 
 class Node:
@@ -311,6 +308,6 @@ class Node:
             # A single-form load names its minion; only the road may say who that is.
             remote = self.stack.road.remote(remote_name)
             data["id"] = remote.role or remote.name
-        data["_stamp"] = _stamp()
+        data["_stamp"] = salt_stamp(datetime.now(UTC))
         self.manor.fire_event(tag, data)
         self.stats["road_events_fired"] += 1

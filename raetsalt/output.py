@@ -28,9 +28,10 @@ Values Salt cannot show are treated as Salt treats them: ``nested`` prints nothi
 undecodable bytes or unknown objects, ``json`` writes their ``repr`` (and ``{}`` when a
 key cannot be JSON), ``yaml`` writes ``NULL``.
 
-Outputters of other modules join the table in ``_TABLE`` through a small adapter (as
-``highstate``), or as ``"module:function"`` text imported on first use; such a function
-takes ``(data, OutputOptions)`` and returns the text (or None for nothing).
+Outputters of other modules join the table in ``_TABLE`` as ``"module:function"`` text
+imported on first use (as ``highstate``, so that module may use ``nested`` from here
+without an import circle); such a function takes ``(data, OutputOptions)`` and returns
+the text (or None for nothing).
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ from typing import Any
 
 import yaml
 
-from raetsalt import highstate
 from raetsalt.errors import LocalError
 
 __all__ = ["OUTPUTTERS", "OutputOptions", "colors", "outputter", "render"]
@@ -234,12 +234,6 @@ def _pprint(data: Any, options: OutputOptions) -> str:
     return pprint.pformat(data)
 
 
-def _highstate(data: Any, options: OutputOptions) -> str:
-    """Salt's state outputter (``raetsalt.highstate``)."""
-    return highstate.render(data, color=options.color, indent=options.indent,
-                            retcode=options.retcode)
-
-
 # --------------------------------------------------------------------------- the table
 
 _TABLE: dict[str, Outputter | str] = {
@@ -249,7 +243,8 @@ _TABLE: dict[str, Outputter | str] = {
     "txt": _txt,
     "raw": _raw,
     "pprint": _pprint,
-    "highstate": _highstate,
+    # imported on first use: highstate renders its changes with ``nested`` from here
+    "highstate": "raetsalt.highstate:outputter",
 }
 
 OUTPUTTERS: tuple[str, ...] = tuple(_TABLE)

@@ -10,8 +10,9 @@ from unittest import mock
 
 import pytest
 
+from raetsalt.daemon.jobcache import JobCache
 from raetsalt.errors import KeepError
-from raetsalt.jobs import JobCache, new_jid, start_time
+from raetsalt.services.jids import new_jid, start_time
 
 T0 = datetime(2026, 11, 21, 4, 27, 25, 667286, tzinfo=UTC)
 

@@ -1,4 +1,5 @@
-"""The sans-IO guarantee: protocol modules never import sockets, clocks, asyncio or ioflo."""
+"""The sans-IO guarantee: protocol modules never import sockets, clocks, asyncio or ioflo;
+the job services also touch no files or processes; no import circle anywhere."""
 
 from __future__ import annotations
 
@@ -29,13 +30,25 @@ PURE = [
     "output.py",
     "saltyaml.py",
     "execution/args.py",
+    "services",
+    "timefmt.py",
 ]
 FORBIDDEN = {"socket", "select", "selectors", "time", "asyncio", "ioflo", "threading"}
 
 
-def _modules() -> list[Path]:
+SERVICES_FORBIDDEN = FORBIDDEN | {
+    "os", "subprocess", "signal", "tempfile", "shutil", "pathlib", "io", "multiprocessing",
+    "fcntl", "pwd", "grp", "mmap", "msgpack", "yaml", "json",
+}
+"""``services/`` decides; the daemon's adapters store, fork and talk (``daemon/``, ``cli/``)."""
+CLOCK_CALLS = {"now", "utcnow", "today", "monotonic", "perf_counter", "time_ns"}
+"""Method names that read a clock (``datetime.now()``, ``time.monotonic()``...); a call on
+``self`` (``self.utcnow()``) is the clock the daemon gave the service."""
+
+
+def _modules(entries: list[str] = PURE) -> list[Path]:
     found: list[Path] = []
-    for entry in PURE:
+    for entry in entries:
         path = PACKAGE / entry
         found.extend(
             sorted(path.rglob("*.py")) if path.is_dir() else [path] if path.exists() else []
@@ -55,9 +68,36 @@ def test_pure_module_imports_no_io(module: Path) -> None:
     assert not imported & FORBIDDEN, f"{module.name} imports {sorted(imported & FORBIDDEN)}"
 
 
+def _imported_roots(module: Path) -> set[str]:
+    roots: set[str] = set()
+    for node in ast.walk(ast.parse(module.read_text(), str(module))):
+        if isinstance(node, ast.Import):
+            roots.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+@pytest.mark.parametrize("module", _modules(["services", "timefmt.py"]),
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_services_touch_no_files_processes_or_clocks(module: Path) -> None:
+    tree = ast.parse(module.read_text(), str(module))
+    assert not _imported_roots(module) & SERVICES_FORBIDDEN, module.name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            assert not (isinstance(func, ast.Name) and func.id == "open"), \
+                f"{module.name}:{node.lineno} opens a file"
+            injected = isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
+                and func.value.id == "self"  # the clock the daemon handed in
+            assert injected or not (isinstance(func, ast.Attribute) and func.attr in CLOCK_CALLS), \
+                f"{module.name}:{node.lineno} reads a clock ({func.attr})"
+
+
 def test_the_guard_covers_the_engine() -> None:
     names = {p.name for p in _modules()}
     assert {"road.py", "join.py", "allow.py", "message.py", "packet.py"} <= names
+    assert {"master.py", "minion.py", "runners.py", "peer.py", "ports.py"} <= names
 
 
 
@@ -110,3 +150,78 @@ def test_the_engine_does_no_keep_io() -> None:
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("raetsalt.keep"):
                 assert node.module in ("raetsalt.keep.records", "raetsalt.keep.policy"), module
                 assert "Keep" not in {alias.name for alias in node.names}, module
+
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def package_imports() -> dict[str, set[str]]:
+    """Every module of ``raetsalt`` -> the package modules it imports, at any depth
+    (inside functions and under ``TYPE_CHECKING`` too): ``from a.b import c`` counts as
+    ``a.b.c`` when that is a module, else ``a.b``."""
+    paths = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+    def known(name: str) -> str | None:
+        while name and name not in paths:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+                targets = [f"{base}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                if target.split(".")[0] == "raetsalt" and (hit := known(target)) is not None:
+                    found.add(hit)
+        graph[name] = found - {name}
+    return graph
+
+
+def find_circle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of ``graph`` (a path that ends where it starts), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(name: str) -> list[str] | None:
+        state[name] = 1
+        path.append(name)
+        for target in sorted(graph.get(name, ())):
+            if state.get(target) == 1:
+                return [*path[path.index(target):], target]
+            if target not in state and (circle := visit(target)) is not None:
+                return circle
+        path.pop()
+        state[name] = 2
+        return None
+
+    for name in sorted(graph):
+        if name not in state and (circle := visit(name)) is not None:
+            return circle
+    return None
+
+
+def test_no_import_circle_in_the_package() -> None:
+    graph = package_imports()
+    assert len(graph) > 100 and "raetsalt.services.master" in graph
+    assert "raetsalt.services.runners" in graph["raetsalt.services.master"]
+    circle = find_circle(graph)
+    assert circle is None, " -> ".join(circle or [])
+
+
+def test_the_circle_finder_finds_circles() -> None:
+    assert find_circle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_circle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None

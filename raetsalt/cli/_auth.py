@@ -21,9 +21,10 @@ import sys
 import time
 from typing import Any
 
+from raetsalt.cli.client import CommandClient
 from raetsalt.drivers.cmdsock import StreamClient, command_socket_path
+from raetsalt.errors import DaemonUnavailable
 from raetsalt.services import protocol as p
-from raetsalt.services.client import CommandClient, DaemonUnavailable
 
 TOKEN_FILE = "~/.raetsalt_token"
 SHARE_MK_TOKEN = "mk_token"

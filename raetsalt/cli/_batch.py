@@ -26,7 +26,7 @@ from raetsalt.services import protocol as p
 
 from ._auth import MasterClient
 from ._common import EX_CLIENT, EX_OK, Printer
-from .salt import Command, Publication, publish, retcode_of
+from ._publish import Command, Publication, publish, retcode_of
 
 __all__ = ["batch_size", "run_batch"]
 

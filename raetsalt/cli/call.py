@@ -33,10 +33,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from raetsalt.cli.client import CommandClient
 from raetsalt.config_schema import id_problem
+from raetsalt.errors import DaemonUnavailable
 from raetsalt.execution.args import parse_input
 from raetsalt.services import protocol as p
-from raetsalt.services.client import CommandClient, DaemonUnavailable
 
 from ._common import (
     EX_CLIENT,
@@ -168,8 +169,8 @@ def _run_local(opts: dict[str, Any], fun: str, arg: list[Any]) -> tuple[dict[str
     from raetsalt.daemon.jobs import load_grains, save_static_grains
     from raetsalt.event import SaltEvent
     from raetsalt.execution.loader import Context, Loader
-    from raetsalt.jobs import new_jid
     from raetsalt.saltbridge.local import salt_call_local
+    from raetsalt.services.jids import new_jid
     from raetsalt.services.minion import JobSpec, execute
 
     jid = new_jid(datetime.now(UTC))

@@ -60,7 +60,7 @@ from raetsalt.keep.store import FileKeep
 from raetsalt.output import OUTPUTTERS, render
 
 if TYPE_CHECKING:
-    from raetsalt.services.client import CommandClient
+    from raetsalt.cli.client import CommandClient
 
 PROG = "raetsalt-key"
 EXIT_OK = 0
@@ -368,8 +368,9 @@ class Master:
     @classmethod
     def connect(cls, opts: Mapping[str, Any]) -> Master | None:
         """The running master, or None if it is not running (then edit the keep)."""
+        from raetsalt.cli.client import CommandClient
+        from raetsalt.errors import DaemonNotRunning, DaemonUnavailable
         from raetsalt.event import manor_path
-        from raetsalt.services.client import CommandClient, DaemonNotRunning, DaemonUnavailable
 
         try:
             path = manor_path(opts["sock_dir"], "master", None)

@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from raetsalt import acl
@@ -58,6 +59,7 @@ from raetsalt.drivers.cmdsock import CommandServer, Limits, PeerCred, command_so
 from raetsalt.log import Throttle, clip
 from raetsalt.services import protocol as p
 from raetsalt.services.protocol import Requester
+from raetsalt.timefmt import salt_stamp
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -401,7 +403,8 @@ class AccessGate:
         tag_user = login.username if plausible_username(login.username) else "-"
         self.fire(f"raetsalt/eauth/{tag_user}/failed",
                   {"user": clip(login.username), "eauth": login.backend,
-                   "reason": result.reason, "failures": failures, "_stamp": _stamp()})
+                   "reason": result.reason, "failures": failures,
+                   "_stamp": salt_stamp(datetime.now(UTC))})
         self._defer(answer_at, login.yard, login.share, login.body,
                     eauth_failure("eauth", login.username), checked=True)
 
@@ -450,7 +453,3 @@ def _key_text(key: Any) -> str:
     return f"user {clip(value)}" if kind == "user" else f"uid {value}"
 
 
-def _stamp() -> str:
-    from datetime import UTC, datetime
-
-    return datetime.now(UTC).replace(tzinfo=None).isoformat()

@@ -23,22 +23,23 @@ from typing import Any
 import yaml
 
 from raetsalt.daemon.access import REQUEST_SHARES, AccessGate
+from raetsalt.daemon.datacache import MinionDataCache
+from raetsalt.daemon.executor import ForkExecutor
+from raetsalt.daemon.jobcache import JobCache
 from raetsalt.daemon.keys import SHARE_KEY, KeyService
+from raetsalt.daemon.roster import RoadRoster
 from raetsalt.daemon.saltmaster import MasterBridge
 from raetsalt.engine.events import Allowed, MessageReceived
 from raetsalt.errors import LocalError
 from raetsalt.execution.grains import core_grains
 from raetsalt.execution.loader import Context, Loader
-from raetsalt.jobs import JobCache, new_jid
 from raetsalt.manor import LocalMessage
 from raetsalt.node import Node, NodeEvent
 from raetsalt.services import protocol as p
-from raetsalt.services.executor import ForkExecutor
+from raetsalt.services.jids import new_jid
 from raetsalt.services.master import (
     Fire,
     MasterJobs,
-    MinionDataCache,
-    MinionState,
     ToMinion,
 )
 from raetsalt.services.minion import (
@@ -87,34 +88,6 @@ class _NoWake:
 
 
 # ---------------------------------------------------------------------------- master
-
-
-class RoadRoster:
-    """``Roster`` over a master's road (its records in memory: no keep reads)."""
-
-    def __init__(self, node: Node) -> None:
-        self.node = node
-
-    def accepted(self) -> list[str]:
-        return self.node.stack.road.keys.accepted()
-
-    def remote_name(self, minion: str) -> str | None:
-        road = self.node.stack.road
-        remote = road.remotes_by_name.get(minion)
-        if remote is not None and (remote.role or remote.name) == minion:
-            return remote.name
-        for remote in road.remotes.values():
-            if remote.role == minion:
-                return remote.name
-        return None
-
-    def state(self, minion: str) -> MinionState:
-        name = self.remote_name(minion)
-        if name is None:
-            return MinionState()
-        remote = self.node.stack.road.remote(name)
-        return MinionState(True, bool(remote.joined), remote.allowed, remote.alive is True,
-                           str(remote.ha[0]))
 
 
 def unrestricted_users(opts: Mapping[str, Any]) -> set[str]:
@@ -511,8 +484,8 @@ class MinionService:
 
     def _run_in_child(self, spec: JobSpec) -> dict[str, Any]:
         """The job process: runs ``spec`` with a Context of this minion."""
+        from raetsalt.cli.client import CommandClient
         from raetsalt.event import SaltEvent
-        from raetsalt.services.client import CommandClient
 
         others = list(self._child_jobs)
         opts = dict(self.opts)

@@ -24,10 +24,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from raetsalt.daemon.executor import plain
 from raetsalt.errors import BadPacket
 from raetsalt.saltbridge.control import FrameReader, daemon_log_levels, encode_frame, write_all
 from raetsalt.saltbridge.service import RestartWorker, SaltRequests, ToWorker
-from raetsalt.services.executor import plain
 from raetsalt.services.master import ToMinion
 
 log = logging.getLogger("raetsalt.daemon")

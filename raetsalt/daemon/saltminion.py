@@ -28,11 +28,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from raetsalt.daemon.executor import ForkExecutor, plain
 from raetsalt.errors import BadPacket, LocalError
 from raetsalt.saltbridge import control
 from raetsalt.saltbridge.modes import runs_in_salt, salt_importable, uses_salt
 from raetsalt.saltbridge.saltjob import CONFIG_KEYS
-from raetsalt.services.executor import ForkExecutor, plain
 from raetsalt.services.minion import JobSpec, MinionJobs
 
 log = logging.getLogger("raetsalt.daemon")

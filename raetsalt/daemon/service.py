@@ -7,12 +7,12 @@ drive them directly too.
 
 from __future__ import annotations
 
-import datetime
 import logging
 import os
 import socket
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 from raetsalt.drivers.udp import SOCKET_BUFFER, RoadStack, format_ha, resolve
@@ -33,6 +33,7 @@ from raetsalt.keep.records import AutoMode
 from raetsalt.manor import LocalMessage
 from raetsalt.node import Node, NodeEvent
 from raetsalt.paths import keep_dir
+from raetsalt.timefmt import salt_stamp
 
 from .policy import auto_mode, key_policy
 
@@ -45,10 +46,6 @@ EXIT_REJECTED = 77
 
 # Probing "off" (raet_alive_period 0) as a period nobody will wait for.
 _NEVER = 1e9
-
-
-def _stamp() -> str:
-    return datetime.datetime.now(datetime.UTC).replace(tzinfo=None).isoformat()
 
 
 def road_config(opts: Mapping[str, Any], node: str) -> RoadConfig:
@@ -367,7 +364,8 @@ class MasterWatch:
                 log.debug("unhandled message %r", event)
         if (new or lost) and self.opts.get("presence_events"):
             self.node.manor.fire_event(
-                "salt/presence/change", {"new": new, "lost": lost, "_stamp": _stamp()}
+                "salt/presence/change",
+                {"new": new, "lost": lost, "_stamp": salt_stamp(datetime.now(UTC))},
             )
             fired = True
         return fired
@@ -390,7 +388,8 @@ class MasterWatch:
             )
         if not self.opts.get("auth_events", True):
             return False
-        data = {"result": act == "accepted", "act": _AUTH_ACTS[act], "id": role, "_stamp": _stamp()}
+        data = {"result": act == "accepted", "act": _AUTH_ACTS[act], "id": role,
+                "_stamp": salt_stamp(datetime.now(UTC))}
         self.node.manor.fire_event("salt/auth", data)
         return True
 

@@ -435,7 +435,7 @@ class StreamClient:
     (``request``, ``receive``, ``daemon_alive``, ``close``)."""
 
     def __init__(self, path: str) -> None:
-        from raetsalt.services.client import DaemonUnavailable
+        from raetsalt.errors import DaemonUnavailable
 
         self.node = "master"
         self.path = path
@@ -458,7 +458,7 @@ class StreamClient:
         self._token = os.urandom(4).hex()
 
     def request(self, share: str, *, send_timeout: float = 5.0, **fields: Any) -> str:
-        from raetsalt.services.client import DaemonUnavailable
+        from raetsalt.errors import DaemonUnavailable
 
         self._counter += 1
         req = f"{self._token}-{self._counter}"

@@ -1,6 +1,6 @@
 """The lane: yards of one node talking over Unix-domain datagram sockets (sans-IO)."""
 
-from raetsalt.lane.engine import Lane, MessageReceived, PageDropped, YardReaped
-from raetsalt.lane.page import DropReason, PackKind
+from raetsalt.lane.engine import Lane, PageDropped, YardMessage, YardReaped
+from raetsalt.lane.page import PackKind, PageDropReason
 
-__all__ = ["DropReason", "Lane", "MessageReceived", "PackKind", "PageDropped", "YardReaped"]
+__all__ = ["PageDropReason", "Lane", "YardMessage", "PackKind", "PageDropped", "YardReaped"]

@@ -45,9 +45,9 @@ from raetsalt.errors import BadPacket, LocalError
 from raetsalt.lane.page import (
     MAX_BOOK_ID,
     MAX_PAGE_SIZE,
-    DropReason,
     PackKind,
     Page,
+    PageDropReason,
     check_name,
     decode_body_untrusted,
     encode_body,
@@ -77,7 +77,7 @@ def names_from_path(path: str) -> tuple[str, str] | None:
 
 
 @dataclass(frozen=True, slots=True)
-class MessageReceived:
+class YardMessage:
     """A complete message arrived from a yard on our lane."""
 
     body: dict[str, Any]
@@ -90,7 +90,7 @@ class MessageReceived:
 
 @dataclass(frozen=True, slots=True)
 class PageDropped:
-    """A datagram was dropped; ``trigger`` is a ``DropReason`` string."""
+    """A datagram was dropped; ``trigger`` is a ``PageDropReason`` string."""
 
     trigger: str
     source_path: str | None
@@ -105,7 +105,7 @@ class YardReaped:
     path: str
 
 
-LaneEvent = MessageReceived | PageDropped | YardReaped
+LaneEvent = YardMessage | PageDropped | YardReaped
 
 
 @dataclass(slots=True)
@@ -357,7 +357,7 @@ class Lane:
             if yard.books:
                 for key in [k for k, b in yard.books.items() if b.expires <= now]:
                     self._close_book(yard, key)
-                    self._drop(DropReason.BOOK_EXPIRED, yard.path, f"book {key[1]}")
+                    self._drop(PageDropReason.BOOK_EXPIRED, yard.path, f"book {key[1]}")
 
     # -- receiving -----------------------------------------------------------------------
 
@@ -375,7 +375,7 @@ class Lane:
         ``src_path`` must be what the kernel reported (None or "" for an unbound sender).
         """
         if not src_path:
-            self._drop(DropReason.UNBOUND_SENDER, None)
+            self._drop(PageDropReason.UNBOUND_SENDER, None)
             return
         try:
             # A head as a tuple: most messages are one page, and they need no Page object.
@@ -393,11 +393,11 @@ class Lane:
             if yard is None:
                 return
         if destination != self.yard_name:
-            self._drop(DropReason.WRONG_DESTINATION, src_path, destination)
+            self._drop(PageDropReason.WRONG_DESTINATION, src_path, destination)
             return
         if yard.remote_session != session_id:
             if yard.books:
-                self.stats[DropReason.STALE_SESSION] += len(yard.books)
+                self.stats[PageDropReason.STALE_SESSION] += len(yard.books)
                 self._close_books(yard)
             yard.remote_session = session_id
         if count == 1:
@@ -410,20 +410,20 @@ class Lane:
         """Check a page's claimed source against its socket path (see module comment)."""
         names = names_from_path(path)
         if names is None or names[1] != name:
-            self._drop(DropReason.SPOOFED_SOURCE, path, f"claims {name!r}")
+            self._drop(PageDropReason.SPOOFED_SOURCE, path, f"claims {name!r}")
             return None
         if names[0] != self.lane_name:
-            self._drop(DropReason.WRONG_LANE, path, names[0])
+            self._drop(PageDropReason.WRONG_LANE, path, names[0])
             return None
         if name == self.yard_name:
-            self._drop(DropReason.SPOOFED_SOURCE, path, "claims our own name")
+            self._drop(PageDropReason.SPOOFED_SOURCE, path, "claims our own name")
             return None
         known = self._yards.get(name)
         if known is not None and known.path != path:
-            self._drop(DropReason.NAME_CONFLICT, path, f"{name!r} is at {known.path!r}")
+            self._drop(PageDropReason.NAME_CONFLICT, path, f"{name!r} is at {known.path!r}")
             return None
         if not self.accept:
-            self._drop(DropReason.UNACCEPTED, path, name)
+            self._drop(PageDropReason.UNACCEPTED, path, name)
             return None
         old = self._by_path.get(path)
         if old is not None:
@@ -439,7 +439,7 @@ class Lane:
         book = yard.books.get(key)
         if book is None:
             if len(yard.books) >= self.max_books_per_yard:
-                self._drop(DropReason.TOO_MANY_BOOKS, yard.path)
+                self._drop(PageDropReason.TOO_MANY_BOOKS, yard.path)
                 return
             book = _Book(
                 session_id=page.session_id,
@@ -450,25 +450,25 @@ class Lane:
             yard.books[key] = book
         elif book.page_count != page.page_count or book.pack_kind != page.pack_kind:
             self._close_book(yard, key)
-            self._drop(DropReason.BOOK_MISMATCH, yard.path)
+            self._drop(PageDropReason.BOOK_MISMATCH, yard.path)
             return
         sections = book.sections
         if page.page_number in sections:
-            self._drop(DropReason.DUPLICATE_PAGE, yard.path)
+            self._drop(PageDropReason.DUPLICATE_PAGE, yard.path)
             return
         size = len(page.section)
         if book.size + size > self.max_message_size:
             self._close_book(yard, key)
-            self._drop(DropReason.BOOK_TOO_LARGE, yard.path)
+            self._drop(PageDropReason.BOOK_TOO_LARGE, yard.path)
             return
         cost = size + PAGE_OVERHEAD
         if yard.book_bytes + cost > self.max_book_bytes_per_yard:
             self._close_book(yard, key)
-            self._drop(DropReason.YARD_BOOKS_FULL, yard.path, f"book {key[1]}")
+            self._drop(PageDropReason.YARD_BOOKS_FULL, yard.path, f"book {key[1]}")
             return
         if self.book_bytes + cost > self.max_book_bytes and not self._make_room(yard, cost):
             self._close_book(yard, key)
-            self._drop(DropReason.LANE_BOOKS_FULL, yard.path, f"book {key[1]}")
+            self._drop(PageDropReason.LANE_BOOKS_FULL, yard.path, f"book {key[1]}")
             return
         book.size += size
         book.held += cost
@@ -491,7 +491,7 @@ class Lane:
                 return False
             key = next(iter(heaviest.books))
             self._close_book(heaviest, key)
-            self._drop(DropReason.LANE_BOOKS_FULL, heaviest.path, f"book {key[1]} evicted")
+            self._drop(PageDropReason.LANE_BOOKS_FULL, heaviest.path, f"book {key[1]} evicted")
         return True
 
     def _close_book(self, yard: _RemoteYard, key: tuple[str, int]) -> None:
@@ -510,4 +510,4 @@ class Lane:
         except BadPacket as exc:
             self._drop(exc.trigger, yard.path, str(exc))
             return
-        self._events.append(MessageReceived(body=body, source=yard.name, source_path=yard.path))
+        self._events.append(YardMessage(body=body, source=yard.name, source_path=yard.path))

@@ -63,7 +63,7 @@ class PackKind(IntEnum):
     MSGPACK = 1
 
 
-class DropReason(StrEnum):
+class PageDropReason(StrEnum):
     """Stable trigger strings for dropped pages (``BadPacket.trigger`` and lane counters)."""
 
     TOO_LARGE = "page_too_large"
@@ -181,15 +181,16 @@ def parse_head_untrusted(
 ) -> PageFields:
     """Parse and check a received datagram's head.  Raises only BadPacket."""
     if len(data) > max_page_size:
-        raise BadPacket(f"page of {len(data)} bytes exceeds {max_page_size}", DropReason.TOO_LARGE)
+        raise BadPacket(f"page of {len(data)} bytes exceeds {max_page_size}",
+                        PageDropReason.TOO_LARGE)
     match = _HEAD_RE.match(data)
     if match is None:
-        raise BadPacket("unrecognised page head", DropReason.BAD_HEAD)
+        raise BadPacket("unrecognised page head", PageDropReason.BAD_HEAD)
     pk, sn, dn, si, bi, pn, pc = match.groups()
     page_number = int(pn, 16)
     page_count = int(pc, 16)
     if page_count == 0 or page_number >= page_count or page_count > max_page_count:
-        raise BadPacket(f"page {page_number} of {page_count}", DropReason.BAD_PAGE_NUMBER)
+        raise BadPacket(f"page {page_number} of {page_count}", PageDropReason.BAD_PAGE_NUMBER)
     return (
         _PACK_KINDS[pk],
         sn.decode("ascii"),
@@ -208,7 +209,7 @@ def parse_page_untrusted(
     max_page_size: int = MAX_PAGE_SIZE,
     max_page_count: int = MAX_PAGE_COUNT,
 ) -> Page:
-    """Parse one received datagram.  Raises only BadPacket (with a DropReason trigger)."""
+    """Parse one received datagram.  Raises only BadPacket (with a PageDropReason trigger)."""
     kind, source, destination, session_id, book_id, number, count, offset = parse_head_untrusted(
         data, max_page_size=max_page_size, max_page_count=max_page_count
     )
@@ -248,7 +249,7 @@ def decode_body_untrusted(data: bytes, pack_kind: PackKind) -> dict[str, Any]:
             value = json.loads(data)
     except Exception as exc:  # noqa: BLE001 - see comment above
         reason = f"undecodable body: {exc.__class__.__name__}"
-        raise BadPacket(reason, DropReason.BAD_BODY) from None
+        raise BadPacket(reason, PageDropReason.BAD_BODY) from None
     if not isinstance(value, dict):
-        raise BadPacket("body is not a mapping", DropReason.BAD_BODY)
+        raise BadPacket("body is not a mapping", PageDropReason.BAD_BODY)
     return value

@@ -35,8 +35,8 @@ import sys
 import warnings
 from typing import Any
 
+from raetsalt.daemon.executor import plain, run_in_child
 from raetsalt.errors import BadPacket
-from raetsalt.services.executor import plain, run_in_child
 
 from . import control
 from .saltjob import WARM

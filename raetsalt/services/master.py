@@ -4,9 +4,10 @@
 publish or runner request over the lane, the passing of time) and answers with actions
 for the daemon to carry out: ``ToMinion`` (a road message), ``ToClient`` (a lane message
 to a client yard) and ``Fire`` (an event on the master bus).  It reads no clock and
-touches no socket; its only I/O is the job cache and the minion data cache it is given
-(files under ``cachedir``).  What it needs to know about the road comes through a
-``Roster``.  The message formats are in ``raetsalt.services.protocol``.
+touches no socket or file: the job cache and the minion data cache come in as the small
+interfaces of ``raetsalt.services.ports`` (``JobStore``, ``GrainsStore``), and what it
+needs to know about the road comes through a ``Roster``.  The message formats are in
+``raetsalt.services.protocol``.
 
 Expected minions: the master expands a target over the accepted minions and the grains
 each reported in its last hello (``match_bounds``).  ``definite`` matches are the expected
@@ -18,29 +19,26 @@ the client is told at once which expected minions are not connected.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import re
-import tempfile
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, Protocol
+from datetime import datetime
+from typing import Any
 
 from raetsalt import acl
 from raetsalt.errors import BadPacket, KeepError, TargetError
-from raetsalt.jobs import JobCache, new_jid
 from raetsalt.log import Throttle, clip
 from raetsalt.targeting import MinionFacts, expand_nodegroup, match_bounds
+from raetsalt.timefmt import salt_stamp
 
 from . import protocol as p
+from .jids import is_jid, new_jid
+from .ports import Gather, GrainsStore, JobStore, MinionState, Roster
 from .protocol import Requester, ToClient
+from .runners import run_runner
 
 log = logging.getLogger(__name__)
 
-_JID = re.compile(r"\d{20}\Z")
 _RETURN_KEYS = ("return", "retcode", "success", "out")
 # How long a client's interest in a job's returns outlives the time-out it asked for.
 _WATCH_GRACE = 30.0
@@ -64,72 +62,6 @@ class Fire:
 
 
 Action = ToMinion | ToClient | Fire
-
-
-class Roster(Protocol):
-    """What the job service needs to know about the minions on the road."""
-
-    def accepted(self) -> list[str]:
-        """Ids of every minion with an accepted key."""
-        ...
-
-    def state(self, minion: str) -> MinionState:
-        """The road's view of ``minion`` now."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class MinionState:
-    """A minion's road state: ``known`` (a remote exists, so a message can be queued for
-    it), ``joined``, ``allowed`` (a session is up), ``alive`` (answering probes) and its
-    last address."""
-
-    known: bool = False
-    joined: bool = False
-    allowed: bool = False
-    alive: bool = False
-    ip: str | None = None
-
-    @property
-    def up(self) -> bool:
-        """Connected and answering now: what ``manage.up`` reports."""
-        return self.allowed and self.alive
-
-
-class MinionDataCache:
-    """Grains each minion last reported, one JSON file per minion under ``root``
-    (Salt's ``minion_data_cache``), so targeting by grains works right after a master
-    restart, before the minions report again."""
-
-    def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(root)
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-
-    def load_all(self) -> dict[str, dict[str, Any]]:
-        out: dict[str, dict[str, Any]] = {}
-        for path in self.root.glob("*.json"):
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue
-            if isinstance(data, dict) and isinstance(data.get("grains"), dict):
-                out[path.stem] = data["grains"]
-        return out
-
-    def save(self, minion: str, grains: Mapping[str, Any]) -> None:
-        if not minion or "/" in minion or minion.startswith(".") or "\0" in minion:
-            raise KeepError(f"not a minion id for the data cache: {minion!r}")
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump({"grains": grains}, handle, default=repr)
-            os.replace(tmp, self.root / f"{minion}.json")
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-
-    def remove(self, minion: str) -> None:
-        (self.root / f"{minion}.json").unlink(missing_ok=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,27 +95,12 @@ class _Watch:
 
 
 @dataclass(slots=True)
-class Gather:
-    """What a runner returns when it must ask the minions first: publish ``fun`` (with
-    ``arg``) to every minion that is up, collect the returns until all came or the
-    time-out, then ``finish(returns)`` is the runner's result."""
-
-    fun: str
-    finish: Callable[[dict[str, Any]], Any]
-    arg: list[Any] = field(default_factory=list)
-
-
-@dataclass(slots=True)
 class _Gathering:
     gather: Gather
     sink: Sink
     expected: set[str]
     deadline: float
     returns: dict[str, Any] = field(default_factory=dict)
-
-
-def _stamp(now: datetime) -> str:
-    return now.astimezone(UTC).replace(tzinfo=None).isoformat()
 
 
 def minion_target(tgt: Any, tgt_type: str, nodegroups: Mapping[str, Any] | None) -> tuple[Any, str]:
@@ -209,7 +126,7 @@ class MasterJobs:
     :param cache: the job cache.
     :param roster: the road's view of the minions.
     :param data_cache: where reported grains are kept across restarts (optional).
-    :param utcnow: the wall clock (aware UTC) for jids and ``_stamp``s.
+    :param utcnow: the wall clock (aware UTC) for jids and ``_stamp``s (the daemon's).
     :param unrestricted: local user names that skip publisher_acl (the blacklist still
         applies to them, as in Salt).
     """
@@ -217,12 +134,12 @@ class MasterJobs:
     def __init__(
         self,
         opts: Mapping[str, Any],
-        cache: JobCache,
+        cache: JobStore,
         roster: Roster,
         *,
         estate: str | None = None,
-        data_cache: MinionDataCache | None = None,
-        utcnow: Callable[[], datetime] = lambda: datetime.now(UTC),
+        data_cache: GrainsStore | None = None,
+        utcnow: Callable[[], datetime],
         unrestricted: Collection[str] = ("root",),
     ) -> None:
         self.opts = opts
@@ -271,7 +188,7 @@ class MasterJobs:
             "pretag": None,
             "tag": tag,
             "data": f"Minion {minion} started at {started}",
-            "_stamp": _stamp(now),
+            "_stamp": salt_stamp(now),
         }
         return [Fire(tag, data)]
 
@@ -302,7 +219,7 @@ class MasterJobs:
                 "tgt": minion, "tgt_type": "list", "fun": fun, "arg": fun_args,
                 "user": minion, "minions": [minion], "missing": [],
             })
-        elif not _JID.match(jid) or (jid not in self._jobs and self.cache.get_load(jid) is None):
+        elif not is_jid(jid) or (jid not in self._jobs and self.cache.get_load(jid) is None):
             log.debug("return from %s for unknown job %r dropped", minion, jid)
             return []
         ret = {k: body[k] for k in _RETURN_KEYS if k in body}
@@ -321,7 +238,7 @@ class MasterJobs:
             if watch.expected <= watch.returned:
                 del self._watches[jid]
         load = {"id": minion, "jid": jid, **ret, "fun": fun, "fun_args": fun_args,
-                "cmd": "_return", "_stamp": _stamp(self.utcnow())}
+                "cmd": "_return", "_stamp": salt_stamp(self.utcnow())}
         actions.append(Fire(f"salt/job/{jid}/ret/{minion}", load))
         return actions
 
@@ -416,7 +333,7 @@ class MasterJobs:
             return fail(f"the job cache cannot store the job: {exc}")
         self._jobs[jid] = now
         actions: list[Action] = [Fire(f"salt/job/{jid}/new",
-                                      {"jid": jid, **load, "_stamp": _stamp(self.utcnow())})]
+                                      {"jid": jid, **load, "_stamp": salt_stamp(self.utcnow())})]
         timeout = body.get("timeout")
         wait = float(timeout) if isinstance(timeout, int | float) and timeout > 0 else float(
             self.opts.get("timeout", 5))
@@ -442,8 +359,6 @@ class MasterJobs:
     def _runner(
         self, requester: Requester, sink: Sink, body: Mapping[str, Any], now: float
     ) -> list[Action]:
-        from .runners import run_runner
-
         try:
             fun = p.text_untrusted(body, "fun")
             raw = p.list_untrusted(body, "arg")
@@ -534,7 +449,7 @@ class MasterJobs:
                         f" [{times} denials since the last report]" if times > 1 else "")
         data = {"id": requester.name, "kind": "runner" if share == p.SHARE_RUN_RET
                 else "publish", "check": check, **what, "reason": decision.reason,
-                "rule": decision.rule, "_stamp": _stamp(self.utcnow())}
+                "rule": decision.rule, "_stamp": salt_stamp(self.utcnow())}
         if requester.backend:
             data["eauth"] = requester.backend
         return [sink.answer(self.estate, share, error=message, denied=True),

@@ -4,7 +4,7 @@
 ``fun``) or a ``raetsalt-call`` request (lane share ``call``) becomes a ``Spawn`` action
 when it is meant for this minion (``match_self`` on its id and live grains; anything else
 is ignored, as in Salt), the daemon starts the job in its own process
-(``raetsalt.services.executor``) and reports back ``on_started``/``on_finished``, which
+(``raetsalt.daemon.executor``) and reports back ``on_started``/``on_finished``, which
 answer with ``ToMaster`` (the return) or ``ToClient`` (the ``raetsalt-call`` reply).
 After every (re)connection, and whenever its grains change, the minion says hello to the
 master with its grains (``on_connected``, ``set_grains``).  After every (re)connection it

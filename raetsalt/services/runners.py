@@ -14,7 +14,11 @@ road's flags) with 3008's return shape (a sorted list, ``{id: ip}`` with ``show_
 
 ``jobs.active`` does what Salt does: it asks every minion that is up for
 ``saltutil.running`` (waiting at most the master's ``timeout``) and merges the answers
-with the returns in the job cache.  Unlike Salt, that internal publication is not
+with the returns in the job cache.
+
+Runners see the master as a ``raetsalt.services.ports.RunnerContext`` (the road's view,
+the job cache, the opts), never ``MasterJobs`` itself: ``master`` imports this module,
+not the other way round.  Unlike Salt, that internal publication is not
 stored in the job cache, and runner calls are not recorded as jobs.
 """
 
@@ -22,12 +26,12 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from raetsalt.jobs import start_time
+from raetsalt import acl
 
-if TYPE_CHECKING:
-    from .master import Gather, MasterJobs
+from .jids import is_jid, start_time
+from .ports import Gather, RunnerContext
 
 Runner = Callable[..., Any]
 
@@ -39,13 +43,13 @@ class RunnerNotFound(Exception):
 # ---------------------------------------------------------------------------- manage
 
 
-def _select(master: MasterJobs, tgt: Any, tgt_type: str) -> list[str]:
+def _select(master: RunnerContext, tgt: Any, tgt_type: str) -> list[str]:
     if tgt == "*" and tgt_type == "glob":
         return sorted(master.roster.accepted())
     return master.targeted(tgt, tgt_type)
 
 
-def _status(master: MasterJobs, tgt: Any = "*", tgt_type: str = "glob") -> dict[str, list[str]]:
+def _status(master: RunnerContext, tgt: Any = "*", tgt_type: str = "glob") -> dict[str, list[str]]:
     states = master.minion_states(_select(master, tgt, tgt_type))
     return {
         "up": sorted(m for m, s in states.items() if s.up),
@@ -54,7 +58,7 @@ def _status(master: MasterJobs, tgt: Any = "*", tgt_type: str = "glob") -> dict[
 
 
 def manage_status(
-    master: MasterJobs,
+    master: RunnerContext,
     output: bool = True,
     tgt: Any = "*",
     tgt_type: str = "glob",
@@ -65,7 +69,7 @@ def manage_status(
 
 
 def manage_up(
-    master: MasterJobs,
+    master: RunnerContext,
     tgt: Any = "*",
     tgt_type: str = "glob",
     timeout: Any = None,
@@ -75,7 +79,7 @@ def manage_up(
 
 
 def manage_down(
-    master: MasterJobs,
+    master: RunnerContext,
     removekeys: bool = False,
     tgt: Any = "*",
     tgt_type: str = "glob",
@@ -88,7 +92,7 @@ def manage_down(
 
 
 def _listing(
-    master: MasterJobs, chosen: Callable[[Any], bool], subset: Any, show_ip: bool
+    master: RunnerContext, chosen: Callable[[Any], bool], subset: Any, show_ip: bool
 ) -> Any:
     states = master.minion_states()
     ids = sorted(m for m, s in states.items() if chosen(s))
@@ -101,7 +105,7 @@ def _listing(
 
 
 def _state_runner(test: Callable[[Any], bool]) -> Runner:
-    def runner(master: MasterJobs, subset: Any = None, show_ip: bool = False) -> Any:
+    def runner(master: RunnerContext, subset: Any = None, show_ip: bool = False) -> Any:
         return _listing(master, test, subset, show_ip)
 
     return runner
@@ -116,7 +120,7 @@ _STATE_TESTS: dict[str, Callable[[Any], bool]] = {
 
 
 def manage_list_state(
-    master: MasterJobs, subset: Any = None, show_ip: bool = False, state: str | None = None
+    master: RunnerContext, subset: Any = None, show_ip: bool = False, state: str | None = None
 ) -> Any:
     test = _STATE_TESTS.get(state or "present")
     if test is None:
@@ -125,7 +129,7 @@ def manage_list_state(
 
 
 def manage_list_not_state(
-    master: MasterJobs, subset: Any = None, show_ip: bool = False, state: str | None = None
+    master: RunnerContext, subset: Any = None, show_ip: bool = False, state: str | None = None
 ) -> Any:
     test = _STATE_TESTS.get(state or "present")
     if test is None:
@@ -156,7 +160,7 @@ def _format_job(jid: str, load: dict[str, Any] | None, *, minions: bool) -> dict
     return out
 
 
-def _result(master: MasterJobs, jid: str) -> dict[str, dict[str, Any]]:
+def _result(master: RunnerContext, jid: str) -> dict[str, dict[str, Any]]:
     return {
         minion: {k: ret[k] for k in ("return", "retcode", "success", "out") if k in ret}
         for minion, ret in master.cache.get_returns(jid).items()
@@ -165,7 +169,7 @@ def _result(master: MasterJobs, jid: str) -> dict[str, dict[str, Any]]:
 
 def _check_jid(jid: Any) -> str:
     text = str(jid)
-    if not (len(text) == 20 and text.isdigit()):
+    if not is_jid(text):
         raise ValueError(f"not a jid: {text!r}")
     return text
 
@@ -183,7 +187,7 @@ def _matches(value: Any, globs: Iterable[str]) -> bool:
 
 
 def jobs_list_jobs(
-    master: MasterJobs,
+    master: RunnerContext,
     ext_source: Any = None,
     outputter: Any = None,
     search_metadata: Any = None,
@@ -221,7 +225,7 @@ def _jid_bound(value: Any) -> str:
 
 
 def jobs_list_job(
-    master: MasterJobs, jid: Any, ext_source: Any = None, display_progress: bool = False
+    master: RunnerContext, jid: Any, ext_source: Any = None, display_progress: bool = False
 ) -> dict[str, Any]:
     jid = _check_jid(jid)
     out: dict[str, Any] = {"jid": jid}
@@ -230,7 +234,7 @@ def jobs_list_job(
     return out
 
 
-def jobs_print_job(master: MasterJobs, jid: Any, ext_source: Any = None) -> dict[str, Any]:
+def jobs_print_job(master: RunnerContext, jid: Any, ext_source: Any = None) -> dict[str, Any]:
     jid = _check_jid(jid)
     entry = _format_job(jid, master.cache.get_load(jid), minions=True)
     entry["Result"] = _result(master, jid)
@@ -238,7 +242,7 @@ def jobs_print_job(master: MasterJobs, jid: Any, ext_source: Any = None) -> dict
 
 
 def jobs_lookup_jid(
-    master: MasterJobs,
+    master: RunnerContext,
     jid: Any,
     ext_source: Any = None,
     returned: bool = True,
@@ -262,7 +266,7 @@ def jobs_lookup_jid(
 
 
 def jobs_exit_success(
-    master: MasterJobs, jid: Any, ext_source: Any = None, minions: Any = None
+    master: RunnerContext, jid: Any, ext_source: Any = None, minions: Any = None
 ) -> dict[str, bool]:
     data = jobs_list_job(master, jid)
     result = data.get("Result", {})
@@ -271,9 +275,7 @@ def jobs_exit_success(
     return out
 
 
-def jobs_active(master: MasterJobs, display_progress: bool = False) -> Gather:
-    from .master import Gather
-
+def jobs_active(master: RunnerContext, display_progress: bool = False) -> Gather:
     def finish(running: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for minion, jobs in sorted(running.items()):
@@ -284,11 +286,11 @@ def jobs_active(master: MasterJobs, display_progress: bool = False) -> Gather:
                     continue
                 jid = job["jid"]
                 if jid not in out:
-                    out[jid] = _format_job(jid, job, minions=False) if _is_jid(jid) else {}
+                    out[jid] = _format_job(jid, job, minions=False) if is_jid(jid) else {}
                     out[jid].update({"Running": [], "Returned": []})
                 out[jid]["Running"].append({minion: job.get("pid")})
         for jid, entry in out.items():
-            if _is_jid(jid):
+            if is_jid(jid):
                 entry["Returned"] = sorted(master.cache.get_returns(jid))
         return out
 
@@ -299,7 +301,7 @@ def jobs_active(master: MasterJobs, display_progress: bool = False) -> Gather:
 
 
 def acl_explain(
-    master: MasterJobs,
+    master: RunnerContext,
     who: str,
     fun: str,
     target: Any = None,
@@ -316,8 +318,6 @@ def acl_explain(
     ``publisher_acl`` decides (``groups``: its groups).  Uses this master's config and
     the grains the minions reported.
     """
-    from raetsalt import acl
-
     opts = master.opts
     table = master.minion_table()
     nodegroups = opts.get("nodegroups") or {}
@@ -353,10 +353,6 @@ def acl_explain(
     return out
 
 
-def _is_jid(jid: str) -> bool:
-    return len(jid) == 20 and jid.isdigit()
-
-
 RUNNERS: dict[str, Runner] = {
     "manage.status": manage_status,
     "manage.up": manage_up,
@@ -382,7 +378,7 @@ for _name, _test in _STATE_TESTS.items():
     RUNNERS[f"manage.not_{_name}"] = _state_runner(_negated(_test))
 
 
-def run_runner(master: MasterJobs, fun: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+def run_runner(master: RunnerContext, fun: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
     """Call runner ``fun``; raises ``RunnerNotFound``, ``TypeError`` for bad arguments,
     or whatever the runner raises.  A ``Gather`` result means "ask the minions first"."""
     runner = RUNNERS.get(fun)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from raetsalt.bus import EventBus
-from raetsalt.lane.engine import Lane, MessageReceived
+from raetsalt.lane.engine import Lane, YardMessage
 from raetsalt.manor import LocalMessage, Manor
 
 LANE = "minion-abc"
@@ -35,7 +35,7 @@ class Client:
                 self.lane.receive_datagram(data, path("manor"), 0.0)
         out = []
         while (event := self.lane.next_event()) is not None:
-            if isinstance(event, MessageReceived):
+            if isinstance(event, YardMessage):
                 out.append(event.body)
         return out
 

@@ -52,9 +52,9 @@ def test_lane_requests_from_outside_sock_dir_are_refused(monkeypatch: pytest.Mon
     import os
     import time
 
+    from raetsalt.cli.client import CommandClient
     from raetsalt.config import load_node_config
     from raetsalt.services import protocol as p
-    from raetsalt.services.client import CommandClient
 
     with make_world() as world:
         confdir = world.master_dir("")

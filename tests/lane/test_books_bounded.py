@@ -14,8 +14,8 @@ import tracemalloc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raetsalt.lane.engine import PAGE_OVERHEAD, Lane, MessageReceived
-from raetsalt.lane.page import DropReason, PackKind, encode_body, paginate
+from raetsalt.lane.engine import PAGE_OVERHEAD, Lane, YardMessage
+from raetsalt.lane.page import PackKind, PageDropReason, encode_body, paginate
 
 DIR = "/run/x"
 MiB = 1024 * 1024
@@ -36,10 +36,10 @@ def pages(source: str, body: dict[str, object], book_id: int, session: str = "s1
     )
 
 
-def received(lane: Lane) -> list[MessageReceived]:
+def received(lane: Lane) -> list[YardMessage]:
     out = []
     while (event := lane.next_event()) is not None:
-        if isinstance(event, MessageReceived):
+        if isinstance(event, YardMessage):
             out.append(event)
     return out
 
@@ -73,8 +73,8 @@ def test_unfinished_books_from_many_yards_stay_under_the_caps() -> None:
         tracemalloc.stop()
     assert lane.book_bytes <= 3 * MiB
     assert grown < 3 * MiB + 512 * 1024, f"the flood made the lane hold {grown} bytes"
-    assert lane.stats[DropReason.YARD_BOOKS_FULL] >= 10
-    assert lane.stats[DropReason.LANE_BOOKS_FULL] >= 1
+    assert lane.stats[PageDropReason.YARD_BOOKS_FULL] >= 10
+    assert lane.stats[PageDropReason.LANE_BOOKS_FULL] >= 1
     # Another yard's message still arrives whole, even a paginated one.
     body = {"blob": "g" * 200_000}
     for data in pages("good", body, 1):
@@ -82,7 +82,7 @@ def test_unfinished_books_from_many_yards_stay_under_the_caps() -> None:
     assert [e.body for e in received(lane)] == [body]
     # The unfinished books expire; the memory is given back.
     lane.handle_timer(5.0)
-    assert lane.stats[DropReason.BOOK_EXPIRED] >= 1
+    assert lane.stats[PageDropReason.BOOK_EXPIRED] >= 1
     assert lane.book_bytes == 0
     assert lane.get_timer() is None
 
@@ -93,7 +93,7 @@ def test_a_page_over_the_yard_cap_ends_its_book_at_once() -> None:
     second = pages("alpha", {"blob": "b" * 200_000}, 2)
     for data in first[:-1] + second[:-1]:
         lane.receive_datagram(data, path("alpha"), 0.0)
-    assert lane.stats[DropReason.YARD_BOOKS_FULL] == 1
+    assert lane.stats[PageDropReason.YARD_BOOKS_FULL] == 1
     held = lane.book_bytes
     assert held <= 300_000
     lane.receive_datagram(first[-1], path("alpha"), 0.0)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from raetsalt.lane.engine import Lane, MessageReceived, PageDropped, YardReaped, names_from_path
-from raetsalt.lane.page import DropReason, PackKind, encode_body, paginate
+from raetsalt.lane.engine import Lane, PageDropped, YardMessage, YardReaped, names_from_path
+from raetsalt.lane.page import PackKind, PageDropReason, encode_body, paginate
 
 DIR = "/run/x"
 
@@ -51,7 +51,7 @@ def test_message_round_trip_and_learning() -> None:
     a, b = pair()
     assert a.send({"hello": "world"}, "beta")
     [event] = transfer(a, path("alpha"), b)
-    expected = MessageReceived(body={"hello": "world"}, source="alpha", source_path=path("alpha"))
+    expected = YardMessage(body={"hello": "world"}, source="alpha", source_path=path("alpha"))
     assert event == expected
     assert b.has_yard("alpha")
 
@@ -65,7 +65,7 @@ def test_large_message_is_reassembled() -> None:
     for data, _ in datagrams:
         b.receive_datagram(data, path("alpha"), 0.0)
     [event] = drained(b)
-    assert isinstance(event, MessageReceived) and event.body == body
+    assert isinstance(event, YardMessage) and event.body == body
 
 
 def test_out_of_order_pages_and_duplicates() -> None:
@@ -75,16 +75,17 @@ def test_out_of_order_pages_and_duplicates() -> None:
     for data in [pages[2], pages[0], pages[0], pages[3], pages[1]]:
         b.receive_datagram(data, path("alpha"), 0.0)
     events = drained(b)
-    assert [e.trigger for e in events if isinstance(e, PageDropped)] == [DropReason.DUPLICATE_PAGE]
-    assert [e.body["blob"][:1] for e in events if isinstance(e, MessageReceived)] == ["y"]
+    triggers = [e.trigger for e in events if isinstance(e, PageDropped)]
+    assert triggers == [PageDropReason.DUPLICATE_PAGE]
+    assert [e.body["blob"][:1] for e in events if isinstance(e, YardMessage)] == ["y"]
 
 
 def test_unbound_sender_is_dropped() -> None:
     _, b = pair()
     b.receive_datagram(page_from("alpha"), None, 0.0)
     b.receive_datagram(page_from("alpha"), "", 0.0)
-    assert b.stats[DropReason.UNBOUND_SENDER] == 2
-    assert not any(isinstance(e, MessageReceived) for e in drained(b))
+    assert b.stats[PageDropReason.UNBOUND_SENDER] == 2
+    assert not any(isinstance(e, YardMessage) for e in drained(b))
 
 
 def test_sender_claiming_another_name_is_dropped() -> None:
@@ -99,15 +100,15 @@ def test_sender_claiming_another_name_is_dropped() -> None:
     # Right name, wrong lane.
     b.receive_datagram(page_from("gamma"), path("gamma", lane="other"), 0.0)
     triggers = [e.trigger for e in drained(b) if isinstance(e, PageDropped)]
-    assert triggers == [DropReason.SPOOFED_SOURCE, DropReason.NAME_CONFLICT,
-                        DropReason.SPOOFED_SOURCE, DropReason.WRONG_LANE]
+    assert triggers == [PageDropReason.SPOOFED_SOURCE, PageDropReason.NAME_CONFLICT,
+                        PageDropReason.SPOOFED_SOURCE, PageDropReason.WRONG_LANE]
 
 
 def test_wrong_destination_is_dropped_not_delivered() -> None:
     _, b = pair()
     b.receive_datagram(page_from("alpha", dn="gamma"), path("alpha"), 0.0)
     assert [type(e) for e in drained(b)] == [PageDropped]
-    assert b.stats[DropReason.WRONG_DESTINATION] == 1
+    assert b.stats[PageDropReason.WRONG_DESTINATION] == 1
 
 
 def test_accept_off_hears_only_known_yards() -> None:
@@ -115,8 +116,8 @@ def test_accept_off_hears_only_known_yards() -> None:
     b.add_yard("alpha", path("alpha"))
     b.receive_datagram(page_from("alpha"), path("alpha"), 0.0)
     b.receive_datagram(page_from("gamma"), path("gamma"), 0.0)
-    assert [type(e) for e in drained(b)] == [MessageReceived, PageDropped]
-    assert b.stats[DropReason.UNACCEPTED] == 1
+    assert [type(e) for e in drained(b)] == [YardMessage, PageDropped]
+    assert b.stats[PageDropReason.UNACCEPTED] == 1
 
 
 def test_books_are_bounded_and_expire() -> None:
@@ -126,10 +127,10 @@ def test_books_are_bounded_and_expire() -> None:
     firsts = [d for d, _ in a.datagrams_to_send(0.0) if b"pn 0000" in d]
     for data in firsts:
         b.receive_datagram(data, path("alpha"), 0.5)
-    assert b.stats[DropReason.TOO_MANY_BOOKS] == 1
+    assert b.stats[PageDropReason.TOO_MANY_BOOKS] == 1
     assert b.get_timer() == 1.5
     b.handle_timer(1.5)
-    assert b.stats[DropReason.BOOK_EXPIRED] == 2
+    assert b.stats[PageDropReason.BOOK_EXPIRED] == 2
     assert b.get_timer() is None
 
 
@@ -141,8 +142,8 @@ def test_new_session_drops_old_books() -> None:
     restarted.add_yard("beta", path("beta"))
     restarted.send({"n": 2}, "beta")
     events = transfer(restarted, path("alpha"), b)
-    assert [e.body for e in events if isinstance(e, MessageReceived)] == [{"n": 2}]
-    assert b.stats[DropReason.STALE_SESSION] == 1
+    assert [e.body for e in events if isinstance(e, YardMessage)] == [{"n": 2}]
+    assert b.stats[PageDropReason.STALE_SESSION] == 1
     assert b.get_timer() is None
 
 
@@ -152,7 +153,7 @@ def test_oversize_book_is_dropped() -> None:
     b = Lane(lane_name="ln", yard_name="beta", max_message_size=100_000)
     a.send({"blob": "w" * 300_000}, "beta")
     transfer(a, path("alpha"), b)
-    assert b.stats[DropReason.BAD_PAGE_NUMBER] + b.stats[DropReason.BOOK_TOO_LARGE] >= 1
+    assert b.stats[PageDropReason.BAD_PAGE_NUMBER] + b.stats[PageDropReason.BOOK_TOO_LARGE] >= 1
 
 
 def test_blocked_destination_backs_off_and_keeps_order() -> None:
@@ -197,7 +198,7 @@ def test_pack_gives_the_pages_send_would_queue_and_queues_nothing() -> None:
     assert len(pages) > 2  # the large one was paginated
     for data in pages:
         b.receive_datagram(data, path("alpha"), 0.0)
-    bodies = [e.body for e in drained(b) if isinstance(e, MessageReceived)]
+    bodies = [e.body for e in drained(b) if isinstance(e, YardMessage)]
     assert bodies == [small, large]
     # Book ids continue across pack and send, so the receiver never confuses two books.
     a.send({"k": 2}, "beta")

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from raetsalt.errors import BadPacket, LocalError
 from raetsalt.lane.page import (
-    DropReason,
     PackKind,
+    PageDropReason,
     decode_body_untrusted,
     encode_body,
     encode_head,
@@ -56,19 +56,19 @@ def test_too_many_pages_is_a_local_error() -> None:
 @pytest.mark.parametrize(
     ("data", "trigger"),
     [
-        (b"", DropReason.BAD_HEAD),
-        (b"garbage", DropReason.BAD_HEAD),
+        (b"", PageDropReason.BAD_HEAD),
+        (b"garbage", PageDropReason.BAD_HEAD),
         (b"ri RAET\nvn 0\npk 0\nsn a b\ndn manor\nsi 1\nbi 1\npn 0000\npc 0001\n\n",
-         DropReason.BAD_HEAD),
+         PageDropReason.BAD_HEAD),
         (b"ri RAET\nvn 0\npk 0\nsn a\ndn manor\nsi 1\nbi 1\npn 0001\npc 0001\n\n",
-         DropReason.BAD_PAGE_NUMBER),
+         PageDropReason.BAD_PAGE_NUMBER),
         (b"ri RAET\nvn 0\npk 0\nsn a\ndn manor\nsi 1\nbi 1\npn 0000\npc 0000\n\n",
-         DropReason.BAD_PAGE_NUMBER),
+         PageDropReason.BAD_PAGE_NUMBER),
         (b"ri RAET\nvn 0\npk 0\nsn a.b\ndn manor\nsi 1\nbi 1\npn 0000\npc 0001\n\n",
-         DropReason.BAD_HEAD),
+         PageDropReason.BAD_HEAD),
         (b"ri RAET\nvn 0\npk 0\nsn a\ndn manor\nsi 1\nbi 1_0\npn 0000\npc 0001\n\n",
-         DropReason.BAD_HEAD),
-        (b"x" * 70000, DropReason.TOO_LARGE),
+         PageDropReason.BAD_HEAD),
+        (b"x" * 70000, PageDropReason.TOO_LARGE),
     ],
 )
 def test_bad_pages_raise_badpacket_with_trigger(data: bytes, trigger: str) -> None:

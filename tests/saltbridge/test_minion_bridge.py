@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from raetsalt.daemon.executor import ForkExecutor
 from raetsalt.daemon.saltminion import HELLO_WAIT, MinionBridge
 from raetsalt.saltbridge import control
-from raetsalt.services.executor import ForkExecutor
 from raetsalt.services.minion import JobSpec, MinionJobs, ToMaster
 
 

@@ -48,7 +48,7 @@ def test_without_salt_the_minion_is_native() -> None:
 from raetsalt.saltbridge.modes import salt_importable
 from raetsalt.daemon.saltminion import minion_bridge
 from raetsalt.errors import LocalError
-from raetsalt.services.executor import ForkExecutor
+from raetsalt.daemon.executor import ForkExecutor
 assert not salt_importable()
 executor = ForkExecutor(lambda job: {})
 assert minion_bridge({"execution_mode": "auto"}, executor) is None

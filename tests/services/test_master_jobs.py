@@ -9,17 +9,17 @@ from typing import Any
 
 import pytest
 
-from raetsalt.jobs import JobCache
+from raetsalt.daemon.datacache import MinionDataCache
+from raetsalt.daemon.jobcache import JobCache
 from raetsalt.services import protocol as p
 from raetsalt.services.master import (
     Fire,
     MasterJobs,
-    MinionDataCache,
-    MinionState,
     ToClient,
     ToMinion,
     minion_target,
 )
+from raetsalt.services.ports import MinionState
 from raetsalt.services.protocol import Requester
 
 USER = Requester("user", "root", 0)
@@ -220,7 +220,7 @@ def test_hello_with_start_fires_the_start_event_and_grains_survive_restart(
     assert isinstance(event, Fire) and event.tag == "salt/minion/minion1/start"
     assert event.data["data"].startswith("Minion minion1 started at ")
     again = MasterJobs({}, JobCache(tmp_path / "jobs"), roster,
-                       data_cache=MinionDataCache(tmp_path / "minions"))
+                       data_cache=MinionDataCache(tmp_path / "minions"), utcnow=Clock())
     assert again.grains["minion1"] == {"os": "Arch"}
 
 

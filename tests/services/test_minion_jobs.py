@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from raetsalt.daemon.executor import ForkExecutor, plain
 from raetsalt.execution.loader import Context, Loader
 from raetsalt.services import protocol as p
-from raetsalt.services.executor import ForkExecutor, plain
 from raetsalt.services.minion import (
     MAX_HELD,
     JobOutcome,

@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 from services.test_master_jobs import GRAINS, Clock, FakeRoster
 
+from raetsalt.daemon.datacache import MinionDataCache
+from raetsalt.daemon.jobcache import JobCache
 from raetsalt.execution.loader import CommandExecutionError, Context, Loader
 from raetsalt.execution.modules import publish as publish_mod
-from raetsalt.jobs import JobCache
 from raetsalt.services import protocol as p
-from raetsalt.services.master import Fire, MasterJobs, MinionDataCache, ToClient, ToMinion
+from raetsalt.services.master import Fire, MasterJobs, ToClient, ToMinion
 from raetsalt.services.minion import JobSpec, execute
 from raetsalt.services.minion import ToClient as MinionToClient
 from raetsalt.services.minion import ToMaster as MinionToMaster

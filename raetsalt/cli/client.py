@@ -16,18 +16,10 @@ import time
 from typing import Any
 
 from raetsalt.drivers.uxd import UxdSocket
-from raetsalt.errors import LocalError
+from raetsalt.errors import DaemonNotRunning, DaemonUnavailable
 from raetsalt.event import lane_name_for, manor_path
-from raetsalt.lane.engine import Lane, MessageReceived, yard_file_name
+from raetsalt.lane.engine import Lane, YardMessage, yard_file_name
 from raetsalt.manor import MANOR
-
-
-class DaemonUnavailable(LocalError):
-    """The daemon's manor yard cannot be reached (not running, or no permission)."""
-
-
-class DaemonNotRunning(DaemonUnavailable):
-    """Nothing serves the daemon's manor socket: the daemon is not running."""
 
 
 class CommandClient:
@@ -100,7 +92,7 @@ class CommandClient:
             self._sock.receive_into(self._lane, time.monotonic())
             event = self._lane.next_event()
             while event is not None:
-                if type(event) is MessageReceived:
+                if type(event) is YardMessage:
                     self._inbox.append(event.body)
                 event = self._lane.next_event()
         out, self._inbox = self._inbox, []

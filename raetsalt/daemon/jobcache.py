@@ -1,6 +1,6 @@
-"""Job ids and the master's job cache.
+"""The master's job cache (an adapter: files).
 
-A jid is Salt 3008's: the UTC time as ``YYYYMMDDhhmmssffffff`` (20 digits).  The cache is
+Jids are Salt 3008's (``raetsalt.services.jids``).  The cache is
 embedded (no server): one directory per job under ``<cachedir>/jobs``, holding the
 publish record (``.load.json``, with the minions expected to answer) and one file per
 minion return.  Every file is written to a temporary name, flushed and renamed, so a
@@ -15,28 +15,14 @@ import os
 import re
 import shutil
 import tempfile
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from raetsalt.errors import KeepError
+from raetsalt.services.jids import JID, new_jid
 
-_JID = re.compile(r"\d{20}\Z")
 _MINION = re.compile(r"[^/\x00]{1,255}\Z")
-
-
-def new_jid(now: datetime, last: str | None = None) -> str:
-    """The jid for a job published at ``now`` (aware UTC); strictly after ``last``."""
-    jid = now.astimezone(UTC).strftime("%Y%m%d%H%M%S%f")
-    if last is not None and jid <= last:
-        jid = f"{int(last) + 1:020d}"
-    return jid
-
-
-def start_time(jid: str) -> str:
-    """Salt's ``StartTime`` text for a jid, e.g. ``2026, Nov 21 04:27:25.667286``."""
-    moment = datetime.strptime(jid, "%Y%m%d%H%M%S%f")
-    return moment.strftime("%Y, %b %d %H:%M:%S.%f")
 
 
 class JobCache:
@@ -47,7 +33,7 @@ class JobCache:
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     def _dir(self, jid: str) -> Path:
-        if not _JID.match(jid):
+        if not JID.match(jid):
             raise KeepError(f"not a jid: {jid!r}")
         return self.root / jid
 
@@ -103,7 +89,7 @@ class JobCache:
         return returns
 
     def jids(self) -> list[str]:
-        return sorted(p.name for p in self.root.iterdir() if _JID.match(p.name) and p.is_dir())
+        return sorted(p.name for p in self.root.iterdir() if JID.match(p.name) and p.is_dir())
 
     def clean(self, now: datetime, keep_hours: float) -> list[str]:
         """Remove jobs that started more than ``keep_hours`` before ``now``."""

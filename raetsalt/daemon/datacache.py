@@ -1,0 +1,52 @@
+"""The master's minion data cache (an adapter: files): the grains each minion last
+reported, so targeting by grains works right after a master restart.  The job service
+sees it as a ``raetsalt.services.ports.GrainsStore``."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from raetsalt.errors import KeepError
+
+
+class MinionDataCache:
+    """Grains each minion last reported, one JSON file per minion under ``root``
+    (Salt's ``minion_data_cache``), so targeting by grains works right after a master
+    restart, before the minions report again."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+    def load_all(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for path in self.root.glob("*.json"):
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if isinstance(data, dict) and isinstance(data.get("grains"), dict):
+                out[path.stem] = data["grains"]
+        return out
+
+    def save(self, minion: str, grains: Mapping[str, Any]) -> None:
+        if not minion or "/" in minion or minion.startswith(".") or "\0" in minion:
+            raise KeepError(f"not a minion id for the data cache: {minion!r}")
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump({"grains": grains}, handle, default=repr)
+            os.replace(tmp, self.root / f"{minion}.json")
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def remove(self, minion: str) -> None:
+        (self.root / f"{minion}.json").unlink(missing_ok=True)
+
+
