@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import grp
-import hashlib
 import logging
 import os
 import selectors
@@ -45,7 +43,7 @@ from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any
 
 from raetsalt.bus import tag_matches
-from raetsalt.drivers.uxd import UxdSocket, check_socket_path, prepare_sock_dir
+from raetsalt.drivers.uxd import UxdSocket, prepare_sock_dir
 from raetsalt.errors import ConfigError, LocalError
 from raetsalt.lane.engine import Lane, YardMessage, yard_file_name
 from raetsalt.manor import (
@@ -57,7 +55,8 @@ from raetsalt.manor import (
     SHARE_UNSUBSCRIBE,
     Manor,
 )
-from raetsalt.routing import Address, Route
+from raetsalt.paths import lane_name_for, manor_path, resolve_group
+from raetsalt.routing import Route, YardAddress
 from raetsalt.timefmt import salt_stamp
 
 log = logging.getLogger(__name__)
@@ -78,33 +77,6 @@ __all__ = [
 ]
 
 NODES = ("minion", "master")
-# Longest client yard name ("ev" + 8 hex), used to reject a sock_dir that is too long up
-# front rather than at the first client.
-_CLIENT_YARD_EXAMPLE = "ev00000000"
-
-
-def lane_name_for(node: str, node_id: str | None) -> str:
-    """The lane a node's yards live on: ``master``, or ``minion-<hash of id>``.
-
-    Minion ids may contain dots, which separate lane and yard in socket names, and may be
-    long; a short hash keeps paths short and lets minions share a sock_dir, as Salt's
-    ``minion_event_<hash>_pub.ipc`` does.
-    """
-    if node == "master":
-        return "master"
-    if node != "minion":
-        raise LocalError(f"node must be 'minion' or 'master', not {node!r}")
-    digest = hashlib.sha256((node_id or "").encode("utf-8")).hexdigest()[:10]
-    return f"minion-{digest}"
-
-
-def manor_path(sock_dir: str, node: str, node_id: str | None) -> str:
-    """Socket path of the node's manor yard (checked against the sun_path limit)."""
-    lane = lane_name_for(node, node_id)
-    check_socket_path(os.path.join(sock_dir, yard_file_name(lane, _CLIENT_YARD_EXAMPLE)), sock_dir)
-    return os.path.join(sock_dir, yard_file_name(lane, MANOR))
-
-
 def tagify(suffix: str | list[str] = "", prefix: str = "", base: str = "salt") -> str:
     """Salt's tag builder: ``salt/<prefix>/<suffix...>``."""
     parts = [base]
@@ -116,17 +88,6 @@ def tagify(suffix: str | list[str] = "", prefix: str = "", base: str = "salt") -
 
 def _default_id() -> str:
     return socket.gethostname() or "localhost"
-
-
-def _resolve_group(group: str | int | None) -> int | None:
-    if group is None or isinstance(group, int):
-        return group
-    try:
-        return grp.getgrnam(group).gr_gid
-    except KeyError:
-        if group.isdigit():
-            return int(group)
-        raise ConfigError(f"sock_dir_group {group!r}: no such group") from None
 
 
 class SaltEvent:
@@ -277,7 +238,7 @@ class SaltEvent:
         if wire is None:
             assert self._lane is not None
             yard = self._lane.yard_name
-            wire = Route(Address(None, yard, None), Address(None, MANOR, share)).to_wire()
+            wire = Route(YardAddress(None, yard, None), YardAddress(None, MANOR, share)).to_wire()
             self._routes[share] = wire
         return wire
 
@@ -489,7 +450,7 @@ class BusHost:
     ) -> None:
         if node == "minion" and not node_id:
             node_id = _default_id()
-        gid = _resolve_group(group)
+        gid = resolve_group(group)
         self.path = manor_path(sock_dir, node, node_id)
         prepare_sock_dir(sock_dir, gid)
         lane = Lane(lane_name=lane_name_for(node, node_id), yard_name=MANOR)

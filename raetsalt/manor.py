@@ -41,7 +41,7 @@ from raetsalt.bus import FIRE_MASTER_TAG, EventBus, encode_batch, encode_event, 
 from raetsalt.errors import BadPacket, LocalError
 from raetsalt.lane.engine import Lane, PageDropped, YardMessage, YardReaped
 from raetsalt.lane.page import PackKind
-from raetsalt.routing import Address, DeliverLocal, Drop, Forward, Route, route
+from raetsalt.routing import DeliverLocal, Drop, Forward, Route, YardAddress, route
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +179,8 @@ class Manor:
     # -- internals ---------------------------------------------------------------------------
 
     def _route_to(self, yard: str, share: str) -> dict[str, list[str | None]]:
-        return Route(Address(self.estate, MANOR, None), Address(self.estate, yard, share)).to_wire()
+        return Route(YardAddress(self.estate, MANOR, None),
+                     YardAddress(self.estate, yard, share)).to_wire()
 
     def _drain_lane_events(self) -> None:
         event = self.lane.next_event()
@@ -219,7 +220,7 @@ class Manor:
             return
         # The lane verified who sent this; the route's source yard must say the same.
         if msg_route.src.yard != msg.source:
-            msg_route = Route(Address(msg_route.src.estate, msg.source, msg_route.src.share),
+            msg_route = Route(YardAddress(msg_route.src.estate, msg.source, msg_route.src.share),
                               msg_route.dst)
             body["route"] = msg_route.to_wire()
         decision = route(msg_route, self.estate, self.lane.yard_names(), manor=MANOR)

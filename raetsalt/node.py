@@ -46,15 +46,14 @@ from typing import Any, Protocol
 
 from raetsalt.bus import FIRE_MASTER_TAG, is_blacklisted
 from raetsalt.drivers.clock import Clock, monotonic
-from raetsalt.drivers.udp import Address as HostAddress
-from raetsalt.drivers.udp import RoadStack
+from raetsalt.drivers.udp import Address, RoadStack
 from raetsalt.drivers.uxd import UxdSocket, prepare_sock_dir
 from raetsalt.engine.events import Event, MessageReceived
 from raetsalt.errors import BadPacket, LocalError
-from raetsalt.event import _resolve_group, lane_name_for, manor_path
 from raetsalt.lane.engine import Lane
 from raetsalt.manor import MANOR, SHARE_FIRE, LocalMessage, Manor
-from raetsalt.routing import Address, DeliverLocal, Drop, Route, route
+from raetsalt.paths import lane_name_for, manor_path, resolve_group
+from raetsalt.routing import DeliverLocal, Drop, Route, YardAddress, route
 from raetsalt.timefmt import salt_stamp
 
 log = logging.getLogger(__name__)
@@ -100,7 +99,7 @@ class Node:
         self.stats: Counter[str] = Counter()
         self.master: int | None = None
         """uid of the master remote a minion forwards to (``connect_master``)."""
-        gid = _resolve_group(group)
+        gid = resolve_group(group)
         prepare_sock_dir(sock_dir, gid)
         self.manor_path = manor_path(sock_dir, node, self.node_id)
         self.manor = Manor(
@@ -122,7 +121,7 @@ class Node:
 
     # -- life cycle ---------------------------------------------------------------------------
 
-    def connect_master(self, ha: HostAddress) -> int:
+    def connect_master(self, ha: Address) -> int:
         """Keep a session with the master at ``ha`` and forward ``fire_master`` events to
         it; returns the master's uid."""
         self.master = self.stack.connect(ha)
@@ -228,8 +227,8 @@ class Node:
         master_estate = remote.name if remote.joined else None
         body = {
             "route": Route(
-                Address(self.stack.road.name, MANOR, None),
-                Address(master_estate, MANOR, SHARE_FIRE),
+                YardAddress(self.stack.road.name, MANOR, None),
+                YardAddress(master_estate, MANOR, SHARE_FIRE),
             ).to_wire(),
             "tag": event["tag"],
             "data": event["data"],
@@ -262,7 +261,7 @@ class Node:
             return False
         # The road authenticated the sender; the route may not claim another estate.
         msg_route = Route(
-            Address(event.remote, msg_route.src.yard, msg_route.src.share), msg_route.dst
+            YardAddress(event.remote, msg_route.src.yard, msg_route.src.share), msg_route.dst
         )
         body["route"] = msg_route.to_wire()
         decision = route(

@@ -11,6 +11,9 @@ Layout under ``pki_dir`` (master and minion alike)::
                           (remote/) and, on the master, every minion key by state
                           (role/ for accepted/pending/rejected, denied/ for denied)
 
+Sockets under ``sock_dir``: each node's yards live on one lane (``lane_name_for``), its
+manor yard at ``manor_path``; ``resolve_group`` turns ``sock_dir_group`` into a gid.
+
 The keep sits in a sub-directory rather than in ``pki_dir`` itself so ``pki_dir`` can
 later hold other key material (signing keys, a master key chain for rotation) without
 mixing file kinds inside the keep's own directories.
@@ -18,11 +21,18 @@ mixing file kinds inside the keep's own directories.
 
 from __future__ import annotations
 
+import grp
+import hashlib
 import os
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["KEEP_SUBDIR", "keep_dir"]
+from raetsalt.drivers.uxd import check_socket_path
+from raetsalt.errors import ConfigError, LocalError
+from raetsalt.lane.engine import yard_file_name
+from raetsalt.manor import MANOR
+
+__all__ = ["KEEP_SUBDIR", "keep_dir", "lane_name_for", "manor_path", "resolve_group"]
 
 KEEP_SUBDIR = "road"
 
@@ -34,3 +44,42 @@ def keep_dir(opts: Mapping[str, Any]) -> str:
     absolute (joined to ``root_dir``).  Nothing is created here.
     """
     return os.path.join(opts["pki_dir"], KEEP_SUBDIR)
+
+
+# Longest client yard name ("ev" + 8 hex), used to reject a sock_dir that is too long up
+# front rather than at the first client.
+_CLIENT_YARD_EXAMPLE = "ev00000000"
+
+
+def lane_name_for(node: str, node_id: str | None) -> str:
+    """The lane a node's yards live on: ``master``, or ``minion-<hash of id>``.
+
+    Minion ids may contain dots, which separate lane and yard in socket names, and may be
+    long; a short hash keeps paths short and lets minions share a sock_dir, as Salt's
+    ``minion_event_<hash>_pub.ipc`` does.
+    """
+    if node == "master":
+        return "master"
+    if node != "minion":
+        raise LocalError(f"node must be 'minion' or 'master', not {node!r}")
+    digest = hashlib.sha256((node_id or "").encode("utf-8")).hexdigest()[:10]
+    return f"minion-{digest}"
+
+
+def manor_path(sock_dir: str, node: str, node_id: str | None) -> str:
+    """Socket path of the node's manor yard (checked against the sun_path limit)."""
+    lane = lane_name_for(node, node_id)
+    check_socket_path(os.path.join(sock_dir, yard_file_name(lane, _CLIENT_YARD_EXAMPLE)), sock_dir)
+    return os.path.join(sock_dir, yard_file_name(lane, MANOR))
+
+
+def resolve_group(group: str | int | None) -> int | None:
+    """``sock_dir_group`` as a gid: a group name looked up, a gid kept, None kept."""
+    if group is None or isinstance(group, int):
+        return group
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        if group.isdigit():
+            return int(group)
+        raise ConfigError(f"sock_dir_group {group!r}: no such group") from None

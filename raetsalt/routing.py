@@ -17,8 +17,9 @@ from raetsalt.errors import BadPacket
 
 
 @dataclass(frozen=True, slots=True)
-class Address:
-    """(estate, yard, share); None means unspecified."""
+class YardAddress:
+    """Where a message goes on the lane or the road: (estate, yard, share); None means
+    unspecified.  (A host address is ``raetsalt.drivers.udp.Address``, a (host, port).)"""
 
     estate: str | None = None
     yard: str | None = None
@@ -28,7 +29,7 @@ class Address:
         return [self.estate, self.yard, self.share]
 
     @classmethod
-    def from_wire_untrusted(cls, value: Any) -> Address:
+    def from_wire_untrusted(cls, value: Any) -> YardAddress:
         """Parse ``[estate, yard, share]`` (list or tuple); raises only BadPacket."""
         if type(value) is not list and type(value) is not tuple or len(value) != 3:
             raise BadPacket("address is not [estate, yard, share]", DropReason.ROUTE)
@@ -44,8 +45,8 @@ class Address:
 class Route:
     """Source and destination of a message."""
 
-    src: Address
-    dst: Address
+    src: YardAddress
+    dst: YardAddress
 
     def to_wire(self) -> dict[str, list[str | None]]:
         return {"src": self.src.to_wire(), "dst": self.dst.to_wire()}
@@ -57,8 +58,8 @@ class Route:
         if not isinstance(route, Mapping):
             raise BadPacket("message has no route", DropReason.ROUTE)
         return cls(
-            Address.from_wire_untrusted(route.get("src")),
-            Address.from_wire_untrusted(route.get("dst")),
+            YardAddress.from_wire_untrusted(route.get("src")),
+            YardAddress.from_wire_untrusted(route.get("dst")),
         )
 
 

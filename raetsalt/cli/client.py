@@ -17,9 +17,9 @@ from typing import Any
 
 from raetsalt.drivers.uxd import UxdSocket
 from raetsalt.errors import DaemonNotRunning, DaemonUnavailable
-from raetsalt.event import lane_name_for, manor_path
 from raetsalt.lane.engine import Lane, YardMessage, yard_file_name
 from raetsalt.manor import MANOR
+from raetsalt.paths import lane_name_for, manor_path
 
 
 class CommandClient:

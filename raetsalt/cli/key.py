@@ -370,7 +370,7 @@ class Master:
         """The running master, or None if it is not running (then edit the keep)."""
         from raetsalt.cli.client import CommandClient
         from raetsalt.errors import DaemonNotRunning, DaemonUnavailable
-        from raetsalt.event import manor_path
+        from raetsalt.paths import manor_path
 
         try:
             path = manor_path(opts["sock_dir"], "master", None)

@@ -10,8 +10,9 @@ import time
 
 import pytest
 
-from raetsalt.event import MasterEvent, SaltEvent, lane_name_for
+from raetsalt.event import MasterEvent, SaltEvent
 from raetsalt.lane.page import PackKind, encode_body, paginate
+from raetsalt.paths import lane_name_for
 
 from .helpers import Proc, start_bus
 

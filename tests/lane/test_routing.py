@@ -5,33 +5,33 @@ from __future__ import annotations
 import pytest
 
 from raetsalt.errors import BadPacket
-from raetsalt.routing import Address, DeliverLocal, Drop, Forward, Route, route
+from raetsalt.routing import DeliverLocal, Drop, Forward, Route, YardAddress, route
 
 YARDS = {"ev1", "jobber2"}
 
 
-def r(dst: Address) -> Route:
-    return Route(Address(None, "ev1", None), dst)
+def r(dst: YardAddress) -> Route:
+    return Route(YardAddress(None, "ev1", None), dst)
 
 
 @pytest.mark.parametrize(
     ("dst", "from_road", "expected"),
     [
-        (Address(None, None, "event_fire"), False, DeliverLocal(None, "event_fire")),
-        (Address("me", "manor", "event_req"), False, DeliverLocal(None, "event_req")),
-        (Address(None, "jobber2", "fun"), False, DeliverLocal("jobber2", "fun")),
-        (Address("master_master", None, "remote_cmd"), False, Forward("master_master")),
-        (Address("other", None, "remote_cmd"), True, Drop("not_our_estate")),
-        (Address(None, "ghost", "fun"), False, Drop("unknown_yard")),
-        (Address(None, None, None), False, Drop("no_share")),
+        (YardAddress(None, None, "event_fire"), False, DeliverLocal(None, "event_fire")),
+        (YardAddress("me", "manor", "event_req"), False, DeliverLocal(None, "event_req")),
+        (YardAddress(None, "jobber2", "fun"), False, DeliverLocal("jobber2", "fun")),
+        (YardAddress("master_master", None, "remote_cmd"), False, Forward("master_master")),
+        (YardAddress("other", None, "remote_cmd"), True, Drop("not_our_estate")),
+        (YardAddress(None, "ghost", "fun"), False, Drop("unknown_yard")),
+        (YardAddress(None, None, None), False, Drop("no_share")),
     ],
 )
-def test_route(dst: Address, from_road: bool, expected: object) -> None:
+def test_route(dst: YardAddress, from_road: bool, expected: object) -> None:
     assert route(r(dst), "me", YARDS, from_road=from_road) == expected
 
 
 def test_route_round_trips_through_wire_form() -> None:
-    original = Route(Address("e", "y", None), Address(None, "manor", "event_fire"))
+    original = Route(YardAddress("e", "y", None), YardAddress(None, "manor", "event_fire"))
     assert Route.from_body_untrusted({"route": original.to_wire()}) == original
 
 
