@@ -30,7 +30,7 @@ class Minion:
         self.node = open_node(opts, "minion")
         self.link = MinionLink(self.node, opts)
         link = self.link
-        self.jobs = MinionService(self.node, opts, lambda: link.state == "connected",
+        self.jobs = MinionService(self.node, opts, lambda: link.connected,
                                   loader=loader, grains=grains)
 
     def service(self) -> None:

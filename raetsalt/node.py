@@ -172,24 +172,46 @@ class Node:
         return wait
 
     def service_ready(self) -> list[NodeEvent]:
-        """Read both sockets, run timers, route, send; never blocks."""
+        """Read both sockets, run timers, route, send; never blocks.  The daemon flows do
+        the same in steps (``receive_lane``, ``receive_road``, then ``flush``)."""
+        out: list[NodeEvent] = list(self.receive_lane())
+        out.extend(self.receive_road())
+        self.flush_bus()
+        return out
+
+    def receive_lane(self) -> list[LocalMessage]:
+        """Read the lane (the manor yard's socket): messages for the caller (client
+        requests); bus subscriptions and ``fire_master`` forwarding are done here."""
         manor = self.manor
-        now = self.clock()
-        # Lane first: forwarded events then leave with the road's flush below.
-        self.uxd.receive_into(manor, now)
-        out: list[NodeEvent] = []
-        for event in self.stack.service_ready():
-            if type(event) is MessageReceived:
-                if self._on_road_message(event):
-                    out.append(event)
-            else:
-                out.append(event)
-        now = self.clock()
-        manor.handle_timer(now)
-        self.uxd.send_all(manor.datagrams_to_send(now), manor, now)
+        self.uxd.receive_into(manor, self.clock())
+        out: list[LocalMessage] = []
         while (message := manor.next_event()) is not None:
             out.append(message)
         return out
+
+    def receive_road(self) -> list[Event]:
+        """Read the road, run its timers and send what it queued; authenticated road
+        messages are routed (bus events fired, yards relayed) and only those for this
+        node's services are returned, with the road's other events."""
+        out: list[Event] = []
+        for event in self.stack.service_ready():
+            if type(event) is not MessageReceived or self._on_road_message(event):
+                out.append(event)
+        return out
+
+    def flush_bus(self) -> None:
+        """Run the manor's timers and send what it queued: bus events to subscribers,
+        answers to yards."""
+        manor = self.manor
+        now = self.clock()
+        manor.handle_timer(now)
+        self.uxd.send_all(manor.datagrams_to_send(now), manor, now)
+
+    def flush(self) -> None:
+        """Send what the road and the manor queued, without reading."""
+        if self.stack.road.has_output():
+            self.stack.flush()
+        self.flush_bus()
 
     def step(self, timeout: float | None = None) -> list[NodeEvent]:
         """Wait for a socket or the earliest timer (at most ``timeout`` s), then service."""

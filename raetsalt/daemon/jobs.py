@@ -17,6 +17,7 @@ import os
 import pwd
 import selectors
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -103,6 +104,29 @@ def unrestricted_users(opts: Mapping[str, Any]) -> set[str]:
     return users
 
 
+_PEER_SHARES = frozenset({p.SHARE_PEER_PUBLISH, p.SHARE_PEER_RUNNER})
+_MINION_SHARES = frozenset({p.SHARE_HELLO, p.SHARE_SALT_REQ, p.SHARE_PILLAR_REFRESH,
+                            p.SHARE_CLOCK_REQ})
+
+
+@dataclass(slots=True)
+class MasterInbox:
+    """A master's node events sorted by the step that serves them (``MasterService.sort``);
+    each step empties its list."""
+
+    requests: list[LocalMessage] = field(default_factory=list)
+    """Clients' publish, runner and eauth token requests (lane)."""
+    keys: list[LocalMessage] = field(default_factory=list)
+    """``raetsalt-key`` commands (lane)."""
+    peers: list[MessageReceived] = field(default_factory=list)
+    """Minions' ``peer_publish``/``peer_runner`` (road)."""
+    returns: list[MessageReceived] = field(default_factory=list)
+    minions: list[MessageReceived] = field(default_factory=list)
+    """Hello, clock requests, Salt file server and pillar requests (road)."""
+    link: list[NodeEvent] = field(default_factory=list)
+    """Everything else: the road's link events (joins, presence), other messages."""
+
+
 class MasterService:
     """The master's job service on its node, with its access gate (who is asking:
     ``raetsalt.daemon.access``)."""
@@ -147,55 +171,125 @@ class MasterService:
             waits.append(max(0.0, min(timers) - self.node.clock()))
         return min(waits, default=None)
 
-    def handle(self, events: Iterable[NodeEvent]) -> list[NodeEvent]:
-        """Serve the command protocol's messages; return the other events."""
-        left: list[NodeEvent] = []
-        actions: list[Any] = []
-        now = self.node.clock()
+    # -- the flow's steps (``flows/master.flo``), in the order it runs them ---------------
+
+    def sort(self, events: Iterable[NodeEvent], inbox: MasterInbox) -> None:
+        """Routing: put each node event where the step that serves it looks."""
         for event in events:
             if type(event) is MessageReceived:
                 share = p.share_of(event.body) if isinstance(event.body, dict) else None
                 if share == p.SHARE_RETURN:
-                    actions.extend(self.jobs.on_return(_remote_role(self.node, event.remote),
-                                                       event.body))
-                elif share == p.SHARE_HELLO:
-                    minion = _remote_role(self.node, event.remote)
-                    actions.extend(self.jobs.on_hello(minion, event.body))
-                    actions.extend(self.salt.on_hello(minion, self.jobs.grains.get(minion)))
-                elif share == p.SHARE_SALT_REQ:
-                    minion = _remote_role(self.node, event.remote)
-                    actions.extend(self.salt.on_request(minion, event.body,
-                                                        self.jobs.grains.get(minion)))
-                elif share == p.SHARE_PILLAR_REFRESH:
-                    minion = _remote_role(self.node, event.remote)
-                    actions.extend(self.salt.on_pillar_refresh(minion,
-                                                               self.jobs.grains.get(minion)))
-                elif share == p.SHARE_CLOCK_REQ:
-                    actions.extend(self.jobs.on_clock_req(_remote_role(self.node, event.remote)))
-                elif share == p.SHARE_PEER_PUBLISH:
-                    actions.extend(self.jobs.on_peer_publish(
-                        _remote_role(self.node, event.remote), event.body, now))
-                elif share == p.SHARE_PEER_RUNNER:
-                    actions.extend(self.jobs.on_peer_runner(
-                        _remote_role(self.node, event.remote), event.body, now))
+                    inbox.returns.append(event)
+                elif share in _PEER_SHARES:
+                    inbox.peers.append(event)
+                elif share in _MINION_SHARES:
+                    inbox.minions.append(event)
                 else:
-                    left.append(event)
+                    inbox.link.append(event)
             elif type(event) is LocalMessage and event.share in REQUEST_SHARES:
-                for ready in self.gate.from_lane(event.source, event.share, event.body, now):
-                    actions.extend(self._dispatch(ready, now))
+                inbox.requests.append(event)
             elif type(event) is LocalMessage and event.share == SHARE_KEY:
-                self.keys.on_request(event.source, event.body)
+                inbox.keys.append(event)
             else:
-                left.append(event)
+                inbox.link.append(event)
+
+    def serve_keys(self, messages: list[LocalMessage]) -> None:
+        """Operator key commands (``raetsalt-key``); they answer by themselves."""
+        for event in messages:
+            self.keys.on_request(event.source, event.body)
+        messages.clear()
         self.keys.poll()
+
+    def serve_requests(self, messages: list[LocalMessage], now: float) -> list[Any]:
+        """Clients' publications and runners: who is asking (the access gate: local user,
+        eauth), then the publisher_acl/eauth decision and the job publication."""
+        actions: list[Any] = []
+        for event in messages:
+            for ready in self.gate.from_lane(event.source, event.share or "", event.body, now):
+                actions.extend(self._dispatch(ready, now))
+        messages.clear()
         for ready in self.gate.poll(now):
             actions.extend(self._dispatch(ready, now))
-        actions.extend(self.salt.poll(self.jobs.grains))
+        return actions
+
+    def check_peers(self, messages: list[MessageReceived], now: float) -> list[Any]:
+        """Minions' ``publish.publish``/``publish.runner``: the ``peer``/``peer_run``
+        decision.  What is refused is answered (returned); ``messages`` keeps the rest."""
+        actions: list[Any] = []
+        allowed = []
+        for event in messages:
+            refusal = self.jobs.check_peer(_remote_role(self.node, event.remote),
+                                           p.share_of(event.body) or "", event.body, now)
+            if refusal is None:
+                allowed.append(event)
+            else:
+                actions.extend(refusal)
+        messages[:] = allowed
+        return actions
+
+    def serve_peers(self, messages: list[MessageReceived], now: float) -> list[Any]:
+        """Publish (or run) what ``check_peers`` let through, answering the minion."""
+        actions: list[Any] = []
+        for event in messages:
+            minion = _remote_role(self.node, event.remote)
+            if p.share_of(event.body) == p.SHARE_PEER_RUNNER:
+                actions.extend(self.jobs.on_peer_runner(minion, event.body, now))
+            else:
+                actions.extend(self.jobs.on_peer_publish(minion, event.body, now))
+        messages.clear()
+        return actions
+
+    def serve_returns(self, messages: list[MessageReceived]) -> list[Any]:
+        """Job returns: into the job cache, to the waiting client, on the bus."""
+        actions: list[Any] = []
+        for event in messages:
+            actions.extend(self.jobs.on_return(_remote_role(self.node, event.remote),
+                                               event.body))
+        messages.clear()
+        return actions
+
+    def serve_minions(self, messages: list[MessageReceived]) -> list[Any]:
+        """A minion's hello (its grains), clock request, Salt file/pillar requests."""
+        actions: list[Any] = []
+        for event in messages:
+            minion = _remote_role(self.node, event.remote)
+            share = p.share_of(event.body)
+            grains = self.jobs.grains.get(minion)
+            if share == p.SHARE_HELLO:
+                actions.extend(self.jobs.on_hello(minion, event.body))
+                actions.extend(self.salt.on_hello(minion, self.jobs.grains.get(minion)))
+            elif share == p.SHARE_SALT_REQ:
+                actions.extend(self.salt.on_request(minion, event.body, grains))
+            elif share == p.SHARE_PILLAR_REFRESH:
+                actions.extend(self.salt.on_pillar_refresh(minion, grains))
+            elif share == p.SHARE_CLOCK_REQ:
+                actions.extend(self.jobs.on_clock_req(minion))
+        messages.clear()
+        return actions
+
+    def poll(self, now: float) -> list[Any]:
+        """Time and the workers: job time-outs and gatherings, Salt's worker answers."""
+        actions: list[Any] = list(self.salt.poll(self.jobs.grains))
         timer = self.jobs.get_timer()
         if timer is not None and timer <= now:
             actions.extend(self.jobs.handle_timer(now))
+        return actions
+
+    def handle(self, events: Iterable[NodeEvent]) -> list[NodeEvent]:
+        """Every step at once (for embedding without the flow): serve the command
+        protocol's messages, carry out the actions; return the other events."""
+        now = self.node.clock()
+        inbox = MasterInbox()
+        self.sort(events, inbox)
+        self.serve_keys(inbox.keys)
+        actions = self.serve_requests(inbox.requests, now)
+        actions.extend(self.check_peers(inbox.peers, now))
+        actions.extend(self.serve_peers(inbox.peers, now))
+        actions.extend(self.serve_returns(inbox.returns))
+        actions.extend(self.serve_minions(inbox.minions))
+        actions.extend(self.poll(now))
         self.perform(actions)
-        return left
+        return inbox.link
 
     def perform(self, actions: Iterable[Any]) -> None:
         node = self.node
@@ -291,6 +385,22 @@ def save_static_grains(opts: Mapping[str, Any], values: Mapping[str, Any]) -> No
     os.replace(tmp, path)
 
 
+_FROM_MASTER = frozenset({p.SHARE_FUN, p.SHARE_CLOCK, p.SHARE_PILLAR, *p.LANE_ANSWERS})
+
+
+@dataclass(slots=True)
+class MinionInbox:
+    """A minion's node events sorted by the step that serves them (``MinionService.sort``);
+    each step empties its list but ``link`` (the flow's link step reads it last)."""
+
+    master: list[MessageReceived] = field(default_factory=list)
+    """The master's publications, clock, pillar and answers (road)."""
+    requests: list[LocalMessage] = field(default_factory=list)
+    """``raetsalt-call`` and job processes' ``publish.*`` requests (lane)."""
+    link: list[NodeEvent] = field(default_factory=list)
+    """The road's link events (join, allow, presence) and anything unhandled."""
+
+
 class MinionService:
     """The minion's job service on its node.
 
@@ -348,42 +458,77 @@ class MinionService:
         timer = self.jobs.get_timer()
         return None if timer is None else max(0.0, timer - self.node.clock())
 
-    def handle(self, events: Iterable[NodeEvent]) -> list[NodeEvent]:
-        left: list[NodeEvent] = []
-        actions: list[Any] = []
+    # -- the flow's steps (``flows/minion.flo``), in the order it runs them ---------------
+
+    def sort(self, events: Iterable[NodeEvent], inbox: MinionInbox) -> None:
+        """Routing: the master's job messages, local requests, and the rest (link)."""
         master = self._master_name()
-        now = self.node.clock()
-        now_wall = self.utcnow().timestamp()
         for event in events:
             if type(event) is MessageReceived:
                 share = p.share_of(event.body) if isinstance(event.body, dict) else None
-                if share == p.SHARE_FUN and event.remote == master:
-                    actions.extend(self.jobs.on_publish(event.body, now, now_wall))
-                elif share == p.SHARE_CLOCK and event.remote == master:
-                    actions.extend(self.jobs.on_clock(event.body, now, now_wall))
-                elif share in p.LANE_ANSWERS and event.remote == master:
-                    actions.extend(self.relay.on_answer(share, event.body))
-                elif share == p.SHARE_PILLAR and event.remote == master:
-                    pillar = event.body.get("pillar")
-                    self.jobs.pillar = pillar if isinstance(pillar, dict) else {}
+                if event.remote == master and share in _FROM_MASTER:
+                    inbox.master.append(event)
                 else:
-                    left.append(event)
-            elif type(event) is LocalMessage and event.share == p.SHARE_CALL:
+                    inbox.link.append(event)
+            elif type(event) is LocalMessage and (event.share == p.SHARE_CALL
+                                                  or self.relay.serves(event.share)):
+                inbox.requests.append(event)
+            else:
+                inbox.link.append(event)
+
+    def serve_master(self, messages: list[MessageReceived], now: float) -> list[Any]:
+        """From the master: publications (run here when meant for this minion and still
+        in time), its clock, the pillar, answers to relayed ``publish.*`` requests."""
+        actions: list[Any] = []
+        now_wall = self.utcnow().timestamp()
+        for event in messages:
+            share = p.share_of(event.body)
+            if share == p.SHARE_FUN:
+                actions.extend(self.jobs.on_publish(event.body, now, now_wall))
+            elif share == p.SHARE_CLOCK:
+                actions.extend(self.jobs.on_clock(event.body, now, now_wall))
+            elif share == p.SHARE_PILLAR:
+                pillar = event.body.get("pillar")
+                self.jobs.pillar = pillar if isinstance(pillar, dict) else {}
+            else:
+                assert share is not None
+                actions.extend(self.relay.on_answer(share, event.body))
+        messages.clear()
+        return actions
+
+    def serve_requests(self, messages: list[LocalMessage], now: float) -> list[Any]:
+        """Local requests: ``raetsalt-call``, and ``publish.*`` from job processes, which
+        go to the master (whose ``peer``/``peer_run`` rules decide)."""
+        actions: list[Any] = []
+        for event in messages:
+            if event.share == p.SHARE_CALL:
                 actions.extend(self._on_call(event))
-            elif type(event) is LocalMessage and self.relay.serves(event.share):
+            else:
                 assert event.share is not None
                 actions.extend(self.relay.on_request(event.source, event.share, event.body,
-                                                     self.node.clock(), self.connected()))
-            else:
-                if type(event) is Allowed and event.remote == master:
-                    actions.extend(self.jobs.ask_clock(now_wall))
-                    actions.extend(self._connected())
-                left.append(event)
+                                                     now, self.connected()))
+        messages.clear()
+        return actions
+
+    def serve_link(self, events: list[NodeEvent]) -> list[Any]:
+        """A (re)connection to the master: ask for its clock, say hello with the grains."""
+        master = self._master_name()
+        actions: list[Any] = []
+        for event in events:
+            if type(event) is Allowed and event.remote == master:
+                actions.extend(self.jobs.ask_clock(self.utcnow().timestamp()))
+                actions.extend(self._connected())
+        return actions
+
+    def poll(self, now: float) -> list[Any]:
+        """Time and the job processes: finished jobs become returns, held publications
+        their deadline, the Salt zygote's answers."""
+        actions: list[Any] = []
         if self.bridge is not None:
             actions.extend(self.bridge.poll(self.jobs))
         timer = self.jobs.get_timer()
         if timer is not None and timer <= now:
-            actions.extend(self.jobs.handle_timer(now, now_wall))
+            actions.extend(self.jobs.handle_timer(now, self.utcnow().timestamp()))
         for jid, data in self.executor.poll():
             outcome = None
             if data is not None:
@@ -392,8 +537,19 @@ class MinionService:
                 except Exception:  # noqa: BLE001 - a child's garbage is a failed job
                     outcome = None
             actions.extend(self.jobs.on_finished(jid, outcome))
+        return actions
+
+    def handle(self, events: Iterable[NodeEvent]) -> list[NodeEvent]:
+        """Every step at once (for embedding without the flow); returns the link events."""
+        now = self.node.clock()
+        inbox = MinionInbox()
+        self.sort(events, inbox)
+        actions = self.serve_master(inbox.master, now)
+        actions.extend(self.serve_requests(inbox.requests, now))
+        actions.extend(self.serve_link(inbox.link))
+        actions.extend(self.poll(now))
         self.perform(actions)
-        return left
+        return inbox.link
 
     def perform(self, actions: list[Any]) -> None:
         lane = False

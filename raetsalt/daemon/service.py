@@ -133,14 +133,17 @@ def master_address(opts: Mapping[str, Any], family: int = socket.AF_UNSPEC) -> t
 
 
 class MinionLink:
-    """A minion's view of its master: connect, follow events, report changes once.
+    """A minion's view of its master: connect, re-resolve, and the facts the minion flow
+    decides on (``flows/minion.flo`` holds the only state machine of the connection:
+    connecting, unreachable, pending, connected, lost, rejected).
 
-    ``state`` is one of ``starting``, ``connecting``, ``unreachable``, ``pending``,
-    ``connected``, ``lost``, ``rejected``; each change is logged once with the reason,
-    at WARNING when something is wrong (so it shows at the default log level: a minion
-    whose master does not answer says so after ``UNREACHABLE_AFTER`` failed joins,
-    naming the address).  ``exit_code`` becomes 77 when the master rejected or denied
-    this minion's key (unless ``rejected_retry``).
+    Facts (``facts()``): ``connected`` (the session is allowed and the master answers),
+    ``pending`` (the master holds this minion's key for an operator), ``rejected`` (the
+    master rejected or denied the key), ``unreachable`` (``UNREACHABLE_AFTER`` joins in a
+    row failed), ``was_connected`` (it was connected once: a loss is "lost"), ``retry``
+    (``rejected_retry``: keep trying when rejected).  ``report``
+    logs a state the flow entered, once per change, at WARNING when something is wrong
+    (so it shows at the default log level), naming the address or the reason.
     """
 
     RESOLVE_EVERY = 5.0
@@ -161,10 +164,10 @@ class MinionLink:
         self.resolver = resolver or (lambda: master_address(opts, node.stack.family))
         self.clock = clock or node.clock
         self.state = "starting"
+        """The state the flow last reported (``report``)."""
         self.pending = False
         self.rejected = False
         self.ever_connected = False
-        self.exit_code: int | None = None
         self.uid: int | None = None
         self.ha: tuple[str, int] | None = None
         self.failures = 0
@@ -181,12 +184,11 @@ class MinionLink:
         self.uid = self.node.connect_master(ha)
         self.ha = ha
         self._last_resolve = self.clock()
-        self._set("connecting", f"connecting to the master at {format_ha(ha)}")
 
     def reresolve(self) -> bool:
         """While not connected, look the master's name up again now and then; if the
         address changed, point the session there at once.  True when it moved."""
-        if self.uid is None or self.state == "connected":
+        if self.uid is None or self.connected:
             return False
         now = self.clock()
         if now - self._last_resolve < self.RESOLVE_EVERY:
@@ -211,7 +213,28 @@ class MinionLink:
         self.failures = 0
         return True
 
-    # -- events -----------------------------------------------------------------------------
+    # -- facts ------------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        """The session with the master is up (allowed) and the master answers."""
+        if self.uid is None:
+            return False
+        remote = self.node.stack.road.remote(self.uid)
+        return bool(remote.allowed) and remote.alive is not False
+
+    def facts(self) -> dict[str, bool]:
+        """What the flow's transitions read (``.raetsalt.link``)."""
+        connected = self.connected
+        self.ever_connected |= connected
+        return {
+            "connected": connected,
+            "was_connected": self.ever_connected,
+            "pending": self.pending,
+            "rejected": self.rejected,
+            "unreachable": self.failures >= self.UNREACHABLE_AFTER,
+            "retry": bool(self.opts.get("rejected_retry")),
+        }
 
     def handle(self, events: Iterable[NodeEvent]) -> None:
         """Follow the road events that concern the master; log the rest at debug."""
@@ -246,61 +269,46 @@ class MinionLink:
                 )
             elif isinstance(event, MessageReceived | LocalMessage):
                 log.debug("unhandled message %r", event)
-        self._update()
 
-    def _update(self) -> None:
-        remote = None if self.uid is None else self.node.stack.road.remote(self.uid)
-        if remote is not None and remote.allowed and remote.alive is not False:
-            self.ever_connected = True
-            self._set(
-                "connected", f"connected to the master {remote.name} at {format_ha(remote.ha)}"
-            )
-        elif self.rejected:
-            retry = bool(self.opts.get("rejected_retry"))
-            self._set(
-                "rejected",
-                f"the master rejected the key of minion {self.opts['id']!r} (the id is "
-                "rejected, or another key is registered for it: denied)"
-                + (
-                    "; rejected_retry is set: retrying"
-                    if retry
-                    else f"; exiting with {EXIT_REJECTED}"
-                ),
-                level=logging.ERROR,
-            )
-            if not retry:
-                self.exit_code = EXIT_REJECTED
-        elif self.pending:
-            self._set(
-                "pending",
-                f"the key of minion {self.opts['id']!r} is pending on the master; "
-                "waiting for it to be accepted (retrying)",
-                level=logging.WARNING,
-            )
-        elif self.failures >= self.UNREACHABLE_AFTER:
-            where = format_ha(self.ha) if self.ha is not None else "its address"
+    # -- reports ----------------------------------------------------------------------------
+
+    def report(self, state: str) -> None:
+        """Log that the flow entered ``state`` (once per change)."""
+        if state == self.state:
+            return
+        self.state = state
+        level, message = self._describe(state)
+        log.log(level, "%s", message)
+
+    def _describe(self, state: str) -> tuple[int, str]:
+        minion = self.opts.get("id")
+        where = format_ha(self.ha) if self.ha is not None else "its address"
+        if state == "connected":
+            remote = None if self.uid is None else self.node.stack.road.remote(self.uid)
+            name = remote.name if remote is not None else "master"
+            return logging.INFO, f"connected to the master {name} at {where}"
+        if state == "rejected":
+            return logging.ERROR, (
+                f"the master rejected the key of minion {minion!r} (the id is rejected, or "
+                "another key is registered for it: denied)"
+                + ("; rejected_retry is set: retrying" if self.opts.get("rejected_retry")
+                   else f"; exiting with {EXIT_REJECTED}"))
+        if state == "pending":
+            return logging.WARNING, (f"the key of minion {minion!r} is pending on the master; "
+                                     "waiting for it to be accepted (retrying)")
+        if state == "unreachable":
             why = "no answer" if self.last_failure == "timeout" else self.last_failure
-            self._set(
-                "unreachable",
-                f"cannot reach the master at {where}: {self.failures} join attempts failed "
-                f"({why}); still trying",
-                level=logging.WARNING,
-            )
-        elif self.ever_connected:
-            self._set("lost", "lost the master; reconnecting with back-off", level=logging.WARNING)
-        elif self.state not in ("starting", "connecting"):
-            self._set("connecting", "connecting to the master")
+            return logging.WARNING, (f"cannot reach the master at {where}: {self.failures} "
+                                     f"join attempts failed ({why}); still trying")
+        if state == "lost":
+            return logging.WARNING, "lost the master; reconnecting with back-off"
+        return logging.INFO, f"connecting to the master at {where}"
 
     def _once(self, key: str, message: str) -> None:
         """Log a problem of this side once until the next successful join."""
         if key not in self._reported:
             self._reported.add(key)
             log.error("%s", message)
-
-    def _set(self, state: str, message: str, *, level: int = logging.INFO) -> None:
-        if state != self.state:
-            self.state = state
-            log.log(level, "%s", message)
 
 
 # Salt's salt/auth "act" values for each key state.

@@ -332,20 +332,20 @@ class RoadStack:
         see ``Road.connect``."""
         _family, addr = resolve(ha, self.family)
         uid = self.road.connect(addr, self.clock(), name=name)
-        self._after_command()
+        self.flush()
         return uid
 
     def join(self, uid: int) -> None:
         self.road.join(uid, self.clock())
-        self._after_command()
+        self.flush()
 
     def allow(self, uid: int) -> None:
         self.road.allow(uid, self.clock())
-        self._after_command()
+        self.flush()
 
     def alive(self, uid: int) -> None:
         self.road.alive(uid, self.clock())
-        self._after_command()
+        self.flush()
 
     def send(self, to: str | int, body: Mapping[str, Any]) -> int:
         """Queue a message (see ``Road.send_message``); returns its mid.  The outcome comes
@@ -368,7 +368,7 @@ class RoadStack:
         road = self.road
         if not road.change_key(action, ref, self.clock()):
             return None
-        self._after_command()
+        self.flush()
         assert self.writer is not None
         return self.writer.submitted
 
@@ -396,8 +396,10 @@ class RoadStack:
                 changed += self.change_key(action, ref) is not None
         return changed
 
-    def _after_command(self) -> None:
-        # Connection commands are rare and their latency matters: send them at once.
+    def flush(self) -> None:
+        """Send what the road queued now, without reading (connection commands, whose
+        latency matters, and the daemon's outbound step); the events it raises come with
+        the next ``service_ready``."""
         road = self.road
         self._flush(self.clock(), road)
         self._collect(road)

@@ -1,44 +1,17 @@
-"""Thin ioflo behaviours of the master and minion flows (``flows/*.flo``).
+"""The ioflo behaviours of the daemon flows (``flows/master.flo``, ``flows/minion.flo``):
+the life cycle here, the serving steps in ``raetsalt.flo.steps`` (imported here, so
+``behaviors=["raetsalt.flo.behaviors"]`` registers them all).  Shares: ``raetsalt.flo.doer``.
 
-Each behaviour makes one call into ``raetsalt.node.Node`` or the ioflo-free helpers of
-``raetsalt.daemon.service`` and copies the outcome into shares, so the flows can sequence
-on it.  A behaviour never raises into the skedder (an exception there would skip the
-failing framer's exit actions): it logs, sets ``.raetsalt.status.failure`` and the exit
-code, and the flow goes to its failure frame.
-
-Share layout (every house; absolute paths)::
-
-    .skedder.waiter       value: raetsalt.flo.skedder.Waiter    preloaded by SelectSkedder;
-                                 the node is watched there, so a datagram wakes the loop
-    .raetsalt.opts        value: the opts dict                  preloaded by the daemon
-                                 (opts['__role'] says 'master' or 'minion')
-    .raetsalt.node        value: raetsalt.node.Node | None      set by `raetsalt node open`
-    .raetsalt.watch       value: MinionLink (minion) or MasterWatch (master)
-    .raetsalt.jobs        value: MinionService or MasterService (raetsalt.daemon.jobs):
-                                 jobs, returns, runners, the CLIs' requests; watched
-                                 by the waiter too (job pipes, job timers)
-    .raetsalt.status      fields:
-        ready     bool    the node is open and serving
-        state     str     minion: starting|connecting|unreachable|pending|connected|
-                          lost|rejected;
-                          master: serving
-        connected bool    minion: the session with the master is up and alive
-        pending   bool    minion: its key is pending on the master
-        rejected  bool    minion: the master rejected/denied its key and it must exit
-        failure   str     why the daemon cannot go on ('' while fine)
-        events    int     road events and lane messages handled so far
-    .raetsalt.signal      fields: stop (bool), signum (int)      set by the daemon's
-                          SIGTERM/SIGINT handler; the flows shut down on it
-    .raetsalt.exit        value: int                             the process exit code
-
-Behaviour names (``do raetsalt node open`` -> ``RaetsaltNodeOpen``):
+Each behaviour makes one call into ``raetsalt.node.Node`` or the ioflo-free objects of
+``raetsalt.daemon`` and copies the outcome into shares, so the flows decide on it.
 
 ``raetsalt node open``       enter: open road + manor from opts, watch it, create the
-                             watcher and the job service; status.ready
+                             link (minion) or watcher (master), the job service and the
+                             step queues; status.ready
 ``raetsalt minion connect``  enter: resolve the master and keep a session with it
-``raetsalt node service``    recur: service the node, feed the job service and the
-                             watcher, update status
 ``raetsalt minion resolve``  recur: while not connected, re-resolve the master's name
+``raetsalt minion state``    enter: ``with state S``: the link frame the flow entered
+                             (status.state and its flags; logged once per change)
 ``raetsalt node close``      exit/enter: flush once, unwatch and close the node
 ``raetsalt exit``            enter: ``with code N`` sets .raetsalt.exit (kept if already
                              non-zero)
@@ -49,70 +22,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ioflo.aid.odicting import odict
-from ioflo.base.doing import Doer
-
-from raetsalt.daemon.jobs import MasterService, MinionService
-from raetsalt.daemon.service import (
-    EXIT_FAILURE,
-    EXIT_REJECTED,
-    MasterWatch,
-    MinionLink,
-    open_node,
-)
-from raetsalt.node import Node
+from raetsalt.daemon.jobs import MasterInbox, MasterService, MinionInbox, MinionService
+from raetsalt.daemon.service import MasterWatch, MinionLink, open_node
+from raetsalt.flo import steps  # noqa: F401  (registers the serving steps)
+from raetsalt.flo.doer import RaetsaltDoer
 
 log = logging.getLogger("raetsalt.daemon")
 
-_STATUS = odict(
-    ready=False,
-    state="starting",
-    connected=False,
-    pending=False,
-    rejected=False,
-    failure="",
-    events=0,
-)
 
-_IOINITS = odict(
-    waiter=odict(ipath=".skedder.waiter", ival=None),
-    opts=odict(ipath=".raetsalt.opts", ival=None),
-    node=odict(ipath=".raetsalt.node", ival=None),
-    watch=odict(ipath=".raetsalt.watch", ival=None),
-    jobs=odict(ipath=".raetsalt.jobs", ival=None),
-    status=odict(ipath=".raetsalt.status", ival=_STATUS),
-    exit=odict(ipath=".raetsalt.exit", ival=0),
-    signal=odict(ipath=".raetsalt.signal", ival=odict(stop=False, signum=0)),
-)
-
-
-class _RaetsaltDoer(Doer):
-    """Common shares and failure handling (not registered under a flo name)."""
-
-    Ioinits = _IOINITS
-
-    # Attributes ioflo sets from Ioinits (Shares).
-    waiter: Any
-    opts: Any
-    node: Any
-    watch: Any
-    jobs: Any
-    status: Any
-    exit: Any
-    signal: Any
-
-    def fail(self, message: str, code: int = EXIT_FAILURE) -> None:
-        log.error("%s", message)
-        self.status.update(failure=message)
-        if not self.exit.value:
-            self.exit.value = code
-
-    def current_node(self) -> Node | None:
-        node: Node | None = self.node.value
-        return node
-
-
-class RaetsaltNodeOpen(_RaetsaltDoer):
+class RaetsaltNodeOpen(RaetsaltDoer):
     def action(self, **kwa: Any) -> None:
         opts = self.opts.value
         if opts is None:
@@ -132,12 +50,17 @@ class RaetsaltNodeOpen(_RaetsaltDoer):
         try:
             if isinstance(watch, MinionLink):
                 link = watch
-                jobs: Any = MinionService(node, opts, lambda: link.state == "connected")
+                jobs: Any = MinionService(node, opts, lambda: link.connected)
+                self.routed.value = MinionInbox()
+                self.link.update(watch.facts())
             else:
                 jobs = MasterService(node, opts)
+                self.routed.value = MasterInbox()
         except Exception as exc:  # noqa: BLE001 - reported, the flow goes to failure
             self.fail(f"cannot start the {role}'s job service: {exc}")
             return
+        self.inbox.value = []
+        self.outbox.value = []
         self.jobs.value = jobs
         if self.waiter.value is not None:
             self.waiter.value.watch(jobs)
@@ -153,7 +76,7 @@ class RaetsaltNodeOpen(_RaetsaltDoer):
         )
 
 
-class RaetsaltMinionConnect(_RaetsaltDoer):
+class RaetsaltMinionConnect(RaetsaltDoer):
     def action(self, **kwa: Any) -> None:
         link = self.watch.value
         if not isinstance(link, MinionLink):
@@ -163,56 +86,9 @@ class RaetsaltMinionConnect(_RaetsaltDoer):
             link.connect()
         except Exception as exc:  # noqa: BLE001
             self.fail(f"cannot connect to the master: {exc}")
-            return
-        self.status.update(state=link.state)
 
 
-def _serve_jobs(jobs: Any, node: Node, events: list[Any]) -> list[Any]:
-    """Give ``events`` to the job service (if any); road messages it queued leave now,
-    with one more service round, rather than at the next wake-up (an alive period away)."""
-    if jobs is None:
-        return events
-    events = jobs.handle(events)
-    if jobs.sent_road:
-        jobs.sent_road = False
-        events.extend(jobs.handle(node.service_ready()))
-    return events
-
-
-class RaetsaltNodeService(_RaetsaltDoer):
-    def action(self, **kwa: Any) -> None:
-        node = self.current_node()
-        if node is None:
-            return
-        watch = self.watch.value
-        jobs = self.jobs.value
-        try:
-            events = _serve_jobs(jobs, node, node.service_ready())
-            if isinstance(watch, MasterWatch):
-                # Events the watcher fires on the bus leave with one more service round.
-                rounds = 0
-                while watch.handle(events) and rounds < 3:
-                    # the job service's messages arrive in these rounds too
-                    events = _serve_jobs(jobs, node, node.service_ready())
-                    rounds += 1
-            elif isinstance(watch, MinionLink):
-                watch.handle(events)
-                self.status.update(
-                    state=watch.state,
-                    connected=watch.state == "connected",
-                    pending=watch.state == "pending",
-                    rejected=watch.exit_code == EXIT_REJECTED,
-                )
-                if watch.exit_code is not None and not self.exit.value:
-                    self.exit.value = watch.exit_code
-            if events:
-                self.status.update(events=self.status.data.events + len(events))
-        except Exception as exc:  # noqa: BLE001
-            log.exception("servicing the node failed")
-            self.fail(f"servicing the node failed: {exc}")
-
-
-class RaetsaltMinionResolve(_RaetsaltDoer):
+class RaetsaltMinionResolve(RaetsaltDoer):
     def action(self, **kwa: Any) -> None:
         link = self.watch.value
         if isinstance(link, MinionLink):
@@ -222,7 +98,16 @@ class RaetsaltMinionResolve(_RaetsaltDoer):
                 log.warning("re-resolving the master failed: %s", exc)
 
 
-class RaetsaltNodeClose(_RaetsaltDoer):
+class RaetsaltMinionState(RaetsaltDoer):
+    def action(self, state: str = "connecting", **kwa: Any) -> None:
+        link = self.watch.value
+        if isinstance(link, MinionLink):
+            link.report(state)
+        self.status.update(state=state, connected=state == "connected",
+                           pending=state == "pending", rejected=state == "rejected")
+
+
+class RaetsaltNodeClose(RaetsaltDoer):
     def action(self, **kwa: Any) -> None:
         node = self.current_node()
         if node is None:
@@ -238,8 +123,7 @@ class RaetsaltNodeClose(_RaetsaltDoer):
             except Exception:  # noqa: BLE001
                 log.debug("closing the job service failed", exc_info=True)
         try:
-            if node.stack.road.has_output():
-                node.service_ready()  # what is queued goes out before the socket closes
+            node.flush()  # what is queued goes out before the sockets close
         except Exception:  # noqa: BLE001
             log.debug("final flush failed", exc_info=True)
         if self.waiter.value is not None:
@@ -249,7 +133,7 @@ class RaetsaltNodeClose(_RaetsaltDoer):
         log.info("%s stopped", node.stack.name if node.stack.name else "node")
 
 
-class RaetsaltExit(_RaetsaltDoer):
+class RaetsaltExit(RaetsaltDoer):
     def action(self, code: int = 0, **kwa: Any) -> None:
         if not self.exit.value:
             self.exit.value = int(code)

@@ -262,6 +262,37 @@ class MasterJobs:
             return []
         return self._publish(Requester("minion", minion), Sink(rid, minion=minion), body, now)
 
+    def check_peer(self, minion: str, share: str, body: Mapping[str, Any], now: float
+                   ) -> list[Action] | None:
+        """The ``peer`` (share ``peer_publish``) or ``peer_run`` (``peer_runner``) decision
+        on a minion's request, before anything is published or run: None when it may go
+        on (``on_peer_publish``/``on_peer_runner`` decide again, with the same rules),
+        else what to answer (the refusal, and the denial event; nothing for a request
+        without a ``rid``, which cannot be answered).  A malformed request goes on: the
+        publishing step answers its error."""
+        rid = body.get("rid")
+        if not isinstance(rid, str):
+            return []
+        requester = Requester("minion", minion)
+        try:
+            fun = p.text_untrusted(body, "fun")
+            arg = p.list_untrusted(body, "arg")
+            if share == p.SHARE_PEER_RUNNER:
+                decision = self._authorize_runner(requester, fun, arg)
+                what: dict[str, Any] = {"fun": fun}
+                answer = p.SHARE_RUN_RET
+            else:
+                tgt, tgt_type, _delimiter = p.target_untrusted(body)
+                decision = self._authorize_publish(requester, fun, arg, tgt, tgt_type,
+                                                   self.minion_table())
+                what = {"fun": fun, "tgt": tgt, "tgt_type": tgt_type}
+                answer = p.SHARE_PUB_ACK
+        except (BadPacket, TargetError):
+            return None
+        if decision.allowed:
+            return None
+        return self._denied(requester, Sink(rid, minion=minion), answer, decision, now, **what)
+
     def on_runner(
         self, requester: Requester, yard: str, body: Mapping[str, Any], now: float
     ) -> list[Action]:

@@ -1,0 +1,209 @@
+"""The serving steps of the daemon flows: one behaviour per step of a node's work, in the
+order the flows run them each iteration (receive, route, serve, report, send).
+
+Each step reads and writes the queues in shares (``raetsalt.flo.doer``): the receive
+steps append node events to ``.raetsalt.inbox``; the route step sorts them into
+``.raetsalt.routed``; each serving step takes its part of it and appends the actions it
+decided (road messages, client answers, bus events) to ``.raetsalt.outbox``; the
+outbound step carries them out and sends.  A step whose node is not open does nothing;
+a step that fails sets ``.raetsalt.status.failure`` (the flow goes to ``failed``).
+
+Both daemons::
+
+    raetsalt lane receive      inbound: the manor yard's socket (clients, bus subscribers)
+    raetsalt road receive      inbound: the road (datagrams, its timers: joins, alive
+                               probes, retransmissions); bus events from minions fired
+    raetsalt outbound          outbound: carry out .raetsalt.outbox, send the road's queue
+    raetsalt bus flush         events: bus events and lane answers to their yards
+
+The master (``raetsalt.daemon.jobs.MasterService``)::
+
+    raetsalt master route      routing: .raetsalt.inbox -> .raetsalt.routed (MasterInbox)
+    raetsalt master keys       raetsalt-key commands (accept, reject, delete at once)
+    raetsalt master requests   clients: access gate, publisher_acl/eauth, job publish
+    raetsalt peer acl          minions' publish.publish / publish.runner: the peer and
+                               peer_run decision; refusals answered here
+    raetsalt peer publish      what the ACL let through: published or run
+    raetsalt master returns    returns: job cache, waiting client, salt/job/<jid>/ret
+    raetsalt master minions    hello (grains), clock, Salt file server and pillar
+    raetsalt master timers     job time-outs, runner gatherings, Salt workers
+    raetsalt master presence   key decisions and presence: logged, salt/auth and
+                               salt/presence/change fired
+
+The minion (``raetsalt.daemon.jobs.MinionService``, ``raetsalt.daemon.service.MinionLink``)::
+
+    raetsalt minion route      routing: .raetsalt.inbox -> .raetsalt.routed (MinionInbox)
+    raetsalt minion jobs       the master's publications (job processes), clock, pillar
+    raetsalt minion requests   raetsalt-call; publish.* from jobs, relayed to the master
+    raetsalt minion timers     finished job processes -> returns; deadlines
+    raetsalt minion link       the road's link events -> facts in .raetsalt.link (the
+                               flow's link frames decide on them); hello on connection
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from raetsalt.daemon.jobs import MasterService, MinionService
+from raetsalt.daemon.service import MasterWatch, MinionLink
+from raetsalt.flo.doer import RaetsaltDoer
+
+log = logging.getLogger("raetsalt.daemon")
+
+
+class _Step(RaetsaltDoer):
+    """A serving step: ``step(node, jobs)`` runs only while the node is open."""
+
+    def action(self, **kwa: Any) -> None:
+        node = self.node.value
+        jobs = self.jobs.value
+        if node is None or jobs is None:
+            return
+        try:
+            self.step(node, jobs)
+        except Exception as exc:  # noqa: BLE001 - reported, the flow goes to failure
+            log.exception("%s failed", type(self).__name__)
+            self.fail(f"{type(self).__name__} failed: {exc}")
+
+    def step(self, node: Any, jobs: Any) -> None:
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------------------- both
+
+
+class RaetsaltLaneReceive(_Step):
+    def step(self, node: Any, jobs: Any) -> None:
+        self.inbox.value.extend(node.receive_lane())
+
+
+class RaetsaltRoadReceive(_Step):
+    def step(self, node: Any, jobs: Any) -> None:
+        self.inbox.value.extend(node.receive_road())
+
+
+class RaetsaltOutbound(_Step):
+    def step(self, node: Any, jobs: Any) -> None:
+        outbox = self.outbox.value
+        if outbox:
+            actions = list(outbox)
+            outbox.clear()
+            jobs.perform(actions)
+        if node.stack.road.has_output():
+            node.stack.flush()
+
+
+class RaetsaltBusFlush(_Step):
+    def step(self, node: Any, jobs: Any) -> None:
+        node.flush_bus()
+
+
+def _route(doer: RaetsaltDoer, jobs: Any) -> None:
+    inbox = doer.inbox.value
+    if inbox:
+        jobs.sort(inbox, doer.routed.value)
+        doer.status.data.events += len(inbox)
+        inbox.clear()
+
+
+# ---------------------------------------------------------------------------- master
+
+
+class RaetsaltMasterRoute(_Step):
+    def step(self, node: Any, jobs: MasterService) -> None:
+        _route(self, jobs)
+
+
+class RaetsaltMasterKeys(_Step):
+    def step(self, node: Any, jobs: MasterService) -> None:
+        jobs.serve_keys(self.routed.value.keys)
+
+
+class RaetsaltMasterRequests(_Step):
+    def step(self, node: Any, jobs: MasterService) -> None:
+        self.outbox.value.extend(jobs.serve_requests(self.routed.value.requests, node.clock()))
+
+
+class RaetsaltPeerAcl(_Step):
+    def step(self, node: Any, jobs: MasterService) -> None:
+        peers = self.routed.value.peers
+        if peers:
+            self.outbox.value.extend(jobs.check_peers(peers, node.clock()))
+
+
+class RaetsaltPeerPublish(_Step):
+    def step(self, node: Any, jobs: MasterService) -> None:
+        peers = self.routed.value.peers
+        if peers:
+            self.outbox.value.extend(jobs.serve_peers(peers, node.clock()))
+
+
+class RaetsaltMasterReturns(_Step):
+    def step(self, node: Any, jobs: MasterService) -> None:
+        returns = self.routed.value.returns
+        if returns:
+            self.outbox.value.extend(jobs.serve_returns(returns))
+
+
+class RaetsaltMasterMinions(_Step):
+    def step(self, node: Any, jobs: MasterService) -> None:
+        minions = self.routed.value.minions
+        if minions:
+            self.outbox.value.extend(jobs.serve_minions(minions))
+
+
+class RaetsaltMasterTimers(_Step):
+    def step(self, node: Any, jobs: MasterService) -> None:
+        self.outbox.value.extend(jobs.poll(node.clock()))
+
+
+class RaetsaltMasterPresence(_Step):
+    def step(self, node: Any, jobs: MasterService) -> None:
+        link = self.routed.value.link
+        watch = self.watch.value
+        if link and isinstance(watch, MasterWatch):
+            watch.handle(link)
+        link.clear()
+
+
+# ---------------------------------------------------------------------------- minion
+
+
+class RaetsaltMinionRoute(_Step):
+    def step(self, node: Any, jobs: MinionService) -> None:
+        _route(self, jobs)
+
+
+class RaetsaltMinionJobs(_Step):
+    def step(self, node: Any, jobs: MinionService) -> None:
+        master = self.routed.value.master
+        if master:
+            self.outbox.value.extend(jobs.serve_master(master, node.clock()))
+
+
+class RaetsaltMinionRequests(_Step):
+    def step(self, node: Any, jobs: MinionService) -> None:
+        requests = self.routed.value.requests
+        if requests:
+            self.outbox.value.extend(jobs.serve_requests(requests, node.clock()))
+
+
+class RaetsaltMinionTimers(_Step):
+    def step(self, node: Any, jobs: MinionService) -> None:
+        self.outbox.value.extend(jobs.poll(node.clock()))
+
+
+class RaetsaltMinionLink(_Step):
+    def step(self, node: Any, jobs: MinionService) -> None:
+        events = self.routed.value.link
+        link = self.watch.value
+        if events:
+            self.outbox.value.extend(jobs.serve_link(events))
+            if isinstance(link, MinionLink):
+                link.handle(events)
+            events.clear()
+        if isinstance(link, MinionLink):
+            facts = link.facts()
+            if any(self.link[key] != value for key, value in facts.items()):
+                self.link.update(facts)
