@@ -239,7 +239,7 @@ class MasterService:
         messages.clear()
         return actions
 
-    def serve_returns(self, messages: list[MessageReceived]) -> list[Any]:
+    def serve_returns(self, messages: list[MessageReceived], now: float) -> list[Any]:
         """Job returns: into the job cache, to the waiting client, on the bus."""
         actions: list[Any] = []
         for event in messages:
@@ -248,7 +248,7 @@ class MasterService:
         messages.clear()
         return actions
 
-    def serve_minions(self, messages: list[MessageReceived]) -> list[Any]:
+    def serve_minions(self, messages: list[MessageReceived], now: float) -> list[Any]:
         """A minion's hello (its grains), clock request, Salt file/pillar requests."""
         actions: list[Any] = []
         for event in messages:
@@ -285,8 +285,8 @@ class MasterService:
         actions = self.serve_requests(inbox.requests, now)
         actions.extend(self.check_peers(inbox.peers, now))
         actions.extend(self.serve_peers(inbox.peers, now))
-        actions.extend(self.serve_returns(inbox.returns))
-        actions.extend(self.serve_minions(inbox.minions))
+        actions.extend(self.serve_returns(inbox.returns, now))
+        actions.extend(self.serve_minions(inbox.minions, now))
         actions.extend(self.poll(now))
         self.perform(actions)
         return inbox.link

@@ -99,20 +99,29 @@ class RaetsaltBusFlush(_Step):
         node.flush_bus()
 
 
-def _route(doer: RaetsaltDoer, jobs: Any) -> None:
-    inbox = doer.inbox.value
-    if inbox:
-        jobs.sort(inbox, doer.routed.value)
-        doer.status.data.events += len(inbox)
-        inbox.clear()
+class _Route(_Step):
+    """Routing: ``.raetsalt.inbox`` sorted into ``.raetsalt.routed`` by the job service."""
+
+    def step(self, node: Any, jobs: Any) -> None:
+        inbox = self.inbox.value
+        if inbox:
+            jobs.sort(inbox, self.routed.value)
+            self.status.data.events += len(inbox)
+            inbox.clear()
+
+
+class _Timers(_Step):
+    """Time and the workers: what the job service's ``poll(now)`` decides."""
+
+    def step(self, node: Any, jobs: Any) -> None:
+        self.outbox.value.extend(jobs.poll(node.clock()))
 
 
 # ---------------------------------------------------------------------------- master
 
 
-class RaetsaltMasterRoute(_Step):
-    def step(self, node: Any, jobs: MasterService) -> None:
-        _route(self, jobs)
+class RaetsaltMasterRoute(_Route):
+    """Into ``MasterInbox``."""
 
 
 class RaetsaltMasterKeys(_Step):
@@ -120,42 +129,43 @@ class RaetsaltMasterKeys(_Step):
         jobs.serve_keys(self.routed.value.keys)
 
 
-class RaetsaltMasterRequests(_Step):
-    def step(self, node: Any, jobs: MasterService) -> None:
-        self.outbox.value.extend(jobs.serve_requests(self.routed.value.requests, node.clock()))
+class _Serve(_Step):
+    """Give one queue of ``.raetsalt.routed`` to one method of the job service
+    (``method(messages, now) -> actions``) and put the actions in the outbox; an empty
+    queue is skipped unless ``always`` (the method also polls)."""
+
+    queue = ""
+    method = ""
+    always = False
+
+    def step(self, node: Any, jobs: Any) -> None:
+        messages = getattr(self.routed.value, self.queue)
+        if messages or self.always:
+            self.outbox.value.extend(getattr(jobs, self.method)(messages, node.clock()))
 
 
-class RaetsaltPeerAcl(_Step):
-    def step(self, node: Any, jobs: MasterService) -> None:
-        peers = self.routed.value.peers
-        if peers:
-            self.outbox.value.extend(jobs.check_peers(peers, node.clock()))
+class RaetsaltMasterRequests(_Serve):
+    queue, method, always = "requests", "serve_requests", True
 
 
-class RaetsaltPeerPublish(_Step):
-    def step(self, node: Any, jobs: MasterService) -> None:
-        peers = self.routed.value.peers
-        if peers:
-            self.outbox.value.extend(jobs.serve_peers(peers, node.clock()))
+class RaetsaltPeerAcl(_Serve):
+    queue, method = "peers", "check_peers"
 
 
-class RaetsaltMasterReturns(_Step):
-    def step(self, node: Any, jobs: MasterService) -> None:
-        returns = self.routed.value.returns
-        if returns:
-            self.outbox.value.extend(jobs.serve_returns(returns))
+class RaetsaltPeerPublish(_Serve):
+    queue, method = "peers", "serve_peers"
 
 
-class RaetsaltMasterMinions(_Step):
-    def step(self, node: Any, jobs: MasterService) -> None:
-        minions = self.routed.value.minions
-        if minions:
-            self.outbox.value.extend(jobs.serve_minions(minions))
+class RaetsaltMasterReturns(_Serve):
+    queue, method = "returns", "serve_returns"
 
 
-class RaetsaltMasterTimers(_Step):
-    def step(self, node: Any, jobs: MasterService) -> None:
-        self.outbox.value.extend(jobs.poll(node.clock()))
+class RaetsaltMasterMinions(_Serve):
+    queue, method = "minions", "serve_minions"
+
+
+class RaetsaltMasterTimers(_Timers):
+    """Job time-outs, runner gatherings, Salt workers."""
 
 
 class RaetsaltMasterPresence(_Step):
@@ -170,28 +180,20 @@ class RaetsaltMasterPresence(_Step):
 # ---------------------------------------------------------------------------- minion
 
 
-class RaetsaltMinionRoute(_Step):
-    def step(self, node: Any, jobs: MinionService) -> None:
-        _route(self, jobs)
+class RaetsaltMinionRoute(_Route):
+    """Into ``MinionInbox``."""
 
 
-class RaetsaltMinionJobs(_Step):
-    def step(self, node: Any, jobs: MinionService) -> None:
-        master = self.routed.value.master
-        if master:
-            self.outbox.value.extend(jobs.serve_master(master, node.clock()))
+class RaetsaltMinionJobs(_Serve):
+    queue, method = "master", "serve_master"
 
 
-class RaetsaltMinionRequests(_Step):
-    def step(self, node: Any, jobs: MinionService) -> None:
-        requests = self.routed.value.requests
-        if requests:
-            self.outbox.value.extend(jobs.serve_requests(requests, node.clock()))
+class RaetsaltMinionRequests(_Serve):
+    queue, method = "requests", "serve_requests"
 
 
-class RaetsaltMinionTimers(_Step):
-    def step(self, node: Any, jobs: MinionService) -> None:
-        self.outbox.value.extend(jobs.poll(node.clock()))
+class RaetsaltMinionTimers(_Timers):
+    """Finished job processes, held publications' deadlines, the Salt zygote."""
 
 
 class RaetsaltMinionLink(_Step):
