@@ -282,9 +282,12 @@ class MasterJobs:
                 what: dict[str, Any] = {"fun": fun}
                 answer = p.SHARE_RUN_RET
             else:
-                tgt, tgt_type, _delimiter = p.target_untrusted(body)
-                decision = self._authorize_publish(requester, fun, arg, tgt, tgt_type,
-                                                   self.minion_table())
+                tgt, tgt_type, delimiter = p.target_untrusted(body)
+                table = self.minion_table()
+                # A target that does not parse is the publishing step's error to answer.
+                match_bounds(tgt, tgt_type, table, self.opts.get("nodegroups") or {},
+                             delimiter=delimiter)
+                decision = self._authorize_publish(requester, fun, arg, tgt, tgt_type, table)
                 what = {"fun": fun, "tgt": tgt, "tgt_type": tgt_type}
                 answer = p.SHARE_PUB_ACK
         except (BadPacket, TargetError):

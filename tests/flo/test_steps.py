@@ -269,3 +269,20 @@ def test_minion_state_reports_the_frame_entered(store: Store,
     assert len([m for m in messages if "is pending on the master" in m]) == 1
     assert any("cannot reach the master at 10.0.0.1:4506: 3 join attempts failed "
                "(no answer)" in m for m in messages)
+
+
+def test_peer_acl_drops_what_cannot_be_answered_and_lets_malformed_through_to_its_error(
+    store: Store, master: Any
+) -> None:
+    no_rid = road_message("minion1", p.SHARE_PEER_PUBLISH, tgt="*", fun="cmd.run", arg=[])
+    no_fun = road_message("minion1", p.SHARE_PEER_PUBLISH, rid="9", tgt="*", arg=[])
+    bad_target = road_message("minion1", p.SHARE_PEER_PUBLISH, rid="8", tgt="E@(",
+                              tgt_type="pcre", fun="test.ping", arg=[])
+    routed = store.fetch(".raetsalt.routed").value
+    routed.peers.extend([no_rid, no_fun, bad_target])
+    attach(steps.RaetsaltPeerAcl, store).action()
+    assert routed.peers == [no_fun, bad_target]
+    assert store.fetch(".raetsalt.outbox").value == []
+    attach(steps.RaetsaltPeerPublish, store).action()
+    errors = {a.body["rid"]: a.body["error"] for a in store.fetch(".raetsalt.outbox").value}
+    assert set(errors) == {"8", "9"} and "Invalid target" in errors["8"]
