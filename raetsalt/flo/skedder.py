@@ -12,7 +12,8 @@ pieces a test or another loop can drive:
                ready, a watched object's timer is due, the next ``at PERIOD`` tasker is
                due, or ``period`` (the *tick*) passed, whichever is first
 ``advance()``  set the store stamp: wall seconds since ``start`` (real), or
-               ``+= period`` (simulated, ``real=False``: nothing ever waits)
+               ``+= period`` (simulated, ``real=False``: nothing ever waits);
+               ``.realtime``/``.datetime`` are refreshed once per tick
 ``close()``    send ABORT to the remaining taskers, so their exit actions run
 
 ``run()`` is ``start`` then ``step``/``wait``/``advance`` until nothing runs or ``stop``
@@ -162,6 +163,7 @@ class SelectSkedder(skedding.Skedder):
         self._closed = False
         self._stop_requested = False
         self._origin = 0.0
+        self._clock_shares_at = float("-inf")
 
     # -- the pieces of run() -------------------------------------------------------------
 
@@ -218,13 +220,25 @@ class SelectSkedder(skedding.Skedder):
         return self.waiter.wait(max(0.0, limit))
 
     def advance(self) -> None:
-        """Move the store stamp: wall time (real) or one period (simulated)."""
+        """Move the store stamp: wall time (real) or one period (simulated).
+
+        The stamp and ``.time`` follow every iteration; ioflo's wall-clock shares
+        (``.realtime``, ``.datetime``) at most once per tick: filling them is most of an
+        idle iteration's cost, and an iteration comes with every datagram."""
         if self.real:
             self.stamp = time.monotonic() - self._origin
         else:
             self.stamp += self.period
-        for house in self.houses:
-            house.store.changeStamp(self.stamp)
+        stamp = self.stamp
+        if stamp - self._clock_shares_at >= self.period:
+            self._clock_shares_at = stamp
+            for house in self.houses:
+                house.store.changeStamp(stamp)
+        else:
+            for house in self.houses:
+                store = house.store
+                store.stamp = stamp
+                store.timeShr.update(value=stamp)
 
     def close(self) -> None:
         """ABORT every tasker still on the ready list (their exit actions run), then

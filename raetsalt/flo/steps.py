@@ -53,15 +53,15 @@ log = logging.getLogger("raetsalt.daemon")
 
 
 class _Step(RaetsaltDoer):
-    """A serving step: ``step(node, jobs)`` runs only while the node is open."""
+    """A serving step: ``step(node, jobs)`` runs only while the node is open (the job
+    service exists from the node's opening to its closing)."""
 
     def action(self, **kwa: Any) -> None:
-        node = self.node.value
         jobs = self.jobs.value
-        if node is None or jobs is None:
+        if jobs is None:
             return
         try:
-            self.step(node, jobs)
+            self.step(jobs.node, jobs)
         except Exception as exc:  # noqa: BLE001 - reported, the flow goes to failure
             log.exception("%s failed", type(self).__name__)
             self.fail(f"{type(self).__name__} failed: {exc}")
@@ -207,5 +207,9 @@ class RaetsaltMinionLink(_Step):
             events.clear()
         if isinstance(link, MinionLink):
             facts = link.facts()
-            if any(self.link[key] != value for key, value in facts.items()):
+            if facts != self.shown:
+                self.shown = facts
                 self.link.update(facts)
+
+    shown: dict[str, bool] = {}
+    """The facts last copied into ``.raetsalt.link`` (per instance once set)."""

@@ -204,7 +204,7 @@ def test_a_failing_step_fails_the_flow_and_a_closed_node_runs_nothing(
     step.action()
     status = store.fetch(".raetsalt.status")
     assert "boom" in status["failure"] and store.fetch(".raetsalt.exit").value == 1
-    store.fetch(".raetsalt.node").value = None
+    store.fetch(".raetsalt.jobs").value = None  # the node closed
     node.receive_lane = broken
     attach(steps.RaetsaltLaneReceive, store).action()  # not called: nothing raised
 
@@ -230,7 +230,8 @@ class FakeLink(MinionLink):
 
 def test_minion_link_copies_facts_and_hello_follows_a_connection(store: Store) -> None:
     link = FakeLink()
-    jobs = SimpleNamespace(serve_link=lambda events: ["hello"] if events else [])
+    jobs = SimpleNamespace(node=FakeNode(),
+                           serve_link=lambda events: ["hello"] if events else [])
     opener = attach(RaetsaltDoer, store)
     opener.node.value = FakeNode()
     opener.jobs.value = jobs
