@@ -146,6 +146,22 @@ def test_real_time_stamp_follows_the_clock(tmp_path: Path) -> None:
     assert sk.iterations < 60  # waited on the selector, did not spin
 
 
+def test_every_iteration_moves_time_and_the_wall_clock_shares_once_per_tick(
+    tmp_path: Path,
+) -> None:
+    sk = build(_write(tmp_path, "t.flo", TICKS_FLO), period=10.0, real=True, behaviors=[])
+    store = sk.houses[0].store
+    sk.start()
+    realtimes = set()
+    for _ in range(20):  # back to back: far less than one 10 s tick
+        sk.step()
+        sk.advance()
+        assert store.fetch(".time").value == store.stamp == sk.stamp
+        realtimes.add(store.fetch(".realtime").value)
+    assert len(realtimes) <= 2  # the refresh at the first advance, if any, and no other
+    sk.close()
+
+
 # --------------------------------------------------------------------------- daemon flows
 
 
