@@ -5,6 +5,10 @@
 can lose, duplicate, delay (and so reorder) and corrupt them, all drawn from one
 ``random.Random`` so a seed replays the same run.  Time is virtual: ``run_until`` jumps
 from one event (delivery or timer) to the next, so a 30-second time-out costs nothing.
+
+A path can also pass a bottleneck (``add_link``): a hop with a link rate, a one-way
+delay and a drop-tail queue, so congestion (queueing delay, queue overflow, competing
+flows) happens deterministically too.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -39,6 +44,64 @@ class Conditions:
     """Extra random delay in [0, jitter); larger than the sending gap means reordering."""
 
 
+_Ends = Collection[tuple[str, int]] | None
+"""The addresses at one end of the paths a link carries (None: any)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """A bottleneck hop: what a datagram meets between its sender and the rest of the path.
+
+    Datagrams are sent one after the other at ``rate`` bytes per second, in arrival order;
+    the hop holds at most ``queue`` of them (the one being sent included) and drops any
+    that arrive while it is full (drop-tail).  A datagram then travels ``delay`` seconds
+    (one way) before the net's own ``Conditions`` latency applies.  ``loss`` drops
+    datagrams at random as they arrive, before the queue (a lossy line, not congestion).
+    """
+
+    rate: float
+    delay: float = 0.0
+    queue: int = 64
+    loss: float = 0.0
+
+
+@dataclass(eq=False)
+class Bottleneck:
+    """One ``Link`` on a ``FakeNet`` and what it did: ``forwarded`` datagrams and bytes,
+    ``dropped`` (the queue was full) and ``lost`` (the link's random loss)."""
+
+    link: Link
+    forwarded: int = 0
+    forwarded_bytes: int = 0
+    dropped: int = 0
+    lost: int = 0
+    peak_queue: int = 0
+    _busy_until: float = 0.0
+    _departures: deque[float] = field(default_factory=deque)
+
+    def admit(self, now: float, size: int, rng: random.Random) -> float | None:
+        """When a datagram of ``size`` bytes arriving ``now`` leaves the hop (None:
+        dropped)."""
+        link = self.link
+        if link.loss and rng.random() < link.loss:
+            self.lost += 1
+            return None
+        departures = self._departures
+        while departures and departures[0] <= now:
+            departures.popleft()
+        if len(departures) >= link.queue:
+            self.dropped += 1
+            return None
+        start = self._busy_until if self._busy_until > now else now
+        self._busy_until = done = start + size / link.rate
+        departures.append(done)
+        if len(departures) > self.peak_queue:
+            self.peak_queue = len(departures)
+        self.forwarded += 1
+        self.forwarded_bytes += size
+        return done + link.delay
+
+
 @dataclass
 class FakeNet:
     """Datagram delivery between registered engines, in virtual time."""
@@ -57,6 +120,8 @@ class FakeNet:
         self._seq = itertools.count()
         self.delivered = 0
         self.lost = 0
+        self.links: list[tuple[Bottleneck, _Ends, _Ends]] = []
+        self._paths: dict[tuple[tuple[str, int], tuple[str, int]], Bottleneck | None] = {}
 
     def attach(self, address: tuple[str, int], engine: Engine) -> None:
         self.hosts[address] = engine
@@ -65,6 +130,38 @@ class FakeNet:
     def detach(self, address: tuple[str, int]) -> None:
         """The host is gone (crashed): datagrams to it vanish, its timers stop."""
         self.hosts.pop(address, None)
+
+    def add_link(
+        self,
+        link: Link,
+        *,
+        sources: _Ends = None,
+        destinations: _Ends = None,
+    ) -> Bottleneck:
+        """Send datagrams from ``sources`` to ``destinations`` (None: any) through ``link``.
+
+        A datagram passes at most one bottleneck, the first added that matches its path;
+        model each direction of a path with its own link."""
+        bottleneck = Bottleneck(link)
+        self.links.append((bottleneck, sources, destinations))
+        self._paths.clear()
+        return bottleneck
+
+    def _bottleneck(
+        self, source: tuple[str, int], destination: tuple[str, int]
+    ) -> Bottleneck | None:
+        path = (source, destination)
+        if path not in self._paths:
+            self._paths[path] = next(
+                (
+                    bottleneck
+                    for bottleneck, sources, destinations in self.links
+                    if (sources is None or source in sources)
+                    and (destinations is None or destination in destinations)
+                ),
+                None,
+            )
+        return self._paths[path]
 
     def _collect(self) -> None:
         cond, rng = self.conditions, self.rng
@@ -79,9 +176,17 @@ class FakeNet:
                         buf = bytearray(data)
                         buf[rng.randrange(len(buf))] ^= 1 << rng.randrange(8)
                         data = bytes(buf)
+                    start = self.now
+                    if self.links:
+                        bottleneck = self._bottleneck(source, destination)
+                        if bottleneck is not None:
+                            leaves = bottleneck.admit(start, len(data), rng)
+                            if leaves is None:
+                                continue
+                            start = leaves
                     delay = cond.latency + (rng.random() * cond.jitter if cond.jitter else 0.0)
                     heapq.heappush(
-                        self._queue, (self.now + delay, next(self._seq), data, source, destination)
+                        self._queue, (start + delay, next(self._seq), data, source, destination)
                     )
 
     def step(self, until: float) -> bool:
