@@ -1,57 +1,60 @@
-"""How much a native channel may have in flight: the one gate its sending passes.
+"""How much a native channel may send, and when: the one gate its sending passes.
 
-``SendWindow.allowance`` is asked before every datagram with new frames ("may I send N
-bytes now?"), and told when express frames go (``on_sent``) and what the network did
-(``on_acked``, ``on_lost``).  A congestion controller or pacer (issue 16) replaces or
-wraps this class; the channel and its scheduler do not change.
+``SendWindow.allowance`` is asked before every datagram with new frames ("may I have N
+more bytes in flight?"), the controller's pacer (``Controller.paced``) whether one may go
+now, and the gate is told what went (``on_sent``).  The window is the congestion
+controller's (``engine/congestion.py``: NewReno with slow start exit, recovery and a
+bandwidth-based reduction, paced), which the channel tells what the network did; it is
+never more than ``RoadConfig.native_window``, which stays below the receiver's socket
+buffer so a fast sender never overruns it.
 
-Today it is a byte window, ``RoadConfig.native_window``, below the receiver's socket
-buffer so a fast sender never overruns it.  Bulk bytes in flight wait in the receiver's
-socket, and on both ends' CPUs, in front of anything sent after them; so while express
-messages flow (within ``QUIET_HOLD`` of the last one sent) the bulk stream may have only
-``QUIET_WINDOW`` in flight: a ping sent during a transfer waits behind about one datagram
-of bulk work on each end instead of a whole window (issue 15; measured on loopback with
-4 x 1 MiB outstanding: p50 0.75 ms instead of 1.6 ms, the transfer meanwhile at about
-half speed).  A transfer alone runs at the full window.  Express frames may go
-``EXPRESS_EXTRA`` beyond the window, so they never wait for bulk acknowledgements.
+Bulk bytes in flight wait in queues (a router's, the receiver's socket, both ends' CPUs)
+in front of anything sent after them; so while express messages flow (within
+``QUIET_HOLD`` of the last one sent) the bulk stream may have only the path's measured
+bandwidth-delay product in flight, and at least ``QUIET_WINDOW``: a ping sent during a
+transfer waits behind about one datagram of bulk work on each end instead of a whole
+window (issue 15; measured on loopback with 4 x 1 MiB outstanding: p50 0.75 ms instead
+of 1.6 ms), and on a long path the link stays busy without a standing queue.  A transfer
+alone runs at the full window.  Express frames may go ``EXPRESS_EXTRA`` beyond the
+window and are not held by the pacer, so they never wait for bulk acknowledgements.
 """
 
 from __future__ import annotations
 
+from raetsalt.engine.congestion import Controller
+
 EXPRESS_EXTRA = 64 * 1024
 """Bytes of express frames allowed beyond the window."""
 QUIET_WINDOW = 64 * 1024
-"""Bulk bytes in flight while express messages flow."""
+"""Bulk bytes in flight while express messages flow, unless the path holds more."""
 QUIET_HOLD = 0.2
 """Seconds after the last express frame during which bulk gets the quiet window."""
 
 
 class SendWindow:
-    """Bytes a native channel may have unacknowledged (see the module docstring)."""
+    """The gate of one native channel (see the module docstring)."""
 
-    __slots__ = ("limit", "quiet", "express_at")
+    __slots__ = ("cc", "express_at")
 
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.quiet = min(limit, QUIET_WINDOW)
+    def __init__(self, cc: Controller) -> None:
+        self.cc = cc
         self.express_at = -QUIET_HOLD
 
     def allowance(self, in_flight: int, now: float, *, express: bool = False) -> int:
-        """Bytes that may be sent now on top of ``in_flight``."""
+        """Bytes that may be in flight now on top of ``in_flight``."""
+        cwnd = self.cc.cwnd
         if express:
-            return self.limit + EXPRESS_EXTRA - in_flight
+            return cwnd + EXPRESS_EXTRA - in_flight
         if now - self.express_at < QUIET_HOLD:
-            return self.quiet - in_flight
-        return self.limit - in_flight
+            quiet = self.cc.bdp()
+            if quiet < QUIET_WINDOW:
+                quiet = QUIET_WINDOW
+            if quiet < cwnd:
+                return quiet - in_flight
+        return cwnd - in_flight
 
-    def on_sent(self, now: float, *, express: bool) -> None:
+    def on_sent(self, now: float, size: int, *, express: bool) -> None:
+        """A datagram of ``size`` bytes with new or lost frames went (paced or not)."""
+        self.cc.spend(size)
         if express:
             self.express_at = now
-
-    def on_acked(self, acked: int, rtt: float | None, now: float) -> None:
-        """``acked`` bytes left the network; ``rtt``: a fresh sample, if the ack gave one
-        (for a congestion controller; the fixed window needs neither)."""
-
-    def on_lost(self, lost: int, now: float) -> None:
-        """``lost`` bytes were declared lost (the window is not cut: loss on these paths
-        is rarely congestion; issue 16 decides otherwise)."""

@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from raetsalt.drops import DropReason
+from raetsalt.engine.congestion import PERSISTENT_PTOS, Controller, LossResponse, Snapshot
 from raetsalt.engine.events import MessageDelivered, MessageReceived, TransactionFailed
 from raetsalt.engine.flow import SendWindow
 from raetsalt.engine.reassembly import Reassembly
@@ -131,6 +132,8 @@ class _Sent:
     at: float
     size: int
     frames: list[Frame]
+    delivery: Snapshot
+    """The delivery count when it was sent (``Controller.snapshot``, for rate samples)."""
 
 
 def is_native(data: bytes) -> bool:
@@ -163,6 +166,7 @@ class Channel:
         initiator: bool,
         datagram_size: int,
         window: int,
+        loss_response: LossResponse = LossResponse.BANDWIDTH,
     ) -> None:
         self.port = port
         self.remote = remote
@@ -184,7 +188,9 @@ class Channel:
             confirm=self._confirmed,
             fail=self._failed,
         )
-        self.flow = SendWindow(window)
+        self.cc = Controller(datagram_size, window, loss_response)
+        self.flow = SendWindow(self.cc)
+        self._pacing_wait = False  # the last flush stopped for the pacer: wake at its time
         # Packets sent, by counter - _sent_base: a _Sent while in flight, else None.
         self._sent: list[_Sent | None] = []
         self._sent_base = 1
@@ -234,9 +240,11 @@ class Channel:
         """Send what the flow gate allows, coalescing frames; an owed ack rides along, or
         goes alone once it is due."""
         scheduler = self.scheduler
+        self._pacing_wait = False
         if scheduler.has_data():
             limit = self._limit
             allowance = self.flow.allowance
+            paced = self.cc.paced
             end = len(out)  # what this flush sends is out[end:]
             while scheduler.has_data():
                 if self.bytes_in_flight and len(out) - end >= self._flush_most:
@@ -253,6 +261,10 @@ class Channel:
                     ):
                         break
                     express_only = True
+                elif paced(now) < self.datagram_size and not scheduler.express_first():
+                    # Room in the window but not yet in time: wake when the pacer allows.
+                    self._pacing_wait = True
+                    break
                 # Tell the receiver which acks still matter, so its ranges stay few.
                 sent = self._sent
                 least = self._sent_base + self._head if self._head < len(sent) else self.counter + 1
@@ -284,8 +296,7 @@ class Channel:
                 if not frames:
                     break
                 size = len(head) + used + _PREFIX.size + _TAG
-                if express:
-                    self.flow.on_sent(now, express=True)
+                self.flow.on_sent(now, size, express=express)
                 if allowance(self.bytes_in_flight + size, now) <= 0:
                     parts.append(_ACK_NOW)
                 self._emit(b"".join(parts), now, out, frames, with_ack=with_ack)
@@ -300,6 +311,9 @@ class Channel:
         size = self.datagram_size - len(_ACK_NOW)  # a datagram with one whole piece
         room = self.flow.allowance(self.bytes_in_flight, now)
         most = min(-(-room // size) if room > 0 else 0, self._flush_most)
+        paced = self.cc.paced(now)
+        if paced < most * self.datagram_size:
+            most = int(paced // self.datagram_size)
         item, count = self.scheduler.burst(most)
         if item is None or count < 2:
             return False
@@ -311,6 +325,7 @@ class Channel:
         head, prefix, nonce = DATA_HEAD.pack, _PREFIX.pack, _NONCE.pack
         encrypt, tx_nonce = self.box.encrypt_after, self._tx_nonce
         fuid, ha = self.remote.fuid, self.remote.ha
+        delivery = self.cc.snapshot
         counter = self.counter
         offset = item.sent
         flying = 0
@@ -325,13 +340,14 @@ class Channel:
                 parts.append(_ACK_NOW)  # the window is full after this one
             data = encrypt(prefix(MAGIC, fuid, counter), b"".join(parts), nonce(tx_nonce, counter))
             out.append((data, ha))
-            sent.append(_Sent(now, len(data), [(item, offset, chunk)]))
+            sent.append(_Sent(now, len(data), [(item, offset, chunk)], delivery))
             flying += len(data)
             offset += chunk
         if self._head >= len(sent) - count:
             self._trim()
         self.counter = counter
         self.bytes_in_flight += flying
+        self.flow.on_sent(now, flying, express=False)
         self.scheduler.took(item, count)
         return True
 
@@ -358,7 +374,7 @@ class Channel:
             sent.append(None)
         else:
             size = len(data)
-            sent.append(_Sent(now, size, frames))
+            sent.append(_Sent(now, size, frames, self.cc.snapshot))
             self.bytes_in_flight += size
         if self._head >= before:  # nothing was in flight: the head moves to the new end
             self._trim()
@@ -400,7 +416,8 @@ class Channel:
         if head >= len(sent):
             return
         newly_largest = 0
-        largest_at = 0.0
+        newest: _Sent | None = None
+        oldest_at = 0.0
         freed = 0
         acked_frames = self.scheduler.acked
         for first, last in ranges:
@@ -420,29 +437,34 @@ class Channel:
                 counter = base + index
                 if counter > newly_largest:
                     newly_largest = counter
-                    largest_at = record.at
-        if not newly_largest:
+                    newest = record
+                if not oldest_at:
+                    oldest_at = record.at  # ranges come in order: the oldest acked
+        if newest is None:
             return
-        self.bytes_in_flight -= freed
+        quiet_since = self.cc.acked_sent_at
+        in_flight = self.bytes_in_flight
+        self.bytes_in_flight = in_flight - freed
         self._trim()
         self.pto_count = 0
         self._probed_at = 0.0
         sample = None
         if newly_largest > self.largest_acked:
             self.largest_acked = newly_largest
-            sample = now - largest_at
+            sample = now - newest.at
             if not self.rtt_sampled:  # the first sample replaces the guess (RFC 9002)
                 self.rtt_sampled = True
                 self.srtt, self.rttvar = sample, sample / 2
             else:
                 self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - sample)
                 self.srtt = 0.875 * self.srtt + 0.125 * sample
-        self.flow.on_acked(freed, sample, now)
+        self.cc.on_acked(freed, in_flight, newest.at, newest.delivery, sample, self.srtt, now)
         self._pto = self._compute_pto()
         # Below the lowest range this ack reports, it says nothing (the receiver keeps
         # only so many ranges): those packets are left to later acks or the probe.
         if self._head < len(self._sent):
-            self._detect_lost(now, floor=min(first for first, _ in ranges))
+            floor = min(first for first, _ in ranges)
+            self._detect_lost(now, floor=floor, quiet=(quiet_since, oldest_at))
         if self.scheduler.has_data():  # the window opened: send more at the next flush
             self.port.want_flush(self)
 
@@ -487,41 +509,53 @@ class Channel:
         while declared and next(iter(declared)) < least:
             del declared[next(iter(declared))]
 
-    def _detect_lost(self, now: float, *, floor: int) -> None:
+    def _detect_lost(self, now: float, *, floor: int, quiet: tuple[float, float]) -> None:
+        """Declare lost what is below ``floor`` and too old or too far below the largest
+        acked; ``quiet``: nothing sent between these times was acknowledged."""
         horizon = now - 1.125 * max(self.srtt, MIN_PTO)
         threshold = self.largest_acked - self.reorder_threshold
         sent, base = self._sent, self._sent_base
         start = max(self._head, floor - base)
         stop = self.largest_acked - base
         lost = []
+        oldest = newest = 0.0
         for index in range(start, stop):
             record = sent[index]
             if record is not None and (base + index <= threshold or record.at <= horizon):
                 lost.append(base + index)
+                if not oldest:
+                    oldest = record.at
+                newest = record.at
         if not lost:
             return
         for counter in lost:
             self.declared_lost[counter] = None
         while len(self.declared_lost) > 4096:
             del self.declared_lost[next(iter(self.declared_lost))]
-        self._requeue(lost, now)
+        self._requeue(lost)
+        cc = self.cc
+        if cc.on_congestion(newest, now):
+            self.port.stats["native_congestion"] += 1
+        # Persistent congestion (RFC 9002 7.6): the losses span three probe time-outs
+        # and nothing sent between the oldest and the newest of them was acknowledged.
+        span = (self.srtt + max(4 * self.rttvar, MIN_PTO) + ACK_DELAY) * PERSISTENT_PTOS
+        if self.rtt_sampled and newest - oldest > span and quiet[0] < oldest and newest < quiet[1]:
+            cc.on_persistent_congestion()
+            self.port.stats["native_persistent_congestion"] += 1
 
-    def _requeue(self, counters: list[int], now: float) -> None:
+    def _requeue(self, counters: list[int]) -> None:
         sent, base = self._sent, self._sent_base
         again = 0
-        lost_bytes = 0
         for counter in counters:
             record = sent[counter - base]
             if record is None:
                 continue
             sent[counter - base] = None
             self.bytes_in_flight -= record.size
-            lost_bytes += record.size
             again += self.scheduler.lost(record.frames)
         self._trim()
         if again:
             self.port.stats["native_retransmit"] += again
-            self.flow.on_lost(lost_bytes, now)
             self.port.want_flush(self)
 
     def _compute_pto(self) -> float:
@@ -558,6 +592,10 @@ class Channel:
                 stall = inbox.get_timer()
                 if stall is not None and (when is None or stall < when):
                     when = stall
+        if self._pacing_wait:
+            release = self.cc.release_at(self.datagram_size)
+            if when is None or release < when:
+                when = release
         # A live heap entry stays valid while the deadline is unchanged (lazy
         # invalidation in TimerQueue), so only a moved deadline costs a push.
         if when != self.deadline:
@@ -587,7 +625,7 @@ class Channel:
             self.pto_count += 1
             self._pto = self._compute_pto()
             self._probed_at = now
-            self._requeue(probes, now)
+            self._requeue(probes)
         self.port.want_flush(self)
 
     # -- receiving ----------------------------------------------------------------------

@@ -1,0 +1,304 @@
+"""Congestion control and pacing for a native channel (issue 16).
+
+**The controller** is NewReno as RFC 9002 (section 7) specifies it, with the loss signal
+only (no ECN):
+
+* *slow start* from an initial window of ten datagrams (at least 14,720 bytes, at most
+  two datagrams beyond it); the window grows by every byte acknowledged;
+* *slow start exit* before the first loss, as HyStart++ (RFC 9406) does: when the
+  round trip of a round rises by ``clamp(min/8, 4 ms, 16 ms)`` over the previous round's,
+  the window grows four times slower for up to ``CSS_ROUNDS`` rounds (conservative slow
+  start, back to slow start if the rise was noise), then congestion avoidance.  So a
+  transfer into a short router queue does not overflow it by a whole window;
+* *congestion avoidance*: one datagram per window acknowledged (one per round trip);
+* *recovery*: the first loss of a packet sent after the last reduction reduces the
+  window once; losses of packets sent before it do not again (one reduction per round
+  trip of losses);
+* *persistent congestion*: losses spanning three probe time-outs with nothing
+  acknowledged in between reset the window to two datagrams and forget what was measured
+  of the path;
+* the window grows only while the sender uses at least half of it (a sender with little
+  to send does not build a window it never tested).
+
+**The reduction** is where it differs from plain NewReno (``LossResponse.HALVE``): by
+default (``LossResponse.BANDWIDTH``) the window falls to the larger of half of it and
+the path's measured bandwidth-delay product (the highest delivery rate of the last
+``BANDWIDTH_ROUNDS`` round trips times the lowest round trip seen), never above the
+window itself, as TCP Westwood+ does.  A queue overflow happens with more than the
+bandwidth-delay product in flight, so the window falls to about that product: the queue
+drains and the link stays busy.  A random loss (a lossy line, not a full queue) happens
+with the queue short, so the window hardly falls: with 1 % random loss on a 20 Mbit/s,
+50 ms path plain NewReno keeps about 15 % of the link (the Mathis limit) and this one
+keeps most of it (``tests/engine/test_congestion.py``).  Competing flows still converge:
+each falls by the same factor, the lowest round trip over the current one.
+
+Delivery rate is measured per acknowledged packet as the bytes acknowledged between
+its sending and its acknowledgement over the longer of the two intervals (send and ack),
+so a burst of acks cannot inflate it (the method BBR uses).
+
+**The pacer** spreads a window over a round trip: a token bucket filled at ``2 x cwnd /
+srtt`` in slow start and ``1.25 x cwnd / srtt`` afterwards (RFC 9002 7.7), holding at
+most ``PACING_QUANTUM`` seconds of sending (and at least two datagrams), so a sender
+never bursts a whole window at line rate into a router queue.  Where there is no
+bottleneck (loopback) the rate is far above what the sender can make and pacing costs
+nothing.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+
+INITIAL_DATAGRAMS = 10
+MIN_INITIAL = 14720
+MIN_DATAGRAMS = 2
+"""The smallest window, in datagrams (after persistent congestion)."""
+LOSS_REDUCTION = 0.5
+PERSISTENT_PTOS = 3
+"""Losses spanning this many probe time-outs (and nothing acked) are persistent congestion."""
+BANDWIDTH_ROUNDS = 6
+"""Round trips over which the highest delivery rate is the bandwidth estimate."""
+SLOW_START_PACING = 2.0
+AVOIDANCE_PACING = 1.25
+PACING_QUANTUM = 0.002
+"""Seconds of sending the pacer lets go at once (the timers' granularity is ~1 ms)."""
+HYSTART_SAMPLES = 8
+HYSTART_MIN_RISE = 0.004
+HYSTART_MAX_RISE = 0.016
+CSS_DIVISOR = 4
+CSS_ROUNDS = 5
+_NEVER = float("inf")
+
+
+class LossResponse(enum.Enum):
+    """How the window falls on a congestion event (module docstring)."""
+
+    BANDWIDTH = "bandwidth"
+    HALVE = "halve"
+
+
+Snapshot = tuple[int, float, float]
+"""What a packet remembers of the delivery count when it is sent: (bytes delivered,
+when the last of them was acknowledged, when the packet acknowledged last was sent)."""
+
+
+class Controller:
+    """The congestion window of one native channel (module docstring).
+
+    ``mss`` is the channel's datagram size; ``limit`` the most the window may reach (the
+    receiver's buffer: ``RoadConfig.native_window``).
+    """
+
+    __slots__ = (
+        "mss",
+        "limit",
+        "response",
+        "cwnd",
+        "ssthresh",
+        "recovery_start",
+        "min_rtt",
+        "srtt",
+        "delivered",
+        "delivered_at",
+        "acked_sent_at",
+        "snapshot",
+        "_round",
+        "_round_start",
+        "_bandwidth",
+        "_last_round_rtt",
+        "_round_rtt",
+        "_recent_rtts",
+        "_css_baseline",
+        "_css_rounds",
+        "_tokens",
+        "_stamp",
+    )
+
+    def __init__(self, mss: int, limit: int, response: LossResponse = LossResponse.BANDWIDTH):
+        self.mss = mss
+        self.limit = max(limit, MIN_DATAGRAMS * mss)
+        self.response = response
+        # RFC 9002: min(10 datagrams, max(14,720 bytes, 2 datagrams))
+        initial = min(INITIAL_DATAGRAMS * mss, max(MIN_INITIAL, MIN_DATAGRAMS * mss))
+        self.cwnd = min(self.limit, initial)
+        self.ssthresh = _NEVER
+        self.recovery_start = -_NEVER
+        self.min_rtt = _NEVER
+        self.srtt = 0.0
+        self.delivered = 0
+        self.delivered_at = 0.0
+        self.acked_sent_at = 0.0
+        self.snapshot: Snapshot = (0, 0.0, 0.0)
+        self._round = 0
+        self._round_start = -_NEVER
+        self._bandwidth: deque[tuple[int, float]] = deque()  # (round, highest rate in it)
+        self._last_round_rtt = _NEVER
+        self._round_rtt = _NEVER
+        self._recent_rtts: deque[float] = deque(maxlen=HYSTART_SAMPLES)
+        self._css_baseline = 0.0  # > 0: in conservative slow start
+        self._css_rounds = 0
+        self._tokens = float(self.cwnd)
+        self._stamp = 0.0
+
+    # -- what the path is measured to be ------------------------------------------------
+
+    def bandwidth(self) -> float:
+        """Bytes per second: the highest delivery rate of the last few round trips."""
+        return max((rate for _, rate in self._bandwidth), default=0.0)
+
+    def bdp(self) -> int:
+        """Bytes the path holds without a queue (0 until measured)."""
+        if self.min_rtt == _NEVER:
+            return 0
+        return int(self.bandwidth() * self.min_rtt)
+
+    @property
+    def in_slow_start(self) -> bool:
+        return self.cwnd < self.ssthresh
+
+    # -- events -------------------------------------------------------------------------
+
+    def on_acked(
+        self,
+        acked: int,
+        in_flight: int,
+        sent_at: float,
+        snapshot: Snapshot,
+        rtt: float | None,
+        srtt: float,
+        now: float,
+    ) -> None:
+        """``acked`` bytes were acknowledged, ``in_flight`` of them (and the rest) were in
+        flight before; the newest of them was sent at ``sent_at`` with ``snapshot``;
+        ``rtt``: the ack's round-trip sample, if it gave one."""
+        self.srtt = srtt
+        self.delivered += acked
+        self.delivered_at = now
+        if sent_at > self.acked_sent_at:
+            self.acked_sent_at = sent_at
+        self.snapshot = (self.delivered, now, self.acked_sent_at)
+        new_round = sent_at >= self._round_start
+        if new_round:
+            self._round += 1
+            self._round_start = now
+        delivered, delivered_at, first_sent = snapshot
+        interval = now - delivered_at
+        if sent_at - first_sent > interval:
+            interval = sent_at - first_sent
+        if interval > 0.0 and delivered_at > 0.0:
+            self._sample_rate((self.delivered - delivered) / interval)
+        if rtt is not None:
+            if rtt < self.min_rtt:
+                self.min_rtt = rtt
+            if self.cwnd < self.ssthresh:
+                self._hystart(rtt, new_round)
+        if sent_at <= self.recovery_start:
+            return  # acknowledging what was sent before the last reduction: no growth
+        if 2 * in_flight < self.cwnd:
+            return  # the window was not in use: do not grow it untested
+        if self.cwnd < self.ssthresh:
+            self.cwnd += acked // CSS_DIVISOR if self._css_baseline else acked
+        else:
+            self.cwnd += self.mss * acked // self.cwnd
+        if self.cwnd > self.limit:
+            self.cwnd = self.limit
+
+    def _sample_rate(self, rate: float) -> None:
+        samples = self._bandwidth
+        if samples and samples[-1][0] == self._round:
+            if rate > samples[-1][1]:
+                samples[-1] = (self._round, rate)
+        else:
+            samples.append((self._round, rate))
+        while samples[0][0] <= self._round - BANDWIDTH_ROUNDS:
+            samples.popleft()
+
+    def _hystart(self, rtt: float, new_round: bool) -> None:
+        """Slow start exit on a rising round trip (RFC 9406, with one change: the round's
+        figure is the lowest of the last ``HYSTART_SAMPLES`` samples, not of the first
+        ones, so a queue that builds within a round is seen in that round, not after the
+        window doubled once more)."""
+        if new_round:
+            self._last_round_rtt = self._round_rtt
+            self._round_rtt = _NEVER
+            if self._css_baseline:
+                self._css_rounds += 1
+                if self._css_rounds >= CSS_ROUNDS:
+                    self.ssthresh = self.cwnd  # congestion avoidance from here
+                    self._css_baseline = 0.0
+                    return
+        if rtt < self._round_rtt:
+            self._round_rtt = rtt
+        recent = self._recent_rtts
+        recent.append(rtt)
+        if len(recent) < HYSTART_SAMPLES:
+            return
+        current = min(recent)
+        if self._css_baseline:
+            if current < self._css_baseline:  # the rise was noise: slow start again
+                self._css_baseline = 0.0
+            return
+        last = self._last_round_rtt
+        if last == _NEVER:
+            return
+        rise = min(max(last / 8, HYSTART_MIN_RISE), HYSTART_MAX_RISE)
+        if current >= last + rise:
+            self._css_baseline = current
+            self._css_rounds = 0
+
+    def on_congestion(self, sent_at: float, now: float) -> bool:
+        """Packets were declared lost, the newest of them sent at ``sent_at``; False if
+        that was still the last reduction's episode (one reduction per round trip)."""
+        if sent_at <= self.recovery_start:
+            return False
+        self.recovery_start = now
+        self._css_baseline = 0.0
+        target = int(self.cwnd * LOSS_REDUCTION)
+        if self.response is LossResponse.BANDWIDTH:
+            bdp = self.bdp()
+            if bdp > target:
+                target = bdp if bdp < self.cwnd else self.cwnd
+        floor = MIN_DATAGRAMS * self.mss
+        self.cwnd = self.ssthresh = target if target > floor else floor
+        return True
+
+    def on_persistent_congestion(self) -> None:
+        """Everything sent over three probe time-outs was lost: start over (RFC 9002 7.6)."""
+        self.cwnd = MIN_DATAGRAMS * self.mss
+        self.recovery_start = -_NEVER
+        self.min_rtt = _NEVER
+        self._bandwidth.clear()
+
+    # -- pacing -------------------------------------------------------------------------
+
+    def pacing_rate(self) -> float:
+        """Bytes per second the pacer lets go (``inf`` until there is a round trip)."""
+        if self.srtt <= 0.0:
+            return _NEVER
+        gain = SLOW_START_PACING if self.cwnd < self.ssthresh else AVOIDANCE_PACING
+        return gain * self.cwnd / self.srtt
+
+    def paced(self, now: float) -> float:
+        """Bytes the pacer lets go now (may be below zero after express frames)."""
+        rate = self.pacing_rate()
+        if rate == _NEVER:
+            return _NEVER
+        burst = rate * PACING_QUANTUM
+        if burst < 2 * self.mss:
+            burst = 2 * self.mss
+        tokens = self._tokens + (now - self._stamp) * rate
+        self._tokens = tokens if tokens < burst else burst
+        self._stamp = now
+        return self._tokens
+
+    def spend(self, size: int) -> None:
+        """``size`` bytes went out (paced or not)."""
+        self._tokens -= size
+
+    def release_at(self, size: int) -> float:
+        """When the pacer will let ``size`` bytes go (after a ``paced`` call)."""
+        missing = size - self._tokens
+        if missing <= 0:
+            return self._stamp
+        # A microsecond late, so float rounding cannot leave the bucket a hair short.
+        return self._stamp + missing / self.pacing_rate() + 1e-6
