@@ -199,6 +199,7 @@ class Channel:
         self.largest_acked = 0
         self.srtt = INITIAL_RTT
         self.rttvar = INITIAL_RTT / 2
+        self.latest_rtt = 0.0
         self.rtt_sampled = False
         self.pto_count = 0
         self._pto = self._compute_pto()
@@ -451,7 +452,7 @@ class Channel:
         sample = None
         if newly_largest > self.largest_acked:
             self.largest_acked = newly_largest
-            sample = now - newest.at
+            sample = self.latest_rtt = now - newest.at
             if not self.rtt_sampled:  # the first sample replaces the guess (RFC 9002)
                 self.rtt_sampled = True
                 self.srtt, self.rttvar = sample, sample / 2
@@ -512,7 +513,10 @@ class Channel:
     def _detect_lost(self, now: float, *, floor: int, quiet: tuple[float, float]) -> None:
         """Declare lost what is below ``floor`` and too old or too far below the largest
         acked; ``quiet``: nothing sent between these times was acknowledged."""
-        horizon = now - 1.125 * max(self.srtt, MIN_PTO)
+        # RFC 9002 6.1.2: 9/8 of the larger of the smoothed and the latest round trip, so
+        # a queue that is building (the latest above the average) is not taken for loss.
+        rtt = self.srtt if self.srtt > self.latest_rtt else self.latest_rtt
+        horizon = now - 1.125 * (rtt if rtt > MIN_PTO else MIN_PTO)
         threshold = self.largest_acked - self.reorder_threshold
         sent, base = self._sent, self._sent_base
         start = max(self._head, floor - base)
