@@ -7,7 +7,13 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHES = ["bench_bus.py", "bench_road.py", "bench_daemons.py", "bench_many_minions.py"]
+BENCHES = [
+    "bench_bus.py",
+    "bench_road.py",
+    "bench_wan.py",
+    "bench_daemons.py",
+    "bench_many_minions.py",
+]
 
 
 def main() -> int:
