@@ -56,6 +56,10 @@ class RoadConfig:
     reassembly_total: int = 256 * 1024 * 1024
     reassembly_timeout: float = 30.0
     native_express_size: int = 16 * 1024
+    native_rekey_interval: float = 120.0
+    native_rekey_packets: int = 1 << 24
+    """A native session's key rotates after this many seconds or datagrams sealed under it,
+    whichever comes first (engine/rekey.py; WireGuard rotates every 120 s)."""
     # -- limits on unauthenticated input --------------------------------------------------
     max_pending: int = 1000
     """Keys waiting for an operator; joins of further new ids are dropped and counted."""

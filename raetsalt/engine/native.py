@@ -58,8 +58,22 @@ from raetsalt.drops import DropReason
 from raetsalt.engine.congestion import PERSISTENT_PTOS, Controller, LossResponse, Snapshot
 from raetsalt.engine.events import MessageDelivered, MessageReceived, TransactionFailed
 from raetsalt.engine.flow import SendWindow
+from raetsalt.engine.migration import (
+    PATH_CHALLENGE_FRAME,
+    PATH_FRAME,
+    PATH_RESPONSE_FRAME,
+    PathValidation,
+    response,
+)
 from raetsalt.engine.reassembly import Reassembly
-from raetsalt.engine.remote import Outgoing
+from raetsalt.engine.rekey import (
+    CONFIRM_FRAME,
+    KEY_CONFIRM_FRAME,
+    KEY_FRAME,
+    KEY_OFFER_FRAME,
+    KeyRing,
+)
+from raetsalt.engine.remote import Address, Outgoing
 from raetsalt.engine.replay import ReplayWindow
 from raetsalt.engine.scheduler import (
     BATCH_FRAME,
@@ -85,8 +99,8 @@ if TYPE_CHECKING:
 Datagram = bytes | bytearray
 """What a road sends: native packets are built in place (bytearray), raet ones are bytes."""
 
-OREO_MARK = b"RSnativ2"  # 8 of the oreo's 24 bytes
-FQDN_MARK = b"raetsalt-native/2"
+OREO_MARK = b"RSnativ3"  # 8 of the oreo's 24 bytes
+FQDN_MARK = b"raetsalt-native/3"
 MAGIC = b"\xf5\x01"
 
 _PREFIX = struct.Struct("!2sIQ")  # magic, receiver uid, counter
@@ -107,6 +121,8 @@ _HELD = 1
 _REFUSED = 2  # a data frame was not held (reassembly caps): the packet is not acked
 _TAG = 16
 MAX_ACK_RANGES = 64
+MAX_CONTROL = 8
+"""Path and key frames waiting for the next flush (more are not sent)."""
 FLUSH_BYTES = 256 * 1024
 """Bytes of datagrams one ``flush`` makes while packets are in flight: then the driver
 reads (acks, replies) before it sends more, so a reply does not wait behind the
@@ -166,11 +182,26 @@ class Channel:
         initiator: bool,
         datagram_size: int,
         window: int,
+        now: float = 0.0,
         loss_response: LossResponse = LossResponse.BANDWIDTH,
     ) -> None:
         self.port = port
         self.remote = remote
         self.box = box
+        """The key datagrams are sealed with (``keys.box``, which rotates)."""
+        self.keys = KeyRing(
+            box,
+            now,
+            interval=port.config.native_rekey_interval,
+            packets=port.config.native_rekey_packets,
+            initiator=initiator,
+        )
+        self.path: PathValidation | None = None
+        """A new address of the remote being validated (engine/migration.py)."""
+        self._path_answer = b""  # the token of a PATH_RESPONSE in the packet being read
+        # Frames that go in datagrams of their own at the next flush, to the remote's
+        # address (None) or the one being validated.
+        self._control: list[tuple[bytes, Address | None]] = []
         self._tx_nonce = bytes([1 if initiator else 2]) + bytes(15)
         self._rx_nonce = bytes([2 if initiator else 1]) + bytes(15)
         self.datagram_size = datagram_size
@@ -224,6 +255,7 @@ class Channel:
             )
             for _ in range(STREAMS)
         ]
+        self._arm()  # the key rotation's timer runs from the start
 
     # -- sending ------------------------------------------------------------------------
 
@@ -242,6 +274,15 @@ class Channel:
         goes alone once it is due."""
         scheduler = self.scheduler
         self._pacing_wait = False
+        if self.keys.sealed >= self.keys.packets:
+            self._queue_control(self.keys.on_timer(now, self._pto), None)
+        if self._control:
+            control, self._control = self._control, []
+            for frame, address in control:
+                if address is None:
+                    out.append((self.seal_packet(frame), self.remote.ha))
+                else:  # an address being validated: paid from what came from there
+                    self.port.transmit_datagram(bytes(self.seal_packet(frame)), address)
         if scheduler.has_data():
             limit = self._limit
             allowance = self.flow.allowance
@@ -347,6 +388,7 @@ class Channel:
         if self._head >= len(sent) - count:
             self._trim()
         self.counter = counter
+        self.keys.sealed += count
         self.bytes_in_flight += flying
         self.flow.on_sent(now, flying, express=False)
         self.scheduler.took(item, count)
@@ -387,6 +429,7 @@ class Channel:
     def seal_packet(self, plain: bytes) -> bytearray:
         """The datagram carrying ``plain`` (frames) under the next packet counter."""
         counter = self.counter = self.counter + 1
+        self.keys.sealed += 1
         return self.box.encrypt_after(
             _PREFIX.pack(MAGIC, self.remote.fuid, counter),
             plain,
@@ -600,6 +643,10 @@ class Channel:
             release = self.cc.release_at(self.datagram_size)
             if when is None or release < when:
                 when = release
+        path_at = self.path.get_timer() if self.path is not None else None
+        for other in (self.keys.get_timer(self._pto), path_at):
+            if other is not None and (when is None or other < when):
+                when = other
         # A live heap entry stays valid while the deadline is unchanged (lazy
         # invalidation in TimerQueue), so only a moved deadline costs a push.
         if when != self.deadline:
@@ -630,21 +677,52 @@ class Channel:
             self._pto = self._compute_pto()
             self._probed_at = now
             self._requeue(probes)
+        self._queue_control(self.keys.on_timer(now, self._pto), None)
+        path = self.path
+        if path is not None:
+            if path.expired(now):
+                self.path = None
+                self.port.stats["native_path_failed"] += 1
+            else:
+                self._queue_control(path.challenge(now, self._pto), path.address)
         self.port.want_flush(self)
+
+    def _queue_control(self, frame: bytes | None, address: Address | None) -> None:
+        """Send ``frame`` in a datagram of its own at the next flush (a few at most)."""
+        if frame is not None and len(self._control) < MAX_CONTROL:
+            self._control.append((frame, address))
+            self.port.want_flush(self)
 
     # -- receiving ----------------------------------------------------------------------
 
-    def receive_untrusted(self, data: bytes, counter: int, now: float) -> None:
+    def receive_untrusted(
+        self, data: bytes, counter: int, now: float, source: Address | None = None
+    ) -> None:
+        """One native datagram from ``source`` (None: the remote's address)."""
         window = self.rx_window
-        if counter <= window.highest and window.seen(counter):  # new counters: no call
+        highest = window.highest
+        if counter <= highest and window.seen(counter):  # new counters: no call
             raise BadPacket("native counter already seen", DropReason.REPLAY)
-        plain = self.box.decrypt_untrusted_at(
-            data, _PREFIX.size, _NONCE.pack(self._rx_nonce, counter)
-        )
+        nonce = _NONCE.pack(self._rx_nonce, counter)
+        keys = self.keys
+        try:
+            plain = keys.box.decrypt_untrusted_at(data, _PREFIX.size, nonce)
+        except BadPacket:
+            other = keys.other()  # during a key rotation: the previous or the next key
+            if other is None:
+                raise
+            plain = other.decrypt_untrusted_at(data, _PREFIX.size, nonce)
+            keys.opened_with_other(now, self._pto)
+            self.box = keys.box
+        else:
+            if keys.previous is not None:
+                keys.opened_with_current(now, self._pto)
         # Authenticated from here on.  Only packets carrying data are acknowledged (an
         # ack of an ack would never end), but every counter goes into the ranges.
         try:
             carries = self._frames_untrusted(plain, now)
+            if self._path_answer or (source is not None and source != self.remote.ha):
+                self._on_new_source(source or self.remote.ha, counter > highest, now)
             if carries == _REFUSED:
                 # Data we could not hold: leave the packet unacknowledged, so the sender
                 # sends its frames again under new counters (this one is marked seen).
@@ -756,11 +834,57 @@ class Channel:
                         ]
                         pos += count * _RANGE.size
                         self._on_ack(ranges_in, now)
+                elif PATH_CHALLENGE_FRAME <= kind <= KEY_CONFIRM_FRAME:
+                    pos = self._control_frame_untrusted(kind, plain, pos, now)
                 else:
                     raise BadPacket("unknown native frame", DropReason.BODY)
         except (struct.error, IndexError) as exc:
             raise BadPacket(f"truncated native frame: {exc}", DropReason.BODY) from None
         return carries
+
+    def _control_frame_untrusted(self, kind: int, plain: bytearray, pos: int, now: float) -> int:
+        """A path or key frame (engine/migration.py, engine/rekey.py); returns the
+        position after it."""
+        if kind <= PATH_RESPONSE_FRAME:
+            _, token = PATH_FRAME.unpack_from(plain, pos)
+            if kind == PATH_RESPONSE_FRAME:
+                self._path_answer = token  # counts only from the challenged address
+            else:
+                self._queue_control(response(token), None)
+            return pos + PATH_FRAME.size
+        if kind == KEY_CONFIRM_FRAME:
+            _, epoch = CONFIRM_FRAME.unpack_from(plain, pos)
+            if self.keys.on_confirm(epoch):
+                self._queue_control(b"", None)  # sealed under our (the new) key
+            return pos + CONFIRM_FRAME.size
+        _, epoch, public = KEY_FRAME.unpack_from(plain, pos)
+        if kind == KEY_OFFER_FRAME:
+            self._queue_control(self.keys.on_offer(epoch, public), None)
+        elif self.keys.on_accept(epoch, public, now):
+            self.box = self.keys.box
+            self.port.stats["native_rekey"] += 1
+        return pos + KEY_FRAME.size
+
+    def _on_new_source(self, source: Address, newest: bool, now: float) -> None:
+        """An authenticated datagram came from ``source``, not the remote's address, or
+        answered a challenge: validate that address, or move the session there."""
+        answer, self._path_answer = self._path_answer, b""
+        path = self.path
+        if source == self.remote.ha:
+            return
+        if path is not None and answer and path.answered(answer, source):
+            self.path = None
+            other_host = source[0] != self.remote.ha[0]
+            self.port.on_path_validated(self.remote, source)
+            self.port.stats["native_migrated"] += 1
+            if other_host:  # another path: measure it afresh (NAT rebinding keeps the host)
+                self.cc = Controller(self.datagram_size, self.cc.limit, self.cc.response)
+                self.flow = SendWindow(self.cc)
+                self.srtt, self.rttvar, self.rtt_sampled = INITIAL_RTT, INITIAL_RTT / 2, False
+                self._pto = self._compute_pto()
+        elif newest and (path is None or path.address != source):
+            self.path = PathValidation(source)
+            self._queue_control(self.path.challenge(now, self._pto), source)
 
     def _batch(
         self,

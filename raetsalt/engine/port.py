@@ -12,7 +12,8 @@ against a stub port, and every call back into the road is one of these:
   ``remote_changed`` (persist the remote if it changed);
 * life-cycle hooks, named after the protocol event that calls them: ``on_joined``,
   ``on_allowed``, ``on_unjoined``, ``on_unallowed``, ``on_alive_timeout``,
-  ``on_connect_failed``, ``on_message_finished``, ``on_renew``, ``on_estate_moved``.
+  ``on_connect_failed``, ``on_message_finished``, ``on_renew``, ``on_estate_moved``,
+  ``on_path_validated``.
 """
 
 from __future__ import annotations
@@ -130,6 +131,10 @@ class RoadPort(Protocol):
 
     def on_renew(self, remote: Remote, now: float) -> None:
         """The other side no longer knows our ids: join again, vacuously."""
+
+    def on_path_validated(self, remote: Remote, ha: Address) -> None:
+        """A native session's remote answered a challenge from ``ha``: it lives there
+        now (engine/migration.py)."""
 
     def on_estate_moved(self, placeholder: Remote, known: Remote) -> None:
         """The estate we joined at ``placeholder``'s address is ``known`` (same name,

@@ -546,6 +546,7 @@ class Road:
                 initiator=initiator,
                 datagram_size=size,
                 window=config.native_window,
+                now=now,
             )
         remote.session = session
         remote.link = Link.ALLOWED
@@ -612,6 +613,10 @@ class Road:
     def on_renew(self, remote: Remote, now: float) -> None:
         remote.fuid = 0
         self.join(remote.uid, now)
+
+    def on_path_validated(self, remote: Remote, ha: Address) -> None:
+        self._move(remote, ha, trusted=True)
+        self.remote_changed(remote)
 
     def on_estate_moved(self, placeholder: Remote, known: Remote) -> None:
         # Our session ids must continue from the known estate's (the other side checks
@@ -767,7 +772,7 @@ class Road:
         channel = remote.channel if remote is not None else None
         if channel is None or remote is None:
             raise BadPacket("native datagram for no native session", DropReason.UNKNOWN_REMOTE)
-        channel.receive_untrusted(data, counter, now)
+        channel.receive_untrusted(data, counter, now, address)
         remote.last_rx = now
         remote.alive_failures = 0
         if remote.alive is not True:

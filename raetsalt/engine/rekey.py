@@ -1,0 +1,219 @@
+"""Rotating a native session's key inside the session, without pausing it (issue 16).
+
+The allow handshake gives a native channel its first key (epoch 0): the box of the two
+ends' short-term keys.  After ``RoadConfig.native_rekey_interval`` seconds, or once
+``RoadConfig.native_rekey_packets`` datagrams were sealed under it, either end starts a
+rotation, a fresh Diffie-Hellman exchange carried in two frames inside the session::
+
+    KEY_OFFER   0x08 | epoch (4) | the offerer's fresh public key (32)
+    KEY_ACCEPT  0x09 | epoch (4) | the accepter's fresh public key (32)
+    KEY_CONFIRM 0x0a | epoch (4): "I seal with this epoch's key; answer under it"
+
+1. The offerer makes a fresh key pair and sends KEY_OFFER (again every probe time-out
+   until the answer comes; it keeps sending under the current key meanwhile).
+2. The accepter makes its own fresh pair, computes the next key from its secret and the
+   offer, forgets its secret at once and answers KEY_ACCEPT (again for every repeated
+   offer: the answer is kept, its secret is not).  It keeps sending under the current
+   key and holds the next one for receiving.
+3. The offerer computes the next key, forgets its secret and switches at once: every
+   datagram it seals from then on (retransmissions too) uses the next key, and it sends
+   KEY_CONFIRM (again every probe time-out until a datagram of the other end opens under
+   the new key), so the switch completes on an idle session too.
+4. The accepter switches as soon as a datagram opens under the next key, and answers a
+   KEY_CONFIRM of its epoch with a datagram without frames (sealed under the new key).
+
+A receiver tries the current key first and the other one it holds (the previous, or
+the next) if that fails, so datagrams sealed before a switch and arriving after it
+(reordered, in flight) still open: nothing is lost, duplicated or held up by a
+rotation (packet counters, acknowledgements and streams do not change with the key).
+The previous key is dropped three probe time-outs after the other end was seen using
+the new one (RFC 9001's rule for QUIC key updates), so both ends hold at most two keys.
+
+When both ends offer the same epoch at once, the offer of the allow handshake's
+initiator wins; the other end drops its own offer (and its secret) and accepts.
+
+**Forward secrecy.**  Every epoch's key comes from two key pairs made for it and
+forgotten once it is computed, and keys are not derived from one another: a key stolen
+from a running process opens only the traffic of its own epoch (and of the previous
+one while it is still held, at most three probe time-outs); earlier epochs stay closed
+once their keys are dropped, and later ones close again after the next rotation, as
+an attacker who only listens cannot compute them (WireGuard's property).  Long-term
+keys sign and vouch in the allow handshake only, so stealing them opens no session.
+Dropping a key means forgetting every reference to it; Python cannot promise that the
+memory is overwritten before it is reused (the libsodium buffers hold it until then).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from raetsalt.crypto import KeyPair, SessionBox
+from raetsalt.drops import DropReason
+from raetsalt.errors import BadPacket, LocalError
+
+KEY_OFFER_FRAME = 0x08
+KEY_ACCEPT_FRAME = 0x09
+KEY_CONFIRM_FRAME = 0x0A
+KEY_FRAME = struct.Struct("!BI32s")
+"""KEY_OFFER and KEY_ACCEPT: kind, epoch, public key."""
+CONFIRM_FRAME = struct.Struct("!BI")
+RETIRE_PTOS = 3
+"""Probe time-outs after the other end's switch for which the previous key is kept."""
+MIN_OFFER_GAP = 0.05
+"""Seconds between repeated offers at least."""
+
+
+class KeyRing:
+    """The keys of one native channel: ``box`` (current, for sealing), and at most one
+    other for opening (``previous`` after a switch, or ``next`` before the accepter's)."""
+
+    __slots__ = (
+        "box",
+        "epoch",
+        "installed_at",
+        "sealed",
+        "interval",
+        "packets",
+        "initiator",
+        "previous",
+        "retire_at",
+        "next",
+        "answer",
+        "_offer",
+        "offer_at",
+        "rotations",
+    )
+
+    def __init__(
+        self, box: SessionBox, now: float, *, interval: float, packets: int, initiator: bool
+    ) -> None:
+        self.box = box
+        self.epoch = 0
+        self.installed_at = now
+        self.sealed = 0
+        """Datagrams sealed under ``box`` (the channel counts them)."""
+        self.interval = interval
+        self.packets = packets
+        self.initiator = initiator
+        self.previous: SessionBox | None = None
+        self.retire_at: float | None = None
+        """When ``previous`` is dropped (None: the other end has not switched yet)."""
+        self.next: SessionBox | None = None
+        self.answer = b""
+        """Our KEY_ACCEPT for ``epoch + 1`` while we wait for the other end to switch."""
+        self._offer: KeyPair | None = None
+        self.offer_at = 0.0
+        self.rotations = 0
+
+    # -- when ---------------------------------------------------------------------------
+
+    def due(self, now: float) -> bool:
+        """Time to offer the next key (not while a rotation is under way)."""
+        if self._offer is not None or self.next is not None or self.previous is not None:
+            return False
+        return now - self.installed_at >= self.interval or self.sealed >= self.packets
+
+    def get_timer(self, pto: float) -> float | None:
+        """When ``on_timer`` has something to do: repeat an offer, drop the previous key,
+        or start the next rotation."""
+        if self._offer is not None:
+            return self.offer_at + max(pto, MIN_OFFER_GAP)
+        if self.previous is not None:
+            if self.retire_at is None:  # the other end has not switched yet: confirm
+                return self.offer_at + max(pto, MIN_OFFER_GAP)
+            return self.retire_at
+        if self.next is not None:
+            return None  # the offerer's turn
+        return self.installed_at + self.interval
+
+    def on_timer(self, now: float, pto: float) -> bytes | None:
+        """A frame to send now, if any (an offer, new or repeated)."""
+        if self.previous is not None:
+            if self.retire_at is None:
+                if now >= self.offer_at + max(pto, MIN_OFFER_GAP):
+                    self.offer_at = now
+                    return CONFIRM_FRAME.pack(KEY_CONFIRM_FRAME, self.epoch)
+                return None
+            if now >= self.retire_at:
+                self.previous = self.retire_at = None  # the previous key is dropped
+        if self._offer is not None:
+            if now >= self.offer_at + max(pto, MIN_OFFER_GAP):
+                self.offer_at = now
+                return KEY_FRAME.pack(KEY_OFFER_FRAME, self.epoch + 1, self._offer.public)
+            return None
+        if self.due(now):
+            self._offer = KeyPair.generate()
+            self.offer_at = now
+            return KEY_FRAME.pack(KEY_OFFER_FRAME, self.epoch + 1, self._offer.public)
+        return None
+
+    # -- frames -------------------------------------------------------------------------
+
+    def on_offer(self, epoch: int, public: bytes) -> bytes | None:
+        """The other end offers ``epoch``: our KEY_ACCEPT, or None (not answered)."""
+        if epoch != self.epoch + 1:
+            if epoch <= self.epoch:
+                return None  # a repeated offer of an epoch we already switched to
+            raise BadPacket("key offer skips an epoch", DropReason.BODY)
+        if self.next is not None:
+            return self.answer  # repeated: the same answer (the other end missed it)
+        if self._offer is not None:
+            if self.initiator:
+                return None  # both offered: ours wins, the other end will accept it
+            self._offer = None  # theirs wins: our secret is dropped unused
+        ours = KeyPair.generate()
+        self.next = _box(ours.secret, public)
+        # Our secret goes out of scope here: only the key computed from it remains.
+        self.answer = KEY_FRAME.pack(KEY_ACCEPT_FRAME, epoch, ours.public)
+        return self.answer
+
+    def on_accept(self, epoch: int, public: bytes, now: float) -> bool:
+        """The answer to our offer: switch to the next key.  False if it answers no
+        offer of ours (late or repeated)."""
+        offer = self._offer
+        if offer is None or epoch != self.epoch + 1:
+            return False
+        self._switch(_box(offer.secret, public), now)
+        self._offer = None
+        self.offer_at = -MIN_OFFER_GAP  # KEY_CONFIRM at the next timer, at once
+        return True
+
+    def on_confirm(self, epoch: int) -> bool:
+        """The other end seals with ``epoch``: answer (under our key) if that is ours."""
+        return epoch == self.epoch and self.next is None
+
+    # -- opening ------------------------------------------------------------------------
+
+    def other(self) -> SessionBox | None:
+        """The key tried when ``box`` does not open a datagram."""
+        return self.next if self.next is not None else self.previous
+
+    def opened_with_other(self, now: float, pto: float) -> None:
+        """A datagram opened with ``other()``: if that is the next key, the other end
+        switched, so we do too."""
+        if self.next is not None:
+            self._switch(self.next, now)
+            self.next = None
+            self.answer = b""
+            self.retire_at = now + RETIRE_PTOS * pto
+
+    def opened_with_current(self, now: float, pto: float) -> None:
+        """A datagram opened with ``box``: after our switch, the other end's first one
+        under the new key starts the previous key's last time-outs."""
+        if self.previous is not None and self.retire_at is None:
+            self.retire_at = now + RETIRE_PTOS * pto
+
+    def _switch(self, box: SessionBox, now: float) -> None:
+        self.previous, self.box = self.box, box
+        self.retire_at = None
+        self.epoch += 1
+        self.installed_at = now
+        self.sealed = 0
+        self.rotations += 1
+
+
+def _box(secret: bytes, public: bytes) -> SessionBox:
+    try:
+        return SessionBox(secret, public)
+    except LocalError as exc:  # a low-order public key: libsodium refuses it
+        raise BadPacket(f"unusable key in a key frame: {exc}", DropReason.BODY) from None
