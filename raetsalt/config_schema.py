@@ -550,6 +550,24 @@ SCHEMA: tuple[Option, ...] = (
         "discarded (counted as reassembly_timeout); its sender's message then fails.",
         "Limits (road reassembly)",
     ),
+    # ------------------------------------------------------- native session keys (issue 16)
+    Option(
+        "raet_rekey_interval",
+        s.number(10.0),
+        _both(120.0),
+        "Seconds after which a native session's short-term key is replaced by a fresh "
+        "one, agreed inside the session without pausing it (forward secrecy: a key "
+        "stolen from a running process opens at most its own period's traffic).",
+        "Road sessions",
+    ),
+    Option(
+        "raet_rekey_messages",
+        s.integer(1000),
+        _both(1 << 24),
+        "Datagrams sealed under one native session key after which it is replaced, "
+        "whatever raet_rekey_interval says (WireGuard's message count).",
+        "Road sessions",
+    ),
 )
 
 # --------------------------------------------------------------------------- Salt bridge

@@ -53,7 +53,8 @@ def road_config(opts: Mapping[str, Any], node: str) -> RoadConfig:
 
     ``raet_alive_period`` -> ``presence_period`` (0: no probing) and bounds
     ``alive_timeout``; ``max_datagram_size`` -> ``max_packet_size``;
-    ``raet_reassembly_*`` -> ``reassembly_*``; on a minion ``random_reauth_delay``
+    ``raet_reassembly_*`` -> ``reassembly_*``; ``raet_rekey_interval`` and
+    ``raet_rekey_messages`` -> ``native_rekey_*``; on a minion ``random_reauth_delay``
     bounds the jittered back-off between connection attempts (``retry_max``) and
     ``acceptance_wait_time`` is how often a pending join asks the master again (an
     operator's acceptance reaches the master at once, as a command, and the master
@@ -79,6 +80,10 @@ def road_config(opts: Mapping[str, Any], node: str) -> RoadConfig:
         reassembly_timeout=float(
             opts.get("raet_reassembly_timeout", config.reassembly_timeout)
         ),
+        native_rekey_interval=float(
+            opts.get("raet_rekey_interval", config.native_rekey_interval)
+        ),
+        native_rekey_packets=int(opts.get("raet_rekey_messages", config.native_rekey_packets)),
     )
     if node == "minion":
         reauth = float(opts.get("random_reauth_delay", 0.0))
