@@ -27,6 +27,8 @@ Frames inside the box (layouts in ``engine/scheduler.py``)::
     BATCH 0x04 | body kind (1) | stream (1) | first seq (4) | count (2) | count x length (2)
                | the bodies of count whole messages with consecutive seqs
     ACK_NOW 0x05: acknowledge at once (the sender's window is full; no delayed ack)
+    PATH_CHALLENGE 0x06, PATH_RESPONSE 0x07: address migration (``engine/migration.py``)
+    KEY_OFFER 0x08, KEY_ACCEPT 0x09, KEY_CONFIRM 0x0a: key rotation (``engine/rekey.py``)
 
 Messages travel on streams with their own sequence numbers: small ones on the express
 stream, large ones on the bulk stream, so a small message never waits behind bulk bytes;
@@ -35,8 +37,9 @@ when).  Many frames share one datagram (coalescing).  The receiver acknowledges 
 counters in ranges after every batch of datagrams; the sender declares a packet lost
 when three later packets are acknowledged or it is older than the round trip allows,
 and queues its frames again; when the probe time-out fires it sends the oldest one or
-two again as probes, whose acks then reveal the real losses.  What may be in flight is
-the flow gate's (``engine/flow.py``) to say; a datagram after which it is full asks for
+two again as probes, whose acks then reveal the real losses.  What may be in flight, and
+when it may go, is the flow gate's (``engine/flow.py``: the congestion controller and
+pacer of ``engine/congestion.py``) to say; a datagram after which it is full asks for
 an ack at once (ACK_NOW), so the window never idles for the receiver's ack delay.  One
 ``flush`` sends at most ``FLUSH_BYTES`` while packets are in flight, so the driver reads
 acks and replies between bursts, and the pieces of a bulk transfer with nothing else to

@@ -9,6 +9,7 @@ from raetsalt.crypto import KeyPair, SessionBox
 from raetsalt.engine.events import Allowed, MessageDelivered
 from raetsalt.engine.native import Channel
 from raetsalt.engine.rekey import KEY_ACCEPT_FRAME, KEY_FRAME, KeyRing
+from raetsalt.errors import BadPacket
 from raetsalt.testing.fakenet import Conditions
 from raetsalt.testing.pair import Pair, road_pair
 
@@ -135,6 +136,13 @@ def test_offers_of_other_epochs_switch_nothing(epoch: int) -> None:
     if epoch == 0:
         assert b.on_offer(epoch, public) is None
     else:
-        with pytest.raises(Exception, match="skips an epoch"):
+        with pytest.raises(BadPacket, match="skips an epoch"):
             b.on_offer(epoch, public)
     assert b.next is None and b.epoch == 0
+
+
+def test_a_low_order_key_in_an_offer_is_a_counted_drop_not_a_crash() -> None:
+    _, b = _rings()
+    with pytest.raises(BadPacket, match="unusable key"):
+        b.on_offer(1, bytes(32))  # the all-zero point: no shared secret
+    assert b.next is None and b.answer == b""
