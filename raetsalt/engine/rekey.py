@@ -127,7 +127,7 @@ class KeyRing:
         return self.installed_at + self.interval
 
     def on_timer(self, now: float, pto: float) -> bytes | None:
-        """A frame to send now, if any (an offer, new or repeated)."""
+        """A frame to send now, if any: an offer (new or repeated) or a confirmation."""
         if self.previous is not None:
             if self.retire_at is None:
                 if now >= self.offer_at + max(pto, MIN_OFFER_GAP):
@@ -163,6 +163,7 @@ class KeyRing:
             self._offer = None  # theirs wins: our secret is dropped unused
         ours = KeyPair.generate()
         self.next = _box(ours.secret, public)
+        self.previous = self.retire_at = None  # at most two keys: the epoch before goes
         # Our secret goes out of scope here: only the key computed from it remains.
         self.answer = KEY_FRAME.pack(KEY_ACCEPT_FRAME, epoch, ours.public)
         return self.answer

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from raetsalt.engine import Road, RoadConfig
 from raetsalt.engine.events import Allowed, Event, KeepEvent, MessageReceived
+from raetsalt.engine.native import Channel
 from raetsalt.keep.policy import Action
 from raetsalt.keep.records import AutoMode, Keep, KeyRef, KeyState
 from raetsalt.keep.store import MemoryKeep
@@ -91,6 +92,13 @@ class Pair:
         return self.until(
             lambda: bool(self.main.of(Allowed)) and bool(self.minion.of(Allowed)), timeout
         )
+
+    def channel(self, side: str) -> Channel:
+        """The native channel of ``side`` ("main" or "minion") with the other one."""
+        road, other = (self.main.road, "minion") if side == "main" else (self.minion.road, "main")
+        channel = road.remote(other).channel
+        assert isinstance(channel, Channel), "no native session"
+        return channel
 
     def accept(self, role: str = "minion") -> bool:
         return self.main.decide(Action.ACCEPT, role, self.net.now)

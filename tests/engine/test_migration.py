@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from raetsalt.engine.events import Allowed, Joined
 from raetsalt.engine.migration import CHALLENGES, response
-from raetsalt.engine.native import Channel
 from raetsalt.testing.fakenet import Conditions, RawHost
 from raetsalt.testing.pair import MAIN_HA, MINION_HA, Pair, road_pair
 
@@ -21,13 +20,6 @@ def _pair() -> Pair:
     pair = road_pair(Conditions(latency=0.01), seed=3)
     assert pair.connect()
     return pair
-
-
-def _channel(pair: Pair, side: str) -> Channel:
-    road = pair.main.road if side == "main" else pair.minion.road
-    channel = road.remote("minion" if side == "main" else "main").channel
-    assert isinstance(channel, Channel)
-    return channel
 
 
 def _move_minion(pair: Pair, to: tuple[str, int]) -> None:
@@ -58,7 +50,7 @@ def test_nat_rebinding_moves_the_session_without_a_new_handshake() -> None:
     pair = _pair()
     handshakes = len(pair.main.of(Allowed)), len(pair.main.of(Joined))
     _exchange(pair, 3)
-    channel = _channel(pair, "main")
+    channel = pair.channel("main")
     window = channel.cc.cwnd
     _move_minion(pair, REBOUND)
     _exchange(pair, 10)  # traffic both ways across the move
@@ -74,7 +66,7 @@ def test_nat_rebinding_moves_the_session_without_a_new_handshake() -> None:
 def test_a_new_address_elsewhere_moves_the_session_and_measures_the_new_path() -> None:
     pair = _pair()
     _exchange(pair, 3)
-    channel = _channel(pair, "main")
+    channel = pair.channel("main")
     _move_minion(pair, ELSEWHERE)
     pair.minion.road.send_message("main", {"hello": "from elsewhere"}, pair.net.now)
     assert pair.until(lambda: pair.main.road.remote("minion").ha == ELSEWHERE, timeout=5)
@@ -87,7 +79,7 @@ def test_a_forged_datagram_from_another_address_is_dropped_and_never_answered() 
     pair = _pair()
     attacker = RawHost()
     pair.net.attach(ATTACKER, attacker)
-    channel = _channel(pair, "minion")
+    channel = pair.channel("minion")
     # The native prefix the main expects (its uid for the minion, a fresh counter), but
     # a box made without the session key.
     forged = bytes(channel.seal_packet(b"\x05"))
@@ -107,7 +99,7 @@ def test_a_genuine_datagram_resent_from_elsewhere_gets_challenges_but_never_move
     pair = _pair()
     attacker = RawHost()
     pair.net.attach(ATTACKER, attacker)
-    copied = bytes(_channel(pair, "minion").seal_packet(b"\x05"))
+    copied = bytes(pair.channel("minion").seal_packet(b"\x05"))
     attacker.send(copied, MAIN_HA)
     pair.until(lambda: False, timeout=5.0)
     remote = pair.main.road.remote("minion")
@@ -125,14 +117,14 @@ def test_a_challenge_answered_from_the_old_address_does_not_move_the_session() -
     pair = _pair()
     attacker = RawHost()
     pair.net.attach(ATTACKER, attacker)
-    channel = _channel(pair, "main")
-    attacker.send(bytes(_channel(pair, "minion").seal_packet(b"\x05")), MAIN_HA)
+    channel = pair.channel("main")
+    attacker.send(bytes(pair.channel("minion").seal_packet(b"\x05")), MAIN_HA)
     assert pair.until(lambda: bool(attacker.received), timeout=2.0)
     path = channel.path
     assert path is not None and path.address == ATTACKER
     # The minion's own answer (the attacker relayed the challenge to it), coming from
     # its validated address, or from a third one: right token, wrong address.
-    minion = _channel(pair, "minion")
+    minion = pair.channel("minion")
     for source in (MINION_HA, ELSEWHERE):
         answer = bytes(minion.seal_packet(response(path.token)))
         pair.main.road.receive_datagram(answer, source, pair.net.now)
@@ -146,9 +138,9 @@ def test_an_older_datagram_from_another_address_starts_no_validation() -> None:
     pair = _pair()
     attacker = RawHost()
     pair.net.attach(ATTACKER, attacker)
-    old = bytes(_channel(pair, "minion").seal_packet(b"\x05"))
+    old = bytes(pair.channel("minion").seal_packet(b"\x05"))
     _exchange(pair, 2)  # newer datagrams of the minion arrive meanwhile
     attacker.send(old, MAIN_HA)
     pair.until(lambda: False, timeout=2.0)
     assert attacker.received == []
-    assert _channel(pair, "main").path is None
+    assert pair.channel("main").path is None

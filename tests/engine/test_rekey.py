@@ -7,7 +7,6 @@ import pytest
 
 from raetsalt.crypto import KeyPair, SessionBox
 from raetsalt.engine.events import Allowed, MessageDelivered
-from raetsalt.engine.native import Channel
 from raetsalt.engine.rekey import KEY_ACCEPT_FRAME, KEY_FRAME, KeyRing
 from raetsalt.errors import BadPacket
 from raetsalt.testing.fakenet import Conditions
@@ -21,13 +20,6 @@ def _pair(conditions: Conditions, seed: int = 0, **rekey: float) -> Pair:
     pair = road_pair(conditions, seed=seed, main_config=config, minion_config=config)
     assert pair.connect()
     return pair
-
-
-def _channel(pair: Pair, side: str) -> Channel:
-    road = pair.main.road if side == "main" else pair.minion.road
-    channel = road.remote("minion" if side == "main" else "main").channel
-    assert isinstance(channel, Channel)
-    return channel
 
 
 def _load(pair: Pair, count: int) -> float:
@@ -61,34 +53,37 @@ def test_rotation_on_a_timer_under_load_loses_and_delays_nothing() -> None:
     pair = _pair(clean, native_rekey_interval=0.1)
     took = _load(pair, 200)
     for side in ("main", "minion"):
-        channel = _channel(pair, side)
+        channel = pair.channel(side)
         assert channel.keys.rotations >= 3, side  # several rotations during the load
         assert pair.main.road.stats["native_retransmit"] == 0  # nothing was lost ...
         assert pair.minion.road.stats["native_retransmit"] == 0
     assert pair.main.road.stats["drop_decrypt"] == pair.minion.road.stats["drop_decrypt"] == 0
     assert took <= base + 2 * ONE_WAY  # ... or held up by more than a round trip
     # Both ends rotated in step and hold at most one key besides the current one.
-    main, minion = _channel(pair, "main"), _channel(pair, "minion")
+    main, minion = pair.channel("main"), pair.channel("minion")
     assert abs(main.keys.epoch - minion.keys.epoch) <= 1
+    # Both ends started rotations (native_rekey counts the offers that were answered).
+    assert pair.main.road.stats["native_rekey"] > 0 and pair.minion.road.stats["native_rekey"] > 0
 
 
 def test_rotation_after_a_packet_count_on_a_lossy_net() -> None:
     lossy = Conditions(latency=0.005, loss=0.05, duplicate=0.02, jitter=0.003)
     pair = _pair(lossy, seed=5, native_rekey_packets=150)
     _load(pair, 200)
-    rotations = _channel(pair, "main").keys.rotations + _channel(pair, "minion").keys.rotations
+    rotations = pair.channel("main").keys.rotations + pair.channel("minion").keys.rotations
     assert rotations >= 4  # offers and answers were lost too; the rotations completed
+    assert pair.main.road.stats["native_rekey"] > 0 and pair.minion.road.stats["native_rekey"] > 0
     assert not pair.main.of(Allowed)[1:]  # no new handshake was needed
 
 
 def test_the_previous_key_is_dropped_and_opens_nothing_afterwards() -> None:
     pair = _pair(Conditions(latency=ONE_WAY), native_rekey_interval=0.5)
-    minion = _channel(pair, "minion")
+    minion = pair.channel("minion")
     early = bytes(minion.seal_packet(b"\x05"))  # sealed under the first key, held back
     first = minion.keys.box
-    pair.until(lambda: _channel(pair, "main").keys.rotations >= 2, timeout=10)
+    pair.until(lambda: pair.channel("main").keys.rotations >= 2, timeout=10)
     pair.until(lambda: False, timeout=1.0)
-    main = _channel(pair, "main")
+    main = pair.channel("main")
     assert first not in (main.keys.box, main.keys.previous, main.keys.next)
     assert first not in (minion.keys.box, minion.keys.previous, minion.keys.next)
     drops = pair.main.road.stats["drop_decrypt"]
