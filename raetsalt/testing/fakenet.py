@@ -64,6 +64,10 @@ class Link:
     queue: int = 64
     loss: float = 0.0
 
+    def __post_init__(self) -> None:
+        if not (self.rate > 0 and self.delay >= 0 and self.queue >= 1 and 0 <= self.loss <= 1):
+            raise ValueError(f"not a link: {self}")
+
 
 @dataclass(eq=False)
 class Bottleneck:

@@ -24,6 +24,17 @@ def test_datagrams_leave_one_after_the_other_at_the_rate_then_travel_the_delay()
     assert (hop.forwarded, hop.forwarded_bytes, hop.dropped, hop.peak_queue) == (4, 400, 0, 3)
 
 
+@pytest.mark.parametrize(
+    "rate, delay, queue, loss",
+    [(0.0, 0.0, 1, 0.0), (1.0, 0.0, 0, 0.0), (1.0, 0.0, 1, 2.0), (1.0, -1.0, 1, 0.0)],
+)
+def test_a_link_that_cannot_be_is_refused(
+    rate: float, delay: float, queue: int, loss: float
+) -> None:
+    with pytest.raises(ValueError, match="not a link"):
+        Link(rate, delay, queue, loss)
+
+
 def test_a_full_queue_drops_arrivals_until_one_has_left() -> None:
     hop = Bottleneck(Link(rate=1000.0, queue=2))
     rng = random.Random(0)
