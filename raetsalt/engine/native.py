@@ -363,8 +363,12 @@ class Channel:
         if item is None or count < 2:
             return False
         sent = self._sent
-        if len(sent) < self.counter - self._sent_base:  # counters sealed without a record
-            sent.extend([None] * (self.counter - self._sent_base - len(sent)))
+        idle = self._head >= len(sent)  # nothing in flight: the head moves to the burst
+        # A slot for every counter up to the last one sealed (seal_packet leaves none),
+        # so the burst's records sit at their own counters.
+        missing = self.counter - self._sent_base + 1 - len(sent)
+        if missing > 0:
+            sent.extend([None] * missing)
         least = _LEAST.pack(_LEAST_FRAME, self._oldest_counter())
         chunk, view, total, stream = self.scheduler.chunk, item.view, len(item.body), item.stream
         head, prefix, nonce = DATA_HEAD.pack, _PREFIX.pack, _NONCE.pack
@@ -388,7 +392,7 @@ class Channel:
             sent.append(_Sent(now, len(data), [(item, offset, chunk)], delivery))
             flying += len(data)
             offset += chunk
-        if self._head >= len(sent) - count:
+        if idle:
             self._trim()
         self.counter = counter
         self.keys.sealed += count
