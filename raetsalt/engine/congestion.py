@@ -32,6 +32,15 @@ with the queue short, so the window hardly falls: with 1 % random loss on a 20 M
 keeps most of it (``tests/engine/test_congestion.py``).  Competing flows still converge:
 each falls by the same factor, the lowest round trip over the current one.
 
+**Random loss** (``LossResponse.BANDWIDTH`` only): a loss declared while the latest round
+trip is within ``clamp(min/8, 4 ms, 16 ms)`` of the lowest (no queue to overflow) and
+while at most one byte in ``RANDOM_LOSS_SHARE`` of the last two round trips was lost
+does not reduce the window at all (counted as ``native_random_loss``): with a sender
+measuring its own rate, each such reduction would otherwise shave the bandwidth
+estimate, and the window would settle below the path's.  More losses than that count
+as congestion even without a queue (a policer drops without queueing), so on a path
+with almost no buffer the loss rate stays at a few percent.
+
 Delivery rate is measured per acknowledged packet as the bytes acknowledged between
 its sending and its acknowledgement over the longer of the two intervals (send and ack),
 so a burst of acks cannot inflate it (the method BBR uses).
@@ -67,6 +76,8 @@ HYSTART_MIN_RISE = 0.004
 HYSTART_MAX_RISE = 0.016
 CSS_DIVISOR = 4
 CSS_ROUNDS = 5
+RANDOM_LOSS_SHARE = 20
+"""Losses of at most one byte in this many acknowledged (in two round trips) can be random."""
 _NEVER = float("inf")
 
 
@@ -112,6 +123,10 @@ class Controller:
         "_css_rounds",
         "_tokens",
         "_stamp",
+        "_acked_round",
+        "_acked_last",
+        "_lost_round",
+        "_lost_last",
     )
 
     def __init__(self, mss: int, limit: int, response: LossResponse = LossResponse.BANDWIDTH):
@@ -139,6 +154,9 @@ class Controller:
         self._css_rounds = 0
         self._tokens = float(self.cwnd)
         self._stamp = 0.0
+        # Bytes acknowledged and declared lost in this round trip and the one before.
+        self._acked_round = self._acked_last = 0
+        self._lost_round = self._lost_last = 0
 
     # -- what the path is measured to be ------------------------------------------------
 
@@ -181,6 +199,9 @@ class Controller:
         if new_round:
             self._round += 1
             self._round_start = now
+            self._acked_last, self._acked_round = self._acked_round, 0
+            self._lost_last, self._lost_round = self._lost_round, 0
+        self._acked_round += acked
         delivered, delivered_at, first_sent = snapshot
         interval = now - delivered_at
         if sent_at - first_sent > interval:
@@ -246,10 +267,17 @@ class Controller:
             self._css_baseline = current
             self._css_rounds = 0
 
-    def on_congestion(self, sent_at: float, now: float) -> bool:
-        """Packets were declared lost, the newest of them sent at ``sent_at``; False if
-        that was still the last reduction's episode (one reduction per round trip)."""
+    def on_congestion(
+        self, sent_at: float, now: float, lost: int = 0, rtt: float = 0.0
+    ) -> bool | None:
+        """``lost`` bytes were declared lost, the newest of them sent at ``sent_at``, when
+        the latest round trip was ``rtt``.  True: the window was reduced; None: that was
+        still the last reduction's episode (one reduction per round trip); False: taken
+        for random loss, not congestion (below)."""
+        self._lost_round += lost
         if sent_at <= self.recovery_start:
+            return None
+        if self.response is LossResponse.BANDWIDTH and self._random(rtt):
             return False
         self.recovery_start = now
         self._css_baseline = 0.0
@@ -261,6 +289,21 @@ class Controller:
         floor = MIN_DATAGRAMS * self.mss
         self.cwnd = self.ssthresh = target if target > floor else floor
         return True
+
+    def _random(self, rtt: float) -> bool:
+        """A loss with (almost) no queue in front of it, and few losses lately, is the
+        line's, not congestion's (a queue that overflows is full, so the round trip is
+        well above the path's lowest).  Too many losses at once never count as random:
+        a policer that drops without queueing still makes the window fall."""
+        if self.min_rtt == _NEVER or not rtt:
+            return False
+        allowed = self.min_rtt / 8
+        allowed = HYSTART_MIN_RISE if allowed < HYSTART_MIN_RISE else allowed
+        allowed = HYSTART_MAX_RISE if allowed > HYSTART_MAX_RISE else allowed
+        if rtt - self.min_rtt >= allowed:
+            return False
+        acked = self._acked_round + self._acked_last
+        return (self._lost_round + self._lost_last) * RANDOM_LOSS_SHARE <= acked
 
     def on_persistent_congestion(self) -> None:
         """Everything sent over three probe time-outs was lost: start over (RFC 9002 7.6)."""

@@ -573,10 +573,12 @@ class Channel:
         stop = self.largest_acked - base
         lost = []
         oldest = newest = 0.0
+        lost_bytes = 0
         for index in range(start, stop):
             record = sent[index]
             if record is not None and (base + index <= threshold or record.at <= horizon):
                 lost.append(base + index)
+                lost_bytes += record.size
                 if not oldest:
                     oldest = record.at
                 newest = record.at
@@ -588,8 +590,9 @@ class Channel:
             del self.declared_lost[next(iter(self.declared_lost))]
         self._requeue(lost)
         cc = self.cc
-        if cc.on_congestion(newest, now):
-            self.port.stats["native_congestion"] += 1
+        reduced = cc.on_congestion(newest, now, lost_bytes, self.latest_rtt)
+        if reduced is not None:
+            self.port.stats["native_congestion" if reduced else "native_random_loss"] += 1
         # Persistent congestion (RFC 9002 7.6): the losses span three probe time-outs
         # and nothing sent between the oldest and the newest of them was acknowledged.
         span = (self.srtt + max(4 * self.rttvar, MIN_PTO) + ACK_DELAY) * PERSISTENT_PTOS
@@ -613,10 +616,15 @@ class Channel:
             self.port.want_flush(self)
 
     def _compute_pto(self) -> float:
-        # srtt + max(4 rttvar, MIN_PTO), at least MIN_PTO, doubled per unanswered probe
-        # (at most 2**10 times), at most MAX_PTO; spelled without builtins (once per ack).
+        # srtt + max(4 rttvar, MIN_PTO) + the receiver's ack delay (RFC 9002 6.2.1: ours
+        # is ACK_DELAY, but a busy host adds to it, so an eighth of srtt if that is more),
+        # at least MIN_PTO, doubled per unanswered probe (at most 2**10 times), at most
+        # MAX_PTO; spelled without builtins (once per ack).
         variance = 4 * self.rttvar
-        base = self.srtt + (variance if variance > MIN_PTO else MIN_PTO)
+        srtt = self.srtt
+        delay = srtt / 8
+        base = srtt + (variance if variance > MIN_PTO else MIN_PTO)
+        base += delay if delay > ACK_DELAY else ACK_DELAY
         if base < MIN_PTO:
             base = MIN_PTO
         if self.pto_count:

@@ -178,8 +178,10 @@ class FixedWindow(Controller):
         super().__init__(mss, limit)
         self.cwnd = self.ssthresh = self.limit
 
-    def on_congestion(self, sent_at: float, now: float) -> bool:
-        return False
+    def on_congestion(
+        self, sent_at: float, now: float, lost: int = 0, rtt: float = 0.0
+    ) -> bool | None:
+        return None
 
     def on_persistent_congestion(self) -> None:
         pass
@@ -320,3 +322,38 @@ def test_pacing_spreads_a_window_over_the_round_trip() -> None:
     # The first window's datagrams leave over most of a round trip, not in one instant.
     assert first_round[-1][0] - first_round[0][0] >= 0.5 * BASE_RTT
     assert path.down.dropped == dropped
+
+
+def test_a_loss_without_a_queue_is_the_lines_unless_losses_pile_up() -> None:
+    cc = Controller(MSS, 10 * MiB)
+    cc.cwnd = cc.ssthresh = 100 * MSS
+    cc.on_acked(140_000, 100 * MSS, 1.0, (0, 1.0, 1.0), BASE_RTT, BASE_RTT, now=1.05)
+    window = cc.cwnd
+    # One datagram lost, the round trip at the path's lowest: random, the window stays.
+    assert cc.on_congestion(1.04, 1.06, MSS, BASE_RTT + 0.001) is False
+    assert cc.cwnd == window
+    # The same with a queue in front of it (the round trip 10 ms up): congestion.
+    assert cc.on_congestion(1.05, 1.07, MSS, BASE_RTT + 0.010) is True
+    assert cc.cwnd < window
+    # Many losses at once, even without a queue (a policer): congestion too.
+    cc = Controller(MSS, 10 * MiB)
+    cc.cwnd = cc.ssthresh = 100 * MSS
+    cc.on_acked(140_000, 100 * MSS, 1.0, (0, 1.0, 1.0), BASE_RTT, BASE_RTT, now=1.05)
+    assert cc.on_congestion(1.04, 1.06, 10 * MSS, BASE_RTT) is True
+    # Plain NewReno never takes a loss for random.
+    halving = Controller(MSS, 10 * MiB, LossResponse.HALVE)
+    halving.on_acked(140_000, MiB, 1.0, (0, 1.0, 1.0), BASE_RTT, BASE_RTT, now=1.05)
+    assert halving.on_congestion(1.04, 1.06, MSS, BASE_RTT) is True
+
+
+def test_a_link_that_drops_without_queueing_still_makes_the_window_fall() -> None:
+    # A two-datagram queue (a policer, nearly): losses come with no queueing delay, so
+    # only the share of losses tells congestion; it must keep drops at a few percent.
+    path = star(1, queue=2)
+    start = path.net.now
+    path.main.road.send_messages("minion0", [BODY] * 8, start)
+    assert path.until(lambda: path.delivered(path.main) == 8, timeout=120)
+    down = path.down
+    assert down.dropped <= 0.06 * (down.forwarded + down.dropped)
+    assert path.main.road.stats["native_congestion"] > 0
+    assert goodput(8, path.net.now - start) >= 0.5
