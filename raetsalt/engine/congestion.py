@@ -116,6 +116,10 @@ class Controller:
         "_round",
         "_round_start",
         "_bandwidth",
+        "_max_rate",
+        "_bdp",
+        "_rate",
+        "_burst",
         "_last_round_rtt",
         "_round_rtt",
         "_recent_rtts",
@@ -147,6 +151,10 @@ class Controller:
         self._round = 0
         self._round_start = -_NEVER
         self._bandwidth: deque[tuple[int, float]] = deque()  # (round, highest rate in it)
+        self._max_rate = 0.0
+        self._bdp = 0
+        self._rate = _NEVER
+        self._burst = 0.0
         self._last_round_rtt = _NEVER
         self._round_rtt = _NEVER
         self._recent_rtts: deque[float] = deque(maxlen=HYSTART_SAMPLES)
@@ -162,13 +170,20 @@ class Controller:
 
     def bandwidth(self) -> float:
         """Bytes per second: the highest delivery rate of the last few round trips."""
-        return max((rate for _, rate in self._bandwidth), default=0.0)
+        return self._max_rate
 
     def bdp(self) -> int:
-        """Bytes the path holds without a queue (0 until measured)."""
-        if self.min_rtt == _NEVER:
-            return 0
-        return int(self.bandwidth() * self.min_rtt)
+        """Bytes the path holds without a queue (0 until measured; kept up to date by
+        every ack, as the flow gate asks for it before every datagram)."""
+        return self._bdp
+
+    def _measured(self) -> None:
+        highest = 0.0
+        for _, rate in self._bandwidth:
+            if rate > highest:
+                highest = rate
+        self._max_rate = highest
+        self._bdp = 0 if self.min_rtt == _NEVER else int(self._max_rate * self.min_rtt)
 
     @property
     def in_slow_start(self) -> bool:
@@ -208,31 +223,42 @@ class Controller:
             interval = sent_at - first_sent
         if interval > 0.0 and delivered_at > 0.0:
             self._sample_rate((self.delivered - delivered) / interval)
+        # The window grows only while in use (a sender with little to send does not
+        # build a window it never tested), and not from acks of what was sent before
+        # the last reduction.
+        in_use = 2 * in_flight >= self.cwnd
         if rtt is not None:
             if rtt < self.min_rtt:
                 self.min_rtt = rtt
-            if self.cwnd < self.ssthresh:
+                self._measured()
+            if in_use and self.cwnd < self.ssthresh:
                 self._hystart(rtt, new_round)
-        if sent_at <= self.recovery_start:
-            return  # acknowledging what was sent before the last reduction: no growth
-        if 2 * in_flight < self.cwnd:
-            return  # the window was not in use: do not grow it untested
-        if self.cwnd < self.ssthresh:
-            self.cwnd += acked // CSS_DIVISOR if self._css_baseline else acked
-        else:
-            self.cwnd += self.mss * acked // self.cwnd
-        if self.cwnd > self.limit:
-            self.cwnd = self.limit
+        if in_use and sent_at > self.recovery_start:
+            if self.cwnd < self.ssthresh:
+                self.cwnd += acked // CSS_DIVISOR if self._css_baseline else acked
+            else:
+                self.cwnd += self.mss * acked // self.cwnd
+            if self.cwnd > self.limit:
+                self.cwnd = self.limit
+        self._set_pacing()
 
     def _sample_rate(self, rate: float) -> None:
         samples = self._bandwidth
         if samples and samples[-1][0] == self._round:
-            if rate > samples[-1][1]:
-                samples[-1] = (self._round, rate)
+            if rate <= samples[-1][1]:
+                return
+            samples[-1] = (self._round, rate)
         else:
             samples.append((self._round, rate))
+        stale = False
         while samples[0][0] <= self._round - BANDWIDTH_ROUNDS:
-            samples.popleft()
+            stale = samples.popleft()[1] >= self._max_rate or stale
+        if stale:  # the highest left the window: look for the next (rarely)
+            self._measured()
+        elif rate > self._max_rate:  # (once per ack: no pass over the samples)
+            self._max_rate = rate
+            if self.min_rtt != _NEVER:
+                self._bdp = int(rate * self.min_rtt)
 
     def _hystart(self, rtt: float, new_round: bool) -> None:
         """Slow start exit on a rising round trip (RFC 9406, with one change: the round's
@@ -288,6 +314,7 @@ class Controller:
                 target = bdp if bdp < self.cwnd else self.cwnd
         floor = MIN_DATAGRAMS * self.mss
         self.cwnd = self.ssthresh = target if target > floor else floor
+        self._set_pacing()
         return True
 
     def _random(self, rtt: float) -> bool:
@@ -311,24 +338,31 @@ class Controller:
         self.recovery_start = -_NEVER
         self.min_rtt = _NEVER
         self._bandwidth.clear()
+        self._measured()
+        self._set_pacing()
 
     # -- pacing -------------------------------------------------------------------------
 
     def pacing_rate(self) -> float:
         """Bytes per second the pacer lets go (``inf`` until there is a round trip)."""
+        return self._rate
+
+    def _set_pacing(self) -> None:
+        """Work out the pacing rate and burst again (the window or round trip changed)."""
         if self.srtt <= 0.0:
-            return _NEVER
+            self._rate = _NEVER
+            return
         gain = SLOW_START_PACING if self.cwnd < self.ssthresh else AVOIDANCE_PACING
-        return gain * self.cwnd / self.srtt
+        self._rate = rate = gain * self.cwnd / self.srtt
+        burst = rate * PACING_QUANTUM
+        self._burst = burst if burst > 2 * self.mss else 2.0 * self.mss
 
     def paced(self, now: float) -> float:
         """Bytes the pacer lets go now (may be below zero after express frames)."""
-        rate = self.pacing_rate()
+        rate = self._rate
         if rate == _NEVER:
             return _NEVER
-        burst = rate * PACING_QUANTUM
-        if burst < 2 * self.mss:
-            burst = 2 * self.mss
+        burst = self._burst
         tokens = self._tokens + (now - self._stamp) * rate
         self._tokens = tokens if tokens < burst else burst
         self._stamp = now
@@ -344,4 +378,4 @@ class Controller:
         if missing <= 0:
             return self._stamp
         # A microsecond late, so float rounding cannot leave the bucket a hair short.
-        return self._stamp + missing / self.pacing_rate() + 1e-6
+        return self._stamp + missing / self._rate + 1e-6
