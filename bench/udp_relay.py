@@ -124,7 +124,9 @@ class Relay:
             except BlockingIOError:
                 return
             except OSError:
-                continue
+                if sock.fileno() < 0:
+                    return  # a back socket closed by a move in this same pass
+                continue  # an ICMP error, reported once
             data = bytes(buf[:size])
             if client is None:  # from a client, to the target
                 back = self.back(source)

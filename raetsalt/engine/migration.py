@@ -18,10 +18,10 @@ where replies go.
 
 What an attacker can do with it: an unauthenticated datagram never reaches this module
 (it does not open); a genuine datagram replayed or re-addressed by someone on the path
-makes us send at most ``CHALLENGES`` small challenges (each smaller than the datagram
-that caused it) to the address it came from, and nothing moves unless the remote
-itself answers from there.  One validation runs at a time; a newer datagram from yet
-another address replaces it.
+makes us send at most ``CHALLENGES`` small challenges to the address it came from, paid
+from the road's anti-amplification budget (three times what came from there), and
+nothing moves unless the remote itself answers from there.  One validation runs at a
+time; a newer datagram from yet another address replaces it.
 
 After a move to another host (not only another port, as NAT rebinding does) the
 congestion controller and round-trip estimate start over: the new path is not the old
@@ -38,10 +38,12 @@ from raetsalt.engine.remote import Address
 PATH_CHALLENGE_FRAME = 0x06
 PATH_RESPONSE_FRAME = 0x07
 PATH_FRAME = struct.Struct("!B8s")
-CHALLENGES = 3
+CHALLENGES = 4
 """Challenges sent to one address before the validation is given up."""
-MIN_GAP = 0.05
-"""Seconds between challenges at least (else one probe time-out)."""
+MIN_GAP = 0.25
+"""Seconds between challenges at least (else two probe time-outs): a validation lasts a
+second at least, as RFC 9000 8.2.4 asks (a busy host answers late, and one that gives up
+too soon leaves a moved remote unreachable until it joins again)."""
 
 
 class PathValidation:
@@ -60,7 +62,7 @@ class PathValidation:
         if self.sent >= CHALLENGES or now < self.next_at:
             return None
         self.sent += 1
-        self.next_at = now + max(pto, MIN_GAP)
+        self.next_at = now + max(2 * pto, MIN_GAP)
         return PATH_FRAME.pack(PATH_CHALLENGE_FRAME, self.token)
 
     def get_timer(self) -> float | None:

@@ -46,11 +46,20 @@ def test_a_nat_rebinding_mid_transfer_moves_the_session_and_loses_nothing(
         for n in range(200):
             minion.send("main", up[n])
             main.send("minion", down[n])
-        pump.until(
-            lambda ev: len(of(ev[main], MessageReceived)) == 200
-            and len(of(ev[minion], MessageReceived)) == 200,
-            timeout=20,
-        )
+        try:
+            pump.until(
+                lambda ev: len(of(ev[main], MessageReceived)) == 200
+                and len(of(ev[minion], MessageReceived)) == 200,
+                timeout=20,
+            )
+        except AssertionError:
+            channel = main.road.remote("minion").channel
+            path = channel.path if channel is not None else None
+            raise AssertionError(
+                f"stuck: main at {main.road.remote('minion').ha} (was {before}), "
+                f"validating {path and (path.address, path.sent)}, main {dict(main.road.stats)}, "
+                f"minion {dict(minion.road.stats)}, drivers {dict(main.stats)} {dict(minion.stats)}"
+            ) from None
         assert [e.body for e in of(pump.events[main], MessageReceived)] == up
         assert [e.body for e in of(pump.events[minion], MessageReceived)] == down
         after = main.road.remote("minion").ha
