@@ -9,6 +9,7 @@ the native channel are seen here only through the small protocols ``Exchange``,
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Protocol
@@ -101,6 +102,15 @@ class SessionChannel(Protocol):
     def flush(self, now: float, out: list[tuple[bytes | bytearray, Address]]) -> None: ...
 
     def receive_untrusted(self, data: bytes, counter: int, now: float) -> None: ...
+
+    def receive_train(
+        self,
+        data: memoryview,
+        segment: int,
+        address: Address,
+        now: float,
+        alone: Callable[[bytes, Address, float], None],
+    ) -> bool: ...
 
     def on_timer(self, now: float) -> None: ...
 
