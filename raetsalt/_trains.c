@@ -35,6 +35,7 @@ static box_fn box_open_easy = NULL; /* crypto_box_open_easy_afternm */
 #define MAGIC0 0xf5
 #define MAGIC1 0x01
 #define MAX_DATAGRAM 65535
+#define ABI 1 /* raetsalt.engine.trains.ABI: a module built from other source is not used */
 
 enum { ENTRY_RUN = 0, ENTRY_PLAIN = 1, ENTRY_RAW = 2 };
 
@@ -272,7 +273,7 @@ static int parse_piece(const unsigned char *plain, Py_ssize_t size, piece_t *pc)
 /* The replay window's view of a counter (raetsalt.engine.native's ReplayWindow). */
 static int seen(const unsigned char *bits, Py_ssize_t nbits, uint64_t highest, uint64_t c) {
     if (c > highest) return 0;
-    if (c + (uint64_t)nbits <= highest) return 1;
+    if (highest - c >= (uint64_t)nbits) return 1; /* (c + nbits could wrap) */
     uint64_t index = c & (uint64_t)(nbits - 1);
     return (bits[index >> 3] >> (index & 7)) & 1;
 }
@@ -434,4 +435,8 @@ static struct PyModuleDef module = {
     "The native profile's per-datagram work in C (see raetsalt.engine.trains).", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__trains(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__trains(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "ABI", ABI) < 0) Py_CLEAR(m);
+    return m;
+}

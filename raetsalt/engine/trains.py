@@ -51,6 +51,9 @@ DATA_FRAME = 1
 ACK_NOW_FRAME = 5
 STREAMS = 2
 MAX_DATAGRAM = 65535
+ABI = 1
+"""The compiled module's ``ABI``: one built from older source (a stale in-place build
+left by an earlier install) does not match and is not used."""
 
 _easy = _sodium.crypto_box_easy_afternm
 _open_easy = _sodium.crypto_box_open_easy_afternm
@@ -304,6 +307,9 @@ def _load_compiled() -> Kernel | None:
 
         from raetsalt import _trains  # type: ignore[attr-defined]
     except ImportError:
+        return None
+
+    if getattr(_trains, "ABI", None) != ABI:
         return None
 
     def address(name: str) -> int:
