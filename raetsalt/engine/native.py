@@ -51,7 +51,7 @@ sends it again later; a stalled message is discarded after a time-out.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -60,7 +60,7 @@ from raetsalt.engine import trains
 from raetsalt.engine.events import MessageDelivered, MessageReceived, TransactionFailed
 from raetsalt.engine.flow import SendWindow
 from raetsalt.engine.reassembly import Reassembly
-from raetsalt.engine.remote import Address, Outgoing
+from raetsalt.engine.remote import Address, Outgoing, Receive
 from raetsalt.engine.replay import ReplayWindow
 from raetsalt.engine.scheduler import (
     BATCH_FRAME,
@@ -627,12 +627,7 @@ class Channel:
             self._record(counter, carries == _HELD, now)
 
     def receive_train(
-        self,
-        data: memoryview,
-        segment: int,
-        address: Address,
-        now: float,
-        alone: Callable[[bytes, Address, float], None],
+        self, data: memoryview, segment: int, address: Address, now: float, alone: Receive
     ) -> bool:
         """The datagrams of a received train (``Road.receive_train``): what
         ``receive_untrusted`` does for each, with runs of bulk pieces taken at once.

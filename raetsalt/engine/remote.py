@@ -29,6 +29,8 @@ SID_BLOCK = 1024
 restart continues from there, so a re-allow writes nothing until the block is used up."""
 
 Address = tuple[str, int]
+Receive = Callable[[bytes, Address, float], None]
+"""``Road.receive_datagram``'s signature: one datagram, its source, now."""
 
 
 def next_id(value: int) -> int:
@@ -104,12 +106,7 @@ class SessionChannel(Protocol):
     def receive_untrusted(self, data: bytes, counter: int, now: float) -> None: ...
 
     def receive_train(
-        self,
-        data: memoryview,
-        segment: int,
-        address: Address,
-        now: float,
-        alone: Callable[[bytes, Address, float], None],
+        self, data: memoryview, segment: int, address: Address, now: float, alone: Receive
     ) -> bool: ...
 
     def on_timer(self, now: float) -> None: ...

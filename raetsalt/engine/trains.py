@@ -15,7 +15,7 @@ the per-datagram work that does not need the channel's state:
   instead of one per datagram), the frames of other datagrams, and what is left to the
   ordinary path (``RUN``, ``PLAIN``, ``RAW`` entries; layouts in ``PyKernel.open_train``).
 
-``CKernel`` is the compiled module ``raetsalt._trains`` (built from ``raetsalt/_trains.c``
+``COMPILED`` is the compiled module ``raetsalt._trains`` (built from ``raetsalt/_trains.c``
 when a C compiler is there; libsodium is PyNaCl's own, through function pointers from its
 cffi module); ``PyKernel`` is the same in Python and the fallback.  Both give the same
 bytes and the same entries (``tests/engine/test_trains.py``).  ``KERNEL`` is the one
@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import nacl.bindings as _sodium
 import nacl.exceptions
@@ -67,50 +67,9 @@ class Train(bytearray):
     segment: int
 
 
-class Kernel(Protocol):
-    name: str
-
-    def seal(
-        self, key: bytes, nonce_head: bytes, fuid: int, counter: int, parts: Sequence[Buffer]
-    ) -> bytearray: ...
-
-    def open(
-        self, key: bytes, nonce_head: bytes, data: Buffer, counter: int
-    ) -> bytearray | None: ...
-
-    def seal_pieces(
-        self,
-        key: bytes,
-        nonce_head: bytes,
-        fuid: int,
-        counter: int,
-        least: int,
-        kind: int,
-        stream: int,
-        seq: int,
-        body: Buffer,
-        offset: int,
-        chunk: int,
-        count: int,
-        ack_now: bool,
-        out: bytearray,
-    ) -> None: ...
-
-    def open_train(
-        self,
-        key: bytes,
-        nonce_head: bytes,
-        uid: int,
-        data: Buffer,
-        segment: int,
-        bits: bytearray,
-        highest: int,
-        out: bytearray,
-    ) -> list[Entry]: ...
-
-
 class PyKernel:
-    """The reference implementation (and the fallback without a compiler)."""
+    """The reference implementation (and the fallback without a compiler); the compiled
+    module has the same functions, typed as this class."""
 
     name = "python"
 
@@ -272,6 +231,10 @@ class PyKernel:
             entry = (RUN, first, count, least, ack, kind, stream, seq, total, offset, pos, length)
             entries.append((*entry, chunk))
         return None
+
+
+Kernel = PyKernel
+"""What a channel seals and opens with: ``PyKernel`` or the compiled module."""
 
 
 def _seen(bits: bytearray, nbits: int, highest: int, counter: int) -> bool:
