@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING
 from raetsalt.drops import DropReason
 from raetsalt.engine import trains
 from raetsalt.engine.events import MessageDelivered, MessageReceived, TransactionFailed
-from raetsalt.engine.flow import SendWindow
+from raetsalt.engine.flow import QUIET_PIECE, SendWindow
 from raetsalt.engine.reassembly import Reassembly
 from raetsalt.engine.remote import Address, Outgoing, Receive
 from raetsalt.engine.replay import ReplayWindow
@@ -183,8 +183,10 @@ class Channel:
         # sending
         self.counter = 0
         room = self._limit - _LEAST.size - len(_ACK_NOW)  # a datagram with one frame
+        self._chunk = room - DATA_HEAD.size  # a bulk piece that fills a datagram
+        self._quiet_chunk = min(self._chunk, QUIET_PIECE - (datagram_size - self._chunk))
         self.scheduler = Scheduler(
-            chunk=room - DATA_HEAD.size,
+            chunk=self._chunk,
             whole_max=room - BATCH_HEAD.size - 2,
             express_size=config.native_express_size,
             confirm=self._confirmed,
@@ -241,6 +243,8 @@ class Channel:
         goes alone once it is due."""
         scheduler = self.scheduler
         if scheduler.has_data():
+            # Smaller bulk pieces while express messages flow (flow.QUIET_PIECE).
+            scheduler.chunk = self._quiet_chunk if self.flow.quiet_now(now) else self._chunk
             limit = self._limit
             allowance = self.flow.allowance
             end = len(out)  # what this flush sends is out[end:]
@@ -303,7 +307,7 @@ class Channel:
         """The pieces of a bulk transfer, one per datagram, sealed in one call (a train):
         what ``flush`` does for them one by one, without its per-datagram choices (nothing
         else is waiting and no ack is owed; ``Scheduler.burst`` checks).  False: not now."""
-        size = self.datagram_size - len(_ACK_NOW)  # a datagram with one whole piece
+        size = trains.OVERHEAD + self.scheduler.chunk  # a datagram with one whole piece
         room = self.flow.allowance(self.bytes_in_flight, now)
         most = min(-(-room // size) if room > 0 else 0, self._flush_most)
         item, count = self.scheduler.burst(most)
