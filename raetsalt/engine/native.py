@@ -640,9 +640,9 @@ class Channel:
         this session.  True if any datagram was authenticated here (the remote is heard)."""
         window, stats, remote = self.rx_window, self.port.stats, self.remote
         out = bytearray(len(data))
+        bits = window.bits or bytearray(window.size // 8)  # (allocated by the first mark)
         entries = self._kernel.open_train(
-            self._key, self._rx_nonce, remote.uid, data, segment, window.bits, window.highest,
-            out,
+            self._key, self._rx_nonce, remote.uid, data, segment, bits, window.highest, out
         )
         heard = False
         taken = 0  # datagrams of the train dealt with

@@ -176,3 +176,24 @@ def test_gro_trains_are_taken_as_the_datagrams_one_by_one(
     assert trained.sent == single.sent
     assert trained.events == single.events
     assert [type(e) for e in trained.events["main"]].count(MessageReceived) == 43
+
+
+def test_a_train_can_be_the_first_native_traffic(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The replay window allocates its bits at the first mark: a session whose first
+    # datagrams come as one GRO train must open them all the same.
+    pair = road_pair(seed=5, main_config=NATIVE, minion_config=NATIVE)
+    assert pair.connect()
+    roads = {MAIN_HA: pair.main.road, MINION_HA: pair.minion.road}
+    net = GroNet(roads, True, now=pair.net.now)
+    taken: list[bool] = []
+    receive_train = pair.main.road.receive_train
+
+    def spy(data: memoryview, segment: int, source: tuple[str, int], now: float) -> bool:
+        taken.append(receive_train(data, segment, source, now))
+        return taken[-1]
+
+    monkeypatch.setattr(pair.main.road, "receive_train", spy)
+    blob = {"blob": b"b" * 100_000}
+    pair.minion.road.send_message("main", blob, net.now)
+    assert net.run_until(lambda: pair.main.received() == [blob])
+    assert taken and taken[0]
