@@ -35,9 +35,9 @@ static box_fn box_open_easy = NULL; /* crypto_box_open_easy_afternm */
 #define MAGIC0 0xf5
 #define MAGIC1 0x01
 #define MAX_DATAGRAM 65535
-#define ABI 1 /* raetsalt.engine.trains.ABI: a module built from other source is not used */
+#define ABI 2 /* raetsalt.engine.trains.ABI: a module built from other source is not used */
 
-enum { ENTRY_RUN = 0, ENTRY_PLAIN = 1, ENTRY_RAW = 2 };
+enum { ENTRY_RUN = 0, ENTRY_PLAIN = 1, ENTRY_RAW = 2, ENTRY_FORGED = 3 };
 
 static void put32(unsigned char *p, uint32_t v) {
     p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16);
@@ -312,7 +312,8 @@ static int flush_run(PyObject *list, run_t *run) {
  *   (1, counter, pos, length): any other datagram that opened; its frames are
  *      out[pos:pos + length];
  *   (2, start, length): a datagram left to the ordinary path (another uid, a counter seen
- *      or not above the ones before it, a box that does not open, not native at all).
+ *      or not above the ones before it, not native at all);
+ *   (3, counter): a datagram for this uid with a fresh counter whose box does not open.
  * ``out`` must have room for len(data) bytes.  Nothing is marked in the window. */
 static PyObject *open_train(PyObject *self, PyObject *args) {
     Py_buffer key, nonce_head, data, bits, out;
@@ -360,8 +361,13 @@ static PyObject *open_train(PyObject *self, PyObject *args) {
         Py_ssize_t plain = size - PREFIX - TAG;
         if (!raw) {
             put64(nonce + NONCE_HEAD, c);
-            raw = box_open_easy(scratch, d + PREFIX, (unsigned long long)(size - PREFIX), nonce,
-                                key.buf) != 0;
+            if (box_open_easy(scratch, d + PREFIX, (unsigned long long)(size - PREFIX), nonce,
+                              key.buf) != 0) {
+                if (flush_run(list, &run) < 0 ||
+                    append_entry(list, Py_BuildValue("(iK)", ENTRY_FORGED, c)) < 0)
+                    goto fail;
+                continue;
+            }
         }
         if (raw) {
             if (flush_run(list, &run) < 0 ||

@@ -657,6 +657,11 @@ class Channel:
                         alone(bytes(data[rest : rest + segment]), address, now)
                     return heard
                 continue
+            if what == trains.FORGED:  # what the road does with it alone, without a 2nd open
+                stats["rx"] += 1
+                taken += 1
+                self._drop_bad(BadPacket("box does not open", DropReason.DECRYPT), address)
+                continue
             if what == trains.RUN:
                 stats["rx"] += entry[2]
                 taken += entry[2]

@@ -12,8 +12,9 @@ the per-datagram work that does not need the channel's state:
   one buffer (the channel's bulk burst);
 * ``open_train(...)``: open every datagram of a received train, and hand back runs of
   consecutive bulk pieces with their data already joined (one reassembly append per run
-  instead of one per datagram), the frames of other datagrams, and what is left to the
-  ordinary path (``RUN``, ``PLAIN``, ``RAW`` entries; layouts in ``PyKernel.open_train``).
+  instead of one per datagram), the frames of other datagrams, what is left to the
+  ordinary path and what did not open (``RUN``, ``PLAIN``, ``RAW``, ``FORGED`` entries;
+  layouts in ``PyKernel.open_train``).
 
 ``COMPILED`` is the compiled module ``raetsalt._trains`` (built from ``raetsalt/_trains.c``
 when a C compiler is there; libsodium is PyNaCl's own, through function pointers from its
@@ -38,6 +39,7 @@ Entry = tuple[int, ...]
 RUN = 0
 PLAIN = 1
 RAW = 2
+FORGED = 3
 PREFIX = struct.Struct("!2sIQ")  # magic, receiver's uid, counter
 MAGIC = b"\xf5\x01"
 TAG = 16
@@ -51,7 +53,7 @@ DATA_FRAME = 1
 ACK_NOW_FRAME = 5
 STREAMS = 2
 MAX_DATAGRAM = 65535
-ABI = 1
+ABI = 2
 """The compiled module's ``ABI``: one built from older source (a stale in-place build
 left by an earlier install) does not match and is not used."""
 
@@ -158,7 +160,9 @@ class PyKernel:
           ``out[pos:pos+length]``;
         * ``(RAW, start, length)``: ``data[start:start+length]`` is left to the ordinary
           path: not ours (magic, uid), a counter the window ``bits``/``highest`` has seen
-          or not above those taken before it in the train, a box that does not open.
+          or not above those taken before it in the train;
+        * ``(FORGED, counter)``: ours, with a fresh counter, but its box does not open
+          (dropped as the ordinary path would, without opening it a second time).
 
         Nothing is marked in the window: the caller does that as it takes entries.
         """
@@ -192,7 +196,7 @@ class PyKernel:
             plain = None if raw else self.open(key, nonce_head, datagram, counter)
             if plain is None:
                 run = self._flush(entries, run)
-                entries.append((RAW, start, size))
+                entries.append((RAW, start, size) if raw else (FORGED, counter))
                 continue
             taken, top = True, counter
             piece = _piece(plain)

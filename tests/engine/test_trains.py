@@ -249,7 +249,11 @@ def _check_entries(entries: list[trains.Entry], data: bytes, out: bytearray) -> 
     inside its buffer; a RUN's data is what its pieces' plaintexts carry."""
     datagrams, written = 0, 0
     for entry in entries:
-        if entry[0] == trains.RAW:
+        if entry[0] == trains.FORGED:
+            assert PY.open(KEY, NONCE, data[datagrams * SEGMENT : (datagrams + 1) * SEGMENT],
+                           entry[1]) is None
+            datagrams += 1
+        elif entry[0] == trains.RAW:
             start, length = entry[1], entry[2]
             assert start == datagrams * SEGMENT and 0 < length <= SEGMENT
             assert start + length <= len(data)
