@@ -11,7 +11,8 @@ STAMP := $(VENV)/.installed
 
 venv: $(STAMP)
 
-$(STAMP): setup.cfg pyproject.toml
+# setup.py and the C source: the optional compiled kernel is rebuilt in place when they change
+$(STAMP): setup.cfg pyproject.toml setup.py raetsalt/_trains.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench,lint,salt]'
 	touch $(STAMP)

@@ -62,6 +62,11 @@ class SessionBox:
             # libsodium refuses low-order public keys (all-zero shared secret).
             raise LocalError(f"unusable public key: {exc}") from exc
 
+    @property
+    def shared_key(self) -> bytes:
+        """The precomputed key (for ``raetsalt.engine.trains``, which seals natively)."""
+        return self._key
+
     def encrypt(self, plain: bytes, nonce: bytes) -> bytes:
         """``tag || cipher`` of ``plain`` under ``nonce`` (24 bytes, never reused)."""
         return _easy(plain, nonce, self._key)

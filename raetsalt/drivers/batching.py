@@ -31,6 +31,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from raetsalt.engine.trains import Train
+
 Address = tuple[str, int]
 Datagram = bytes | bytearray
 
@@ -47,6 +49,9 @@ _SEGMENT_SIZE = struct.Struct("=H")
 _GRO_SIZE = struct.Struct("=i")
 
 Handler = Callable[[bytes, Address], None]
+TrainHandler = Callable[[memoryview, int, Address], bool]
+"""Takes a GRO train (datagrams of the given size back to back, the last may be shorter);
+False: not taken, each datagram goes to the ``Handler``."""
 
 
 def _errname(exc: OSError) -> str:
@@ -93,14 +98,22 @@ class DatagramIO:
 
     # -- sending ------------------------------------------------------------------------
 
-    def send(self, out: Sequence[tuple[Datagram, Address]], start: int = 0) -> int:
+    def send(self, out: list[tuple[Datagram, Address]], start: int = 0) -> int:
         """Send ``out[start:]``; returns the index of the first datagram not sent because
-        the socket is full (``len(out)`` when all went).  Other errors drop the datagram
-        they concern (counted as ``tx_error_<errno>``)."""
+        the socket is full (``len(out)`` when all went; a ``Train`` sent in part is
+        replaced by what is left of it).  Other errors drop the datagram they concern
+        (counted as ``tx_error_<errno>``)."""
         index, end = start, len(out)
         sent = 0
         stats = self.stats
         while index < end:
+            if isinstance(out[index][0], Train):
+                went, done = self._send_train(out, index)
+                sent += went
+                if not done:
+                    break  # the socket is full: the rest of the train waits in out[index]
+                index += 1
+                continue
             run = self._run(out, index, end) if self.gso else 1
             mmsg = self.send_mmsg if run == 1 and index + 1 < end else None
             try:
@@ -135,6 +148,44 @@ class DatagramIO:
             self.stats["tx"] += sent
         return index
 
+    def _send_train(self, out: list[tuple[Datagram, Address]], index: int) -> tuple[int, bool]:
+        """Send the ``Train`` at ``out[index]``: GSO sends of up to ``MAX_SEGMENTS``
+        segments and ``MAX_GSO_BYTES``, else segment by segment.  Returns how many
+        datagrams went and whether all did; when the socket fills, ``out[index]`` becomes
+        what is left of the train (a new ``Train``)."""
+        train, address = out[index]
+        assert isinstance(train, Train)
+        segment, size = train.segment, len(train)
+        view = memoryview(train)
+        per_send = min(MAX_SEGMENTS, MAX_GSO_BYTES // segment) if self.gso else 1
+        step = max(1, per_send) * segment
+        stats, start, sent = self.stats, 0, 0
+        while start < size:
+            piece = view[start : start + step]
+            try:
+                if len(piece) > segment:
+                    control = [(socket.IPPROTO_UDP, UDP_SEGMENT, _SEGMENT_SIZE.pack(segment))]
+                    self.sock.sendmsg([piece], control, 0, address)
+                    stats["tx_gso"] += 1
+                else:
+                    self.sock.sendto(piece, address)
+            except BlockingIOError:
+                stats["tx_blocked"] += 1
+                rest = Train(view[start:])
+                rest.segment = segment
+                out[index] = (rest, address)
+                return sent, False
+            except OSError as exc:
+                if exc.errno in _REFUSED and len(piece) > segment:
+                    self.gso = False  # this path cannot segment: send them one by one
+                    stats["gso_off"] += 1
+                    step = segment
+                    continue
+                stats[f"tx_error_{_errname(exc)}"] += 1  # dropped like lost datagrams
+            start += len(piece)
+            sent += -(-len(piece) // segment)
+        return sent, True
+
     @staticmethod
     def _run(out: Sequence[tuple[Datagram, Address]], index: int, end: int) -> int:
         """How many datagrams from ``index`` make one GSO send: one address, one size
@@ -147,7 +198,12 @@ class DatagramIO:
         while stop < limit:
             nxt, where = out[stop]
             length = len(nxt)
-            if where != address or length > size or total + length > MAX_GSO_BYTES:
+            if (
+                where != address
+                or length > size
+                or total + length > MAX_GSO_BYTES
+                or isinstance(nxt, Train)
+            ):
                 break
             total += length
             stop += 1
@@ -163,10 +219,13 @@ class DatagramIO:
 
     # -- receiving ----------------------------------------------------------------------
 
-    def receive(self, buf: bytearray, handle: Handler, budget: int) -> int:
+    def receive(
+        self, buf: bytearray, handle: Handler, budget: int, train: TrainHandler | None = None
+    ) -> int:
         """Read one system call's worth of datagrams into ``buf`` (and the mmsg buffers)
-        and hand each to ``handle``; returns the bytes read (0: nothing was waiting, or
-        an error was counted).  ``budget`` caps what one call may return."""
+        and hand each to ``handle``, or a GRO train whole to ``train`` when given and it
+        takes it (a view of ``buf``, valid during the call); returns the bytes read (0: nothing was
+        waiting, or an error was counted).  ``budget`` caps what one call may return."""
         if self.mmsg is not None and not self.gro:
             return self.mmsg.receive(handle, self.trim, self.stats)
         view = memoryview(buf)
@@ -195,6 +254,9 @@ class DatagramIO:
             handle(view[:size].tobytes(), source)
             return size
         self.stats["rx_gro"] += 1
+        if train is not None and train(view[:size], segment, source):
+            self.stats["rx"] += -(-size // segment)
+            return size
         count = 0
         for offset in range(0, size, segment):
             count += 1

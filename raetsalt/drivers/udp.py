@@ -169,7 +169,7 @@ class RoadStack:
         self.bind_ha = ha
         self.name = name
         self.main = main
-        config = config or RoadConfig()
+        config = replace(config or RoadConfig(), native_trains=True)  # DatagramIO sends them
         self.config = config if auto is None else replace(config, auto=AutoMode(auto))
         self.clock = clock
         self._rng = rng
@@ -561,24 +561,34 @@ class RoadStack:
         poll = self._poll
         if poll is not None and not readable and not poll.poll(0):
             return
-        receive = road.receive_datagram
+        receive, receive_train = road.receive_datagram, road.receive_train
+
+        def failed(exc: Exception, source: Address) -> None:
+            # A bug, not bad input (the road drops bad input itself): say so, but once
+            # per interval, and the traceback only at debug level.
+            self.stats["engine_error"] += 1
+            times = self._failures.note("engine", now)
+            if times:
+                log.error("road failed on %d datagram(s), the last from %s: %s: %s",
+                          times, format_ha(source), type(exc).__name__, clip(exc))
+                log.debug("the failure", exc_info=True)
 
         def handle(data: bytes, source: Address) -> None:
             try:
                 receive(data, source, now)
             except Exception as exc:  # noqa: BLE001 - one datagram must never stop the stack
-                # A bug, not bad input (the road drops bad input itself): say so, but
-                # once per interval, and the traceback only at debug level.
-                self.stats["engine_error"] += 1
-                times = self._failures.note("engine", now)
-                if times:
-                    log.error("road failed on %d datagram(s), the last from %s: %s: %s",
-                              times, format_ha(source), type(exc).__name__, clip(exc))
-                    log.debug("the failure", exc_info=True)
+                failed(exc, source)
+
+        def train(data: memoryview, segment: int, source: Address) -> bool:
+            try:
+                return receive_train(data, segment, source, now)
+            except Exception as exc:  # noqa: BLE001 - one train must never stop the stack
+                failed(exc, source)
+                return True
 
         budget = MAX_DRAIN_BYTES
         for _ in range(self.max_drain):
-            got = self._io.receive(self._rxbuf, handle, budget)
+            got = self._io.receive(self._rxbuf, handle, budget, train)
             budget -= got
             if budget <= 0 or (poll is not None and not poll.poll(0)):
                 return  # drained (poll is level-triggered), no EAGAIN needed

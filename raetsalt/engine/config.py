@@ -49,6 +49,9 @@ class RoadConfig:
     """Largest native datagram on real networks (fits a 1500-byte MTU with IPv6)."""
     native_loopback_datagram_size: int = 65000
     """Largest native datagram to a loopback address, where the MTU is 64 KiB."""
+    native_trains: bool = False
+    """``datagrams_to_send`` may return a burst of equal-size native datagrams as one
+    ``trains.Train`` (set by a driver that sends them: one UDP GSO send, or each alone)."""
     native_window: int = 2 * 1024 * 1024
     """Bytes a native sender may have unacknowledged (below the receiver's socket buffer)."""
     # Reassembly caps and time-out (engine.reassembly); the largest express message.

@@ -54,13 +54,15 @@ sends it again later; a stalled message is discarded after a time-out.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from raetsalt.drops import DropReason
+from raetsalt.engine import trains
 from raetsalt.engine.congestion import PERSISTENT_PTOS, Controller, LossResponse, Snapshot
 from raetsalt.engine.events import MessageDelivered, MessageReceived, TransactionFailed
-from raetsalt.engine.flow import SendWindow
+from raetsalt.engine.flow import QUIET_PIECE, SendWindow
 from raetsalt.engine.migration import (
     PATH_CHALLENGE_FRAME,
     PATH_FRAME,
@@ -76,7 +78,7 @@ from raetsalt.engine.rekey import (
     KEY_OFFER_FRAME,
     KeyRing,
 )
-from raetsalt.engine.remote import Address, Outgoing
+from raetsalt.engine.remote import Address, Outgoing, Receive
 from raetsalt.engine.replay import ReplayWindow
 from raetsalt.engine.scheduler import (
     BATCH_FRAME,
@@ -100,7 +102,9 @@ if TYPE_CHECKING:
     from raetsalt.engine.remote import Remote
 
 Datagram = bytes | bytearray
-"""What a road sends: native packets are built in place (bytearray), raet ones are bytes."""
+"""What a road sends: native packets are built in place (bytearray), raet ones are bytes;
+a ``trains.Train`` (a bytearray) is several native datagrams back to back, sent only to a
+driver that asked for them (``RoadConfig.native_trains``)."""
 
 OREO_MARK = b"RSnativ3"  # 8 of the oreo's 24 bytes
 FQDN_MARK = b"raetsalt-native/3"
@@ -205,6 +209,8 @@ class Channel:
         # Frames that go in datagrams of their own at the next flush, to the remote's
         # address (None) or the one being validated.
         self._control: list[tuple[bytes, Address | None]] = []
+        self._kernel = trains.KERNEL
+        self._key = box.shared_key
         self._tx_nonce = bytes([1 if initiator else 2]) + bytes(15)
         self._rx_nonce = bytes([2 if initiator else 1]) + bytes(15)
         self.datagram_size = datagram_size
@@ -215,8 +221,10 @@ class Channel:
         # sending
         self.counter = 0
         room = self._limit - _LEAST.size - len(_ACK_NOW)  # a datagram with one frame
+        self._chunk = room - DATA_HEAD.size  # a bulk piece that fills a datagram
+        self._quiet_chunk = min(self._chunk, QUIET_PIECE - (datagram_size - self._chunk))
         self.scheduler = Scheduler(
-            chunk=room - DATA_HEAD.size,
+            chunk=self._chunk,
             whole_max=room - BATCH_HEAD.size - 2,
             express_size=config.native_express_size,
             confirm=self._confirmed,
@@ -287,6 +295,8 @@ class Channel:
                 else:  # an address being validated: paid from what came from there
                     self.port.transmit_datagram(bytes(self.seal_packet(frame)), address)
         if scheduler.has_data():
+            # Smaller bulk pieces while express messages flow (flow.QUIET_PIECE).
+            scheduler.chunk = self._quiet_chunk if self.flow.quiet_now(now) else self._chunk
             limit = self._limit
             allowance = self.flow.allowance
             paced = self.cc.paced
@@ -328,7 +338,7 @@ class Channel:
                     if len(head) + first + len(_ACK_NOW) <= limit:
                         with_ack = True
                     else:  # no room beside the first frame: the ack goes alone
-                        self._emit(head[_LEAST.size :], now, out, None, with_ack=True)
+                        self._emit((head[_LEAST.size :],), now, out, None, with_ack=True)
                         head = head[: _LEAST.size]
                 else:
                     head = _LEAST.pack(_LEAST_FRAME, least)
@@ -344,16 +354,16 @@ class Channel:
                 self.flow.on_sent(now, size, express=express)
                 if allowance(self.bytes_in_flight + size, now) <= 0:
                     parts.append(_ACK_NOW)
-                self._emit(b"".join(parts), now, out, frames, with_ack=with_ack)
+                self._emit(parts, now, out, frames, with_ack=with_ack)
         if self.ack_due and self.ack_pending:
-            self._emit(self._ack_frame(), now, out, None, with_ack=True)
+            self._emit((self._ack_frame(),), now, out, None, with_ack=True)
         self._arm()
 
     def _burst(self, now: float, out: list[tuple[Datagram, tuple[str, int]]]) -> bool:
-        """The pieces of a bulk transfer, one per datagram, in a tight loop: what ``flush``
-        does for them one by one, without its per-datagram choices (nothing else is
-        waiting and no ack is owed; ``Scheduler.burst`` checks).  False: not now."""
-        size = self.datagram_size - len(_ACK_NOW)  # a datagram with one whole piece
+        """The pieces of a bulk transfer, one per datagram, sealed in one call (a train):
+        what ``flush`` does for them one by one, without its per-datagram choices (nothing
+        else is waiting and no ack is owed; ``Scheduler.burst`` checks).  False: not now."""
+        size = trains.OVERHEAD + self.scheduler.chunk  # a datagram with one whole piece
         room = self.flow.allowance(self.bytes_in_flight, now)
         most = min(-(-room // size) if room > 0 else 0, self._flush_most)
         paced = self.cc.paced(now)
@@ -369,33 +379,37 @@ class Channel:
         missing = self.counter - self._sent_base + 1 - len(sent)
         if missing > 0:
             sent.extend([None] * missing)
-        least = _LEAST.pack(_LEAST_FRAME, self._oldest_counter())
-        chunk, view, total, stream = self.scheduler.chunk, item.view, len(item.body), item.stream
-        head, prefix, nonce = DATA_HEAD.pack, _PREFIX.pack, _NONCE.pack
-        encrypt, tx_nonce = self.box.encrypt_after, self._tx_nonce
-        fuid, ha = self.remote.fuid, self.remote.ha
+        chunk = self.scheduler.chunk
+        length = trains.OVERHEAD + chunk  # of every datagram (the last may ask for an ack)
+        # The window is full after the last one: it asks for an ack at once.
+        ack_now = room - (count - 1) * length - size <= 0
+        least, seal = self._oldest_counter(), self._kernel.seal_pieces
+        key, nonce = self._key, self._tx_nonce
+        fuid, kind, stream, seq = self.remote.fuid, item.kind, item.stream, item.first_seq
+        counter, offset, ha = self.counter, item.sent, self.remote.ha
+        train = trains.Train(length * (count - 1))
+        train.segment = length
+        seal(key, nonce, fuid, counter, least, kind, stream, seq, item.body, offset, chunk,
+             count - 1, False, train)
+        last = bytearray(length + ack_now)
+        seal(key, nonce, fuid, counter + count - 1, least, kind, stream, seq, item.body,
+             offset + (count - 1) * chunk, chunk, 1, ack_now, last)
+        if self.port.config.native_trains:
+            out.append((train, ha))
+        else:
+            out.extend((train[i : i + length], ha) for i in range(0, len(train), length))
+        out.append((last, ha))
+        end = offset + (count - 1) * chunk
         delivery = self.cc.snapshot
-        counter = self.counter
-        offset = item.sent
-        flying = 0
-        for last in range(count - 1, -1, -1):
-            counter += 1
-            parts: list[bytes | memoryview] = [
-                least,
-                head(DATA_FRAME, item.kind, stream, item.first_seq, total, offset, chunk),
-                view[offset : offset + chunk],
-            ]
-            if not last and room - flying - size <= 0:
-                parts.append(_ACK_NOW)  # the window is full after this one
-            data = encrypt(prefix(MAGIC, fuid, counter), b"".join(parts), nonce(tx_nonce, counter))
-            out.append((data, ha))
-            sent.append(_Sent(now, len(data), [(item, offset, chunk)], delivery))
-            flying += len(data)
-            offset += chunk
+        sent.extend(
+            [_Sent(now, length, [(item, at, chunk)], delivery) for at in range(offset, end, chunk)]
+        )
+        sent.append(_Sent(now, len(last), [(item, end, chunk)], delivery))
         if idle:
             self._trim()
-        self.counter = counter
+        self.counter = counter + count
         self.keys.sealed += count
+        flying = length * (count - 1) + len(last)
         self.bytes_in_flight += flying
         self.flow.on_sent(now, flying, express=False)
         self.scheduler.took(item, count)
@@ -406,18 +420,19 @@ class Channel:
 
     def _emit(
         self,
-        plain: bytes,
+        parts: Sequence[bytes | memoryview],
         now: float,
         out: list[tuple[Datagram, tuple[str, int]]],
         frames: list[Frame] | None,
         *,
         with_ack: bool,
     ) -> None:
-        data = self.seal_packet(plain)
+        counter = self.counter = self.counter + 1
+        data = self._kernel.seal(self._key, self._tx_nonce, self.remote.fuid, counter, parts)
         out.append((data, self.remote.ha))
         sent = self._sent
         before = len(sent)
-        index = self.counter - self._sent_base
+        index = counter - self._sent_base
         if before < index:  # counters sealed without a record (seal_packet)
             sent.extend([None] * (index - before))
         if frames is None:
@@ -437,11 +452,7 @@ class Channel:
         """The datagram carrying ``plain`` (frames) under the next packet counter."""
         counter = self.counter = self.counter + 1
         self.keys.sealed += 1
-        return self.box.encrypt_after(
-            _PREFIX.pack(MAGIC, self.remote.fuid, counter),
-            plain,
-            _NONCE.pack(self._tx_nonce, counter),
-        )
+        return self._kernel.seal(self._key, self._tx_nonce, self.remote.fuid, counter, (plain,))
 
     def _ack_frame(self) -> bytes:
         ranges = self.ack_ranges
@@ -718,34 +729,174 @@ class Channel:
         highest = window.highest
         if counter <= highest and window.seen(counter):  # new counters: no call
             raise BadPacket("native counter already seen", DropReason.REPLAY)
-        nonce = _NONCE.pack(self._rx_nonce, counter)
         keys = self.keys
-        try:
-            plain = keys.box.decrypt_untrusted_at(data, _PREFIX.size, nonce)
-        except BadPacket:
+        plain = self._kernel.open(self._key, self._rx_nonce, data, counter)
+        if plain is None:
             other = keys.other()  # during a key rotation: the previous or the next key
-            if other is None:
-                raise
-            plain = other.decrypt_untrusted_at(data, _PREFIX.size, nonce)
+            if other is not None:
+                plain = self._kernel.open(other.shared_key, self._rx_nonce, data, counter)
+            if plain is None:
+                raise BadPacket("box does not open", DropReason.DECRYPT)
             keys.opened_with_other(now, self._pto)
-            self.box = keys.box
-        else:
-            if keys.previous is not None:
-                keys.opened_with_current(now, self._pto)
-        # Authenticated from here on.  Only packets carrying data are acknowledged (an
-        # ack of an ack would never end), but every counter goes into the ranges.
+            self._use(keys.box)
+        elif keys.previous is not None:
+            keys.opened_with_current(now, self._pto)
         try:
-            carries = self._frames_untrusted(plain, now)
+            self._opened(counter, plain, now)
             if self._path_answer or (source is not None and source != self.remote.ha):
                 self._on_new_source(source or self.remote.ha, counter > highest, now)
-            if carries == _REFUSED:
-                # Data we could not hold: leave the packet unacknowledged, so the sender
-                # sends its frames again under new counters (this one is marked seen).
-                self.rx_window.mark(counter)
-            else:
-                self._record(counter, carries == _HELD, now)
+            self._heard(now)
         finally:
             self._arm()  # once per packet, whatever its frames changed
+
+    def _heard(self, now: float) -> None:
+        """An authenticated datagram came from the remote (the road sets it alive)."""
+        self.remote.last_rx = now
+        self.remote.alive_failures = 0
+
+    def _opened(self, counter: int, plain: bytearray, now: float) -> None:
+        """The frames of the authenticated packet ``counter``.  Only packets carrying data
+        are acknowledged (an ack of an ack would never end), but every counter goes into
+        the ranges."""
+        carries = self._frames_untrusted(plain, now)
+        if carries == _REFUSED:
+            # Data we could not hold: leave the packet unacknowledged, so the sender
+            # sends its frames again under new counters (this one is marked seen).
+            self.rx_window.mark(counter)
+        else:
+            self._record(counter, carries == _HELD, now)
+
+    def receive_train(
+        self, data: memoryview, segment: int, address: Address, now: float, alone: Receive
+    ) -> bool:
+        """The datagrams of a received train (``Road.receive_train``): what
+        ``receive_untrusted`` does for each, with runs of bulk pieces taken at once.
+        ``alone`` (``Road.receive_datagram``) takes each the ordinary path must judge (not
+        this session's, a replay, a box that does not open), and all after one that ended
+        this session.  True if any datagram was authenticated here (the remote is heard)."""
+        window, stats, remote = self.rx_window, self.port.stats, self.remote
+        highest = window.highest
+        rotating = self.keys.other() is not None  # some may be under the other key
+        out = bytearray(len(data))
+        bits = window.bits or bytearray(window.size // 8)  # (allocated by the first mark)
+        entries = self._kernel.open_train(
+            self._key, self._rx_nonce, remote.uid, data, segment, bits, window.highest, out
+        )
+        heard = False
+        taken = 0  # datagrams of the train dealt with
+        for entry in entries:
+            what = entry[0]
+            if what == trains.RAW:
+                self._arm()
+                taken += 1
+                alone(bytes(data[entry[1] : entry[1] + entry[2]]), address, now)
+                if remote.channel is not self:  # that datagram ended the session
+                    for rest in range(taken * segment, len(data), segment):
+                        alone(bytes(data[rest : rest + segment]), address, now)
+                    return heard
+                continue
+            if what == trains.FORGED and rotating:  # the ordinary path tries both keys
+                self._arm()
+                alone(bytes(data[taken * segment : (taken + 1) * segment]), address, now)
+                taken += 1
+                if remote.channel is not self:
+                    return heard
+                continue
+            if what == trains.FORGED:  # what the road does with it alone, without a 2nd open
+                stats["rx"] += 1
+                taken += 1
+                self._drop_bad(BadPacket("box does not open", DropReason.DECRYPT), address)
+                continue
+            if what == trains.RUN:
+                stats["rx"] += entry[2]
+                taken += entry[2]
+                heard = self._run(entry, out, address, now) or heard
+                continue
+            stats["rx"] += 1
+            taken += 1
+            counter, pos, length = entry[1], entry[2], entry[3]
+            try:
+                self._opened(counter, out[pos : pos + length], now)
+            except BadPacket as exc:
+                self._drop_bad(exc, address)
+            else:
+                heard = True
+        if heard:
+            self._heard(now)
+            if self._path_answer or address != remote.ha:
+                self._on_new_source(address, window.highest > highest, now)
+        self._arm()
+        return heard
+
+    def _run(
+        self, entry: trains.Entry, out: bytearray, address: tuple[str, int], now: float
+    ) -> bool:
+        """A ``trains.RUN`` of bulk pieces: one reassembly append when the inbox takes
+        them as it would one by one, else one by one.  True if any was authenticated
+        and not dropped."""
+        _, first, count, least, ack_now, kind, stream, seq, total, offset, pos, length, chunk = (
+            entry
+        )
+        ranges = self.ack_ranges
+        if ranges and ranges[0][0] < least:
+            if least > first:  # (no honest sender) one by one forgets differently
+                return self._pieces(entry, out, address, now)
+            self._forget_below(least)
+        if ack_now:
+            self.ack_due = True
+            self.port.want_flush(self)
+        inbox = self.inboxes[stream]
+        if not inbox.take_run(seq, kind, total, offset, out, pos, length, count, now):
+            return self._pieces(entry, out, address, now)
+        self._record_run(first, first + count - 1, now)
+        return True
+
+    def _pieces(
+        self, entry: trains.Entry, out: bytearray, address: tuple[str, int], now: float
+    ) -> bool:
+        """A ``trains.RUN`` taken piece by piece, exactly as the packets one at a time."""
+        _, first, count, least, ack_now, kind, stream, seq, total, offset, pos, length, chunk = (
+            entry
+        )
+        if ack_now:
+            self.ack_due = True
+            self.port.want_flush(self)
+        inbox, taken = self.inboxes[stream], False
+        for index in range(count):
+            size = chunk if index < count - 1 else length - chunk * index
+            ranges = self.ack_ranges
+            if ranges and ranges[0][0] < least:
+                self._forget_below(least)
+            try:
+                held = inbox.take(
+                    seq, kind, total, offset + index * chunk, out, pos + index * chunk, size, now
+                )
+            except BadPacket as exc:
+                self._drop_bad(exc, address)
+                continue
+            taken = True
+            if held:
+                self._record(first + index, True, now)
+            else:
+                self.rx_window.mark(first + index)
+        return taken
+
+    def _record_run(self, first: int, last: int, now: float) -> None:
+        """``_record(counter, True, now)`` for the counters ``first`` to ``last``."""
+        window = self.rx_window
+        for counter in range(first, last + 1):
+            window.mark(counter)
+        ranges = self.ack_ranges
+        if ranges and ranges[-1][1] + 1 == first:
+            ranges[-1][1] = last
+        else:
+            self._add_range(first, last)
+        if not self.ack_pending and self.ack_deadline is None:
+            self.ack_deadline = now + ACK_DELAY
+        self.ack_pending += last - first + 1
+        if self.ack_pending >= 2:
+            self.ack_due = True
+            self.port.want_flush(self)
 
     def _record(self, counter: int, ack_eliciting: bool, now: float) -> None:
         self.rx_window.mark(counter)
@@ -753,15 +904,7 @@ class Channel:
         if ranges and ranges[-1][1] + 1 == counter:
             ranges[-1][1] = counter
         else:
-            ranges.append([counter, counter])
-            ranges.sort()
-            merged: list[list[int]] = []
-            for first, last in ranges:
-                if merged and merged[-1][1] + 1 >= first:
-                    merged[-1][1] = max(merged[-1][1], last)
-                else:
-                    merged.append([first, last])
-            self.ack_ranges = merged[-MAX_ACK_RANGES:]
+            self._add_range(counter, counter)
         if ack_eliciting:
             self.ack_pending += 1
             if self.ack_pending >= 2:
@@ -769,6 +912,18 @@ class Channel:
                 self.port.want_flush(self)
             elif self.ack_deadline is None:
                 self.ack_deadline = now + ACK_DELAY
+
+    def _add_range(self, first: int, last: int) -> None:
+        ranges = self.ack_ranges
+        ranges.append([first, last])
+        ranges.sort()
+        merged: list[list[int]] = []
+        for low, high in ranges:
+            if merged and merged[-1][1] + 1 >= low:
+                merged[-1][1] = max(merged[-1][1], high)
+            else:
+                merged.append([low, high])
+        self.ack_ranges = merged[-MAX_ACK_RANGES:]
 
     def _frames_untrusted(self, plain: bytearray, now: float) -> int:
         """Handle the frames of one packet: ``_NO_DATA``, ``_HELD`` (data taken) or
@@ -876,9 +1031,14 @@ class Channel:
         if kind == KEY_OFFER_FRAME:
             self._queue_control(self.keys.on_offer(epoch, public), None)
         elif self.keys.on_accept(epoch, public, now):
-            self.box = self.keys.box
+            self._use(self.keys.box)
             self.port.stats["native_rekey"] += 1
         return pos + KEY_FRAME.size
+
+    def _use(self, box: SessionBox) -> None:
+        """Seal and open with ``box`` from now on (a key rotation switched)."""
+        self.box = box
+        self._key = box.shared_key
 
     def _on_new_source(self, source: Address, newest: bool, now: float) -> None:
         """An authenticated datagram came from ``source``, not the remote's address, or
@@ -946,6 +1106,12 @@ class Channel:
             self.port.stats["drop_body"] += 1
             return
         self.port.emit(MessageReceived(self.remote.name, value))
+
+    def _drop_bad(self, exc: BadPacket, address: Address) -> None:
+        """Count a datagram of a train as the road counts one that comes alone."""
+        trigger = exc.trigger
+        reason = trigger if isinstance(trigger, DropReason) else DropReason.MALFORMED
+        self.port.drop(reason, address, str(exc))
 
     def _drop(self, reason: DropReason, detail: str) -> None:
         self.port.drop(reason, self.remote.ha, detail)

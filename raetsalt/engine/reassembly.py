@@ -258,6 +258,49 @@ class Reassembly:
         partial.touched = now
         return True
 
+    def take_run(
+        self, seq: int, kind: int, total: int, offset: int, plain: Buffer, pos: int, length: int,
+        count: int, now: float,
+    ) -> bool:
+        """``count`` contiguous pieces of message ``seq`` at ``offset``, joined in
+        ``plain[pos:pos + length]``, held with one append when ``take`` would simply have
+        appended each to the message's buffer; False (nothing done) otherwise: the caller
+        then gives them to ``take`` one by one."""
+        next_deliver = self.next_deliver
+        if (
+            seq < next_deliver
+            or seq >= next_deliver + SEQ_WINDOW
+            or total > self.max_message
+            or seq in self.ready
+            or seq in self.abandoned
+        ):
+            return False
+        partial = self.partials.get(seq)
+        if partial is None:
+            if offset or (count == 1 and length == total):
+                return False
+            size, waiting = charge(total), seq != next_deliver
+            if not self.budget.admit(self.owner, size, waiting=waiting):
+                return False
+            partial = self.partials[seq] = _Partial(kind, total, size, waiting, now)
+            if self.stall_check is None or len(self.partials) == 1:
+                self.stall_check = now + self.timeout
+        elif (
+            partial.total != total
+            or partial.kind != kind
+            or partial.early
+            or offset != len(partial.buffer)
+        ):
+            return False
+        buffer = partial.buffer
+        buffer += memoryview(plain)[pos : pos + length]
+        if len(buffer) == total:
+            del self.partials[seq]
+            self._complete(seq, partial, now)
+        else:
+            partial.touched = now
+        return True
+
     def _whole(self, seq: int, kind: int, data: Buffer, now: float) -> bool:
         """A complete message in one frame."""
         if seq == self.next_deliver:

@@ -9,6 +9,7 @@ the native channel are seen here only through the small protocols ``Exchange``,
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Protocol
@@ -28,6 +29,8 @@ SID_BLOCK = 1024
 restart continues from there, so a re-allow writes nothing until the block is used up."""
 
 Address = tuple[str, int]
+Receive = Callable[[bytes, Address, float], None]
+"""``Road.receive_datagram``'s signature: one datagram, its source, now."""
 
 
 def next_id(value: int) -> int:
@@ -103,6 +106,10 @@ class SessionChannel(Protocol):
     def receive_untrusted(
         self, data: bytes, counter: int, now: float, source: Address | None = None
     ) -> None: ...
+
+    def receive_train(
+        self, data: memoryview, segment: int, address: Address, now: float, alone: Receive
+    ) -> bool: ...
 
     def on_timer(self, now: float) -> None: ...
 

@@ -68,7 +68,7 @@ from raetsalt.engine.message import (
     MessageSender,
     take_lazy_segment,
 )
-from raetsalt.engine.native import Channel, Datagram, is_native, parse_prefix_untrusted
+from raetsalt.engine.native import MAGIC, Channel, Datagram, is_native, parse_prefix_untrusted
 from raetsalt.engine.reassembly import ReassemblyBudget
 from raetsalt.engine.remote import (
     SID_BLOCK,
@@ -238,6 +238,17 @@ class Road:
             self._dispatch(packet, address, now)
         except BadPacket as exc:
             self._drop_bad(exc, address)
+
+    def receive_train(self, data: memoryview, segment: int, address: Address, now: float) -> bool:
+        """A GRO train (datagrams of ``segment`` bytes, the last may be shorter) taken as
+        ``receive_datagram`` takes each; False, nothing done, unless a native channel's."""
+        remote = self.remotes.get(int.from_bytes(data[2:6], "big")) if data[:2] == MAGIC else None
+        if remote is None or remote.channel is None or address not in self.guard.trusted:
+            return False
+        heard = remote.channel.receive_train(data, segment, address, now, self.receive_datagram)
+        if heard and remote.alive is not True:
+            self._set_alive(remote, True)
+        return True
 
     def datagrams_to_send(self, now: float) -> list[tuple[Datagram, Address]]:
         # Native channels send here, once per batch: everything queued since the last
@@ -772,9 +783,7 @@ class Road:
         channel = remote.channel if remote is not None else None
         if channel is None or remote is None:
             raise BadPacket("native datagram for no native session", DropReason.UNKNOWN_REMOTE)
-        channel.receive_untrusted(data, counter, now, address)
-        remote.last_rx = now
-        remote.alive_failures = 0
+        channel.receive_untrusted(data, counter, now, address)  # (notes the remote was heard)
         if remote.alive is not True:
             self._set_alive(remote, True)
 

@@ -94,8 +94,9 @@ class Bulk:
     expires: float
     body: bytes
     mid: int
-    pieces_left: int
-    """Pieces not acknowledged yet."""
+    unacked: int
+    """Bytes of it not acknowledged yet (pieces may differ in size: ``Scheduler.chunk``
+    is smaller while express messages flow)."""
     view: memoryview = field(init=False)
     sent: int = 0
     """Bytes framed at least once."""
@@ -161,8 +162,7 @@ class Scheduler:
         seq = stream.next_seq
         stream.next_seq = seq + 1
         if size > self.whole_max:
-            pieces = -(-size // self.chunk)
-            item: Item = Bulk(stream_id, seq, kind, expires, body, mid, pieces)
+            item: Item = Bulk(stream_id, seq, kind, expires, body, mid, size)
         else:
             queue = stream.queue
             if queue:
@@ -425,8 +425,8 @@ class Scheduler:
             if item.dead:
                 continue
             if isinstance(item, Bulk):
-                item.pieces_left -= 1
-                if item.pieces_left:
+                item.unacked -= count  # (a piece's frame: item, offset, length)
+                if item.unacked > 0:
                     continue
                 self._ack_seqs(item.stream, item.first_seq, 1)
             else:

@@ -1,0 +1,448 @@
+/* raetsalt._trains: the native profile's per-datagram work in C (issue 15).
+ *
+ * The compiled twin of raetsalt/engine/trains.py (PyKernel), which says what every function
+ * does; both are tested against each other byte for byte.  Only computation: no sockets,
+ * clocks or files.  libsodium is PyNaCl's own copy, reached through the two function
+ * pointers that bind() receives (nacl._sodium's cffi library hands them out), so no
+ * second libsodium is linked or needed.
+ *
+ * Untrusted input (open_train's datagrams) is read only inside the bounds of its buffer;
+ * anything that is not exactly the layout the fast path knows is handed back to Python
+ * untouched (a RAW or PLAIN entry), where the ordinary parser counts what it drops.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef int (*box_fn)(unsigned char *, const unsigned char *, unsigned long long,
+                      const unsigned char *, const unsigned char *);
+
+static box_fn box_easy = NULL;      /* crypto_box_easy_afternm */
+static box_fn box_open_easy = NULL; /* crypto_box_open_easy_afternm */
+
+#define PREFIX 14   /* magic (2), receiver's uid (4), counter (8) */
+#define TAG 16
+#define KEY 32
+#define NONCE_HEAD 16
+#define LEAST_SIZE 9 /* 0x03, counter (8) */
+#define DATA_SIZE 17 /* 0x01, kind, stream, seq (4), total (4), offset (4), length (2) */
+#define PIECE_HEAD (LEAST_SIZE + DATA_SIZE)
+#define LEAST_FRAME 3
+#define DATA_FRAME 1
+#define ACK_NOW_FRAME 5
+#define STREAMS 2
+#define MAGIC0 0xf5
+#define MAGIC1 0x01
+#define MAX_DATAGRAM 65535
+#define ABI 2 /* raetsalt.engine.trains.ABI: a module built from other source is not used */
+
+enum { ENTRY_RUN = 0, ENTRY_PLAIN = 1, ENTRY_RAW = 2, ENTRY_FORGED = 3 };
+
+static void put32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v;
+}
+
+static void put64(unsigned char *p, uint64_t v) {
+    put32(p, (uint32_t)(v >> 32)); put32(p + 4, (uint32_t)v);
+}
+
+static uint32_t get32(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static uint64_t get64(const unsigned char *p) {
+    return ((uint64_t)get32(p) << 32) | get32(p + 4);
+}
+
+static int ready(void) {
+    if (box_easy == NULL || box_open_easy == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "raetsalt._trains: bind() was not called");
+        return 0;
+    }
+    return 1;
+}
+
+/* Checks shared by the functions below: a 32-byte key and a 16-byte nonce head. */
+static int key_and_nonce(const Py_buffer *key, const Py_buffer *nonce) {
+    if (key->len != KEY || nonce->len != NONCE_HEAD) {
+        PyErr_SetString(PyExc_ValueError, "key must be 32 bytes and nonce head 16");
+        return 0;
+    }
+    return 1;
+}
+
+static void make_nonce(unsigned char *nonce, const Py_buffer *head, uint64_t counter) {
+    memcpy(nonce, head->buf, NONCE_HEAD);
+    put64(nonce + NONCE_HEAD, counter);
+}
+
+static void put_prefix(unsigned char *p, uint32_t fuid, uint64_t counter) {
+    p[0] = MAGIC0; p[1] = MAGIC1;
+    put32(p + 2, fuid);
+    put64(p + 6, counter);
+}
+
+/* bind(easy, open_easy): the addresses of libsodium's crypto_box_easy_afternm and
+ * crypto_box_open_easy_afternm (as integers). */
+static PyObject *bind(PyObject *self, PyObject *args) {
+    unsigned long long easy, open_easy;
+    if (!PyArg_ParseTuple(args, "KK:bind", &easy, &open_easy)) return NULL;
+    if (!easy || !open_easy) {
+        PyErr_SetString(PyExc_ValueError, "null function pointer");
+        return NULL;
+    }
+    box_easy = (box_fn)(uintptr_t)easy;
+    box_open_easy = (box_fn)(uintptr_t)open_easy;
+    Py_RETURN_NONE;
+}
+
+/* seal(key, nonce_head, fuid, counter, parts) -> bytearray: one datagram carrying the
+ * concatenation of ``parts`` (bytes-like objects). */
+static PyObject *seal(PyObject *self, PyObject *args) {
+    Py_buffer key, nonce_head;
+    unsigned long fuid;
+    unsigned long long counter;
+    PyObject *parts, *seq = NULL, *out = NULL;
+    if (!ready()) return NULL;
+    if (!PyArg_ParseTuple(args, "y*y*kKO:seal", &key, &nonce_head, &fuid, &counter, &parts))
+        return NULL;
+    if (!key_and_nonce(&key, &nonce_head) || fuid > 0xffffffffUL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "fuid out of range");
+        goto done;
+    }
+    seq = PySequence_Fast(parts, "parts must be a sequence");
+    if (seq == NULL) goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), total = 0, i;
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    Py_buffer *views = PyMem_Calloc(n ? n : 1, sizeof(Py_buffer));
+    if (views == NULL) { PyErr_NoMemory(); goto done; }
+    for (i = 0; i < n; i++) {
+        if (PyObject_GetBuffer(items[i], &views[i], PyBUF_SIMPLE) < 0) break;
+        total += views[i].len;
+    }
+    if (i == n && total > MAX_DATAGRAM - PREFIX - TAG) {
+        PyErr_SetString(PyExc_ValueError, "datagram too large");
+    } else if (i == n) {
+        out = PyByteArray_FromStringAndSize(NULL, PREFIX + TAG + total);
+        if (out != NULL) {
+            unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(out);
+            unsigned char nonce[24];
+            Py_ssize_t pos = PREFIX + TAG;
+            put_prefix(p, (uint32_t)fuid, counter);
+            for (Py_ssize_t j = 0; j < n; j++) {
+                memcpy(p + pos, views[j].buf, views[j].len);
+                pos += views[j].len;
+            }
+            make_nonce(nonce, &nonce_head, counter);
+            box_easy(p + PREFIX, p + PREFIX + TAG, (unsigned long long)total, nonce,
+                     key.buf);
+        }
+    }
+    for (Py_ssize_t j = 0; j < i; j++) PyBuffer_Release(&views[j]);
+    PyMem_Free(views);
+done:
+    Py_XDECREF(seq);
+    PyBuffer_Release(&key);
+    PyBuffer_Release(&nonce_head);
+    return out;
+}
+
+/* open(key, nonce_head, data, counter) -> bytearray | None: the frames of one native
+ * datagram (after its prefix), None if the box does not open. */
+static PyObject *open_box(PyObject *self, PyObject *args) {
+    Py_buffer key, nonce_head, data;
+    unsigned long long counter;
+    PyObject *out = NULL;
+    if (!ready()) return NULL;
+    if (!PyArg_ParseTuple(args, "y*y*y*K:open", &key, &nonce_head, &data, &counter))
+        return NULL;
+    if (!key_and_nonce(&key, &nonce_head)) goto done;
+    if (data.len < PREFIX + TAG) {
+        out = Py_None;
+        Py_INCREF(out);
+        goto done;
+    }
+    out = PyByteArray_FromStringAndSize(NULL, data.len - PREFIX - TAG);
+    if (out != NULL) {
+        unsigned char nonce[24];
+        make_nonce(nonce, &nonce_head, counter);
+        if (box_open_easy((unsigned char *)PyByteArray_AS_STRING(out),
+                          (const unsigned char *)data.buf + PREFIX,
+                          (unsigned long long)(data.len - PREFIX), nonce, key.buf) != 0) {
+            Py_DECREF(out);
+            out = Py_None;
+            Py_INCREF(out);
+        }
+    }
+done:
+    PyBuffer_Release(&key);
+    PyBuffer_Release(&nonce_head);
+    PyBuffer_Release(&data);
+    return out;
+}
+
+/* seal_pieces(key, nonce_head, fuid, counter, least, kind, stream, seq, body, offset,
+ *             chunk, count, ack_now, out) -> None
+ * ``count`` datagrams back to back in ``out``, the i-th (counters counter + 1 + i) carrying
+ * LEAST(least) and the DATA frame of body[offset + i * chunk : + chunk] (message ``seq`` of
+ * len(body) bytes); the last one also ACK_NOW when ``ack_now``.  ``out`` must be exactly
+ * count * (56 + chunk) + ack_now bytes. */
+static PyObject *seal_pieces(PyObject *self, PyObject *args) {
+    Py_buffer key, nonce_head, body, out;
+    unsigned long fuid, seq;
+    unsigned long long counter, least;
+    int kind, stream, ack_now;
+    Py_ssize_t offset, chunk, count;
+    PyObject *result = NULL;
+    if (!ready()) return NULL;
+    if (!PyArg_ParseTuple(args, "y*y*kKKiiky*nnnpw*:seal_pieces", &key, &nonce_head, &fuid,
+                          &counter, &least, &kind, &stream, &seq, &body, &offset, &chunk,
+                          &count, &ack_now, &out))
+        return NULL;
+    Py_ssize_t size = PREFIX + TAG + PIECE_HEAD + chunk;
+    if (!key_and_nonce(&key, &nonce_head)) goto done;
+    if (fuid > 0xffffffffUL || seq > 0xffffffffUL || kind < 0 || kind > 255 || stream < 0 ||
+        stream > 255 || chunk <= 0 || chunk > 0xffff || size > MAX_DATAGRAM || count < 0 ||
+        offset < 0 || body.len > 0xffffffffL || offset > body.len ||
+        count > (body.len - offset) / chunk || out.len != count * size + (ack_now ? 1 : 0)) {
+        PyErr_SetString(PyExc_ValueError, "seal_pieces: arguments out of range");
+        goto done;
+    }
+    unsigned char *p = out.buf;
+    const unsigned char *data = body.buf;
+    unsigned char nonce[24];
+    memcpy(nonce, nonce_head.buf, NONCE_HEAD);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        uint64_t c = counter + 1 + (uint64_t)i;
+        Py_ssize_t plain = PIECE_HEAD + chunk + ((ack_now && i == count - 1) ? 1 : 0);
+        unsigned char *f = p + PREFIX + TAG;
+        put_prefix(p, (uint32_t)fuid, c);
+        f[0] = LEAST_FRAME;
+        put64(f + 1, least);
+        f += LEAST_SIZE;
+        f[0] = DATA_FRAME; f[1] = (unsigned char)kind; f[2] = (unsigned char)stream;
+        put32(f + 3, (uint32_t)seq);
+        put32(f + 7, (uint32_t)body.len);
+        put32(f + 11, (uint32_t)(offset + i * chunk));
+        f[15] = (unsigned char)(chunk >> 8); f[16] = (unsigned char)chunk;
+        memcpy(f + DATA_SIZE, data + offset + i * chunk, chunk);
+        if (plain > PIECE_HEAD + chunk) f[DATA_SIZE + chunk] = ACK_NOW_FRAME;
+        put64(nonce + NONCE_HEAD, c);
+        box_easy(p + PREFIX, p + PREFIX + TAG, (unsigned long long)plain, nonce, key.buf);
+        p += size;
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&key);
+    PyBuffer_Release(&nonce_head);
+    PyBuffer_Release(&body);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+/* One fast piece: LEAST + DATA (+ ACK_NOW), every field in range. */
+typedef struct {
+    uint64_t counter, least;
+    uint32_t seq, total, offset, length;
+    int kind, stream, ack_now;
+} piece_t;
+
+static int parse_piece(const unsigned char *plain, Py_ssize_t size, piece_t *pc) {
+    if (size < PIECE_HEAD + 1 || plain[0] != LEAST_FRAME || plain[LEAST_SIZE] != DATA_FRAME)
+        return 0;
+    const unsigned char *d = plain + LEAST_SIZE;
+    pc->least = get64(plain + 1);
+    pc->kind = d[1];
+    pc->stream = d[2];
+    pc->seq = get32(d + 3);
+    pc->total = get32(d + 7);
+    pc->offset = get32(d + 11);
+    pc->length = ((uint32_t)d[15] << 8) | d[16];
+    Py_ssize_t rest = size - PIECE_HEAD - (Py_ssize_t)pc->length;
+    if (pc->stream >= STREAMS || pc->length == 0) return 0;
+    if ((uint64_t)pc->offset + pc->length > pc->total) return 0;
+    if (rest == 0) pc->ack_now = 0;
+    else if (rest == 1 && plain[size - 1] == ACK_NOW_FRAME) pc->ack_now = 1;
+    else return 0;
+    return 1;
+}
+
+/* The replay window's view of a counter (raetsalt.engine.native's ReplayWindow). */
+static int seen(const unsigned char *bits, Py_ssize_t nbits, uint64_t highest, uint64_t c) {
+    if (c > highest) return 0;
+    if (highest - c >= (uint64_t)nbits) return 1; /* (c + nbits could wrap) */
+    uint64_t index = c & (uint64_t)(nbits - 1);
+    return (bits[index >> 3] >> (index & 7)) & 1;
+}
+
+static int append_entry(PyObject *list, PyObject *entry) {
+    if (entry == NULL) return -1;
+    int status = PyList_Append(list, entry);
+    Py_DECREF(entry);
+    return status;
+}
+
+typedef struct {
+    int open;
+    piece_t first;
+    uint64_t last_counter;
+    uint32_t next_offset, length, chunk, count;
+    int ack_now, short_piece;
+    Py_ssize_t pos;
+} run_t;
+
+static int flush_run(PyObject *list, run_t *run) {
+    if (!run->open) return 0;
+    run->open = 0;
+    return append_entry(
+        list, Py_BuildValue("(iKnKiiiIIInnI)", ENTRY_RUN, run->first.counter, (Py_ssize_t)run->count,
+                            run->first.least, run->ack_now, run->first.kind, run->first.stream,
+                            run->first.seq, run->first.total, run->first.offset, run->pos,
+                            (Py_ssize_t)run->length, run->chunk));
+}
+
+/* open_train(key, nonce_head, uid, data, segment, bits, highest, out) -> list
+ * The datagrams of ``data`` (``segment`` bytes each, the last may be shorter), in order:
+ *   (0, first counter, count, least, ack_now, kind, stream, seq, total, offset, pos,
+ *      length, chunk): ``count`` fast pieces with consecutive counters, of one message,
+ *      contiguous, all but the last of ``chunk`` bytes; their data is out[pos:pos + length];
+ *   (1, counter, pos, length): any other datagram that opened; its frames are
+ *      out[pos:pos + length];
+ *   (2, start, length): a datagram left to the ordinary path (another uid, a counter seen
+ *      or not above the ones before it, not native at all);
+ *   (3, counter): a datagram for this uid with a fresh counter whose box does not open.
+ * ``out`` must have room for len(data) bytes.  Nothing is marked in the window. */
+static PyObject *open_train(PyObject *self, PyObject *args) {
+    Py_buffer key, nonce_head, data, bits, out;
+    unsigned long uid;
+    unsigned long long highest;
+    Py_ssize_t segment;
+    PyObject *list = NULL;
+    unsigned char *scratch = NULL;
+    if (!ready()) return NULL;
+    if (!PyArg_ParseTuple(args, "y*y*ky*ny*Kw*:open_train", &key, &nonce_head, &uid, &data,
+                          &segment, &bits, &highest, &out))
+        return NULL;
+    Py_ssize_t nbits = bits.len * 8;
+    if (!key_and_nonce(&key, &nonce_head)) goto done;
+    if (segment <= 0 || segment > MAX_DATAGRAM || out.len < data.len || nbits <= 0 ||
+        (nbits & (nbits - 1)) != 0) {
+        PyErr_SetString(PyExc_ValueError, "open_train: arguments out of range");
+        goto done;
+    }
+    scratch = PyMem_Malloc(segment);
+    list = PyList_New(0);
+    if (scratch == NULL || list == NULL) {
+        if (scratch == NULL) PyErr_NoMemory();
+        Py_CLEAR(list);
+        goto done;
+    }
+    const unsigned char *in = data.buf;
+    unsigned char *o = out.buf;
+    Py_ssize_t wpos = 0;
+    uint64_t top = highest; /* counters must rise through the train to be taken here */
+    int any = 0;
+    run_t run = {0};
+    unsigned char nonce[24];
+    memcpy(nonce, nonce_head.buf, NONCE_HEAD);
+    for (Py_ssize_t start = 0; start < data.len; start += segment) {
+        Py_ssize_t size = data.len - start < segment ? data.len - start : segment;
+        const unsigned char *d = in + start;
+        uint64_t c = 0;
+        int raw = size < PREFIX + TAG + 1 || d[0] != MAGIC0 || d[1] != MAGIC1 ||
+                  get32(d + 2) != (uint32_t)uid;
+        if (!raw) {
+            c = get64(d + 6);
+            raw = (any && c <= top) || seen(bits.buf, nbits, highest, c);
+        }
+        Py_ssize_t plain = size - PREFIX - TAG;
+        if (!raw) {
+            put64(nonce + NONCE_HEAD, c);
+            if (box_open_easy(scratch, d + PREFIX, (unsigned long long)(size - PREFIX), nonce,
+                              key.buf) != 0) {
+                if (flush_run(list, &run) < 0 ||
+                    append_entry(list, Py_BuildValue("(iK)", ENTRY_FORGED, c)) < 0)
+                    goto fail;
+                continue;
+            }
+        }
+        if (raw) {
+            if (flush_run(list, &run) < 0 ||
+                append_entry(list, Py_BuildValue("(inn)", ENTRY_RAW, start, size)) < 0)
+                goto fail;
+            continue;
+        }
+        any = 1;
+        top = c;
+        piece_t pc;
+        if (!parse_piece(scratch, plain, &pc)) {
+            if (flush_run(list, &run) < 0) goto fail;
+            memcpy(o + wpos, scratch, plain);
+            if (append_entry(list, Py_BuildValue("(iKnn)", ENTRY_PLAIN, c, wpos, plain)) < 0)
+                goto fail;
+            wpos += plain;
+            continue;
+        }
+        pc.counter = c;
+        if (run.open && !(c == run.last_counter + 1 && !run.short_piece &&
+                          pc.least == run.first.least && pc.kind == run.first.kind &&
+                          pc.stream == run.first.stream && pc.seq == run.first.seq &&
+                          pc.total == run.first.total && pc.offset == run.next_offset &&
+                          pc.length <= run.chunk)) {
+            if (flush_run(list, &run) < 0) goto fail;
+        }
+        if (!run.open) {
+            run.open = 1;
+            run.first = pc;
+            run.chunk = pc.length;
+            run.length = 0;
+            run.count = 0;
+            run.ack_now = 0;
+            run.short_piece = 0;
+            run.pos = wpos;
+        }
+        memcpy(o + wpos, scratch + PIECE_HEAD, pc.length);
+        wpos += pc.length;
+        run.last_counter = c;
+        run.next_offset = pc.offset + pc.length;
+        run.length += pc.length;
+        run.count += 1;
+        run.ack_now |= pc.ack_now;
+        run.short_piece = pc.length < run.chunk;
+    }
+    if (flush_run(list, &run) < 0) goto fail;
+    goto done;
+fail:
+    Py_CLEAR(list);
+done:
+    PyMem_Free(scratch);
+    PyBuffer_Release(&key);
+    PyBuffer_Release(&nonce_head);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&bits);
+    PyBuffer_Release(&out);
+    return list;
+}
+
+static PyMethodDef methods[] = {
+    {"bind", bind, METH_VARARGS, "bind(easy, open_easy): libsodium's box functions"},
+    {"seal", seal, METH_VARARGS, "seal(key, nonce_head, fuid, counter, parts) -> bytearray"},
+    {"open", open_box, METH_VARARGS, "open(key, nonce_head, data, counter) -> bytearray | None"},
+    {"seal_pieces", seal_pieces, METH_VARARGS, "seal_pieces(...): a train of DATA pieces"},
+    {"open_train", open_train, METH_VARARGS, "open_train(...) -> list of entries"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "raetsalt._trains",
+    "The native profile's per-datagram work in C (see raetsalt.engine.trains).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__trains(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "ABI", ABI) < 0) Py_CLEAR(m);
+    return m;
+}

@@ -1,0 +1,297 @@
+"""The native profile's per-datagram work, one call per datagram or per train (issue 15).
+
+A *train* is a run of native datagrams laid back to back in one buffer: what a UDP GSO
+send takes and what a GRO receive returns.  The four operations here are the whole of
+the per-datagram work that does not need the channel's state:
+
+* ``seal(key, nonce_head, fuid, counter, parts)``: one datagram (prefix, then the box of
+  the concatenated ``parts``);
+* ``open(key, nonce_head, data, counter)``: the frames of one datagram, or None when its
+  box does not open;
+* ``seal_pieces(...)``: ``count`` datagrams of consecutive pieces of one bulk message into
+  one buffer (the channel's bulk burst);
+* ``open_train(...)``: open every datagram of a received train, and hand back runs of
+  consecutive bulk pieces with their data already joined (one reassembly append per run
+  instead of one per datagram), the frames of other datagrams, what is left to the
+  ordinary path and what did not open (``RUN``, ``PLAIN``, ``RAW``, ``FORGED`` entries;
+  layouts in ``PyKernel.open_train``).
+
+``COMPILED`` is the compiled module ``raetsalt._trains`` (built from ``raetsalt/_trains.c``
+when a C compiler is there; libsodium is PyNaCl's own, through function pointers from its
+cffi module); ``PyKernel`` is the same in Python and the fallback.  Both give the same
+bytes and the same entries (``tests/engine/test_trains.py``).  ``KERNEL`` is the one
+channels use: the compiled one unless it is missing or ``RAETSALT_PURE_PYTHON`` is set.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+import nacl.bindings as _sodium
+import nacl.exceptions
+
+Buffer = bytes | bytearray | memoryview
+Entry = tuple[int, ...]
+
+RUN = 0
+PLAIN = 1
+RAW = 2
+FORGED = 3
+PREFIX = struct.Struct("!2sIQ")  # magic, receiver's uid, counter
+MAGIC = b"\xf5\x01"
+TAG = 16
+LEAST = struct.Struct("!BQ")
+DATA = struct.Struct("!BBBIIIH")
+PIECE = struct.Struct("!BQBBBIIIH")  # LEAST then a DATA head
+OVERHEAD = PREFIX.size + TAG + PIECE.size
+"""Bytes of a bulk piece's datagram beyond its data."""
+LEAST_FRAME = 3
+DATA_FRAME = 1
+ACK_NOW_FRAME = 5
+STREAMS = 2
+MAX_DATAGRAM = 65535
+ABI = 2
+"""The compiled module's ``ABI``: one built from older source (a stale in-place build
+left by an earlier install) does not match and is not used."""
+
+_easy = _sodium.crypto_box_easy_afternm
+_open_easy = _sodium.crypto_box_open_easy_afternm
+_NONCE = struct.Struct("!16sQ")
+
+
+class Train(bytearray):
+    """Datagrams of ``segment`` bytes back to back, to one address: one GSO send."""
+
+    __slots__ = ("segment",)
+    segment: int
+
+
+class PyKernel:
+    """The reference implementation (and the fallback without a compiler); the compiled
+    module has the same functions, typed as this class."""
+
+    name = "python"
+
+    def seal(
+        self, key: bytes, nonce_head: bytes, fuid: int, counter: int, parts: Sequence[Buffer]
+    ) -> bytearray:
+        plain = b"".join(parts)
+        if len(plain) > MAX_DATAGRAM - PREFIX.size - TAG:
+            raise ValueError("datagram too large")
+        out = bytearray(PREFIX.pack(MAGIC, fuid, counter))
+        out += _easy(plain, _NONCE.pack(nonce_head, counter), key)
+        return out
+
+    def open(self, key: bytes, nonce_head: bytes, data: Buffer, counter: int) -> bytearray | None:
+        if len(data) < PREFIX.size + TAG:
+            return None
+        try:
+            return bytearray(
+                _open_easy(bytes(data[PREFIX.size :]), _NONCE.pack(nonce_head, counter), key)
+            )
+        except (nacl.exceptions.CryptoError, TypeError, ValueError):
+            return None
+
+    def seal_pieces(
+        self,
+        key: bytes,
+        nonce_head: bytes,
+        fuid: int,
+        counter: int,
+        least: int,
+        kind: int,
+        stream: int,
+        seq: int,
+        body: Buffer,
+        offset: int,
+        chunk: int,
+        count: int,
+        ack_now: bool,
+        out: bytearray,
+    ) -> None:
+        size = OVERHEAD + chunk
+        if (
+            chunk <= 0
+            or size > MAX_DATAGRAM
+            or offset < 0
+            or count < 0
+            or offset + count * chunk > len(body)
+            or len(out) != count * size + (1 if ack_now else 0)
+        ):
+            raise ValueError("seal_pieces: arguments out of range")
+        view = memoryview(body)
+        total = len(body)
+        pos = 0
+        for index in range(count):
+            start = offset + index * chunk
+            parts: list[Buffer] = [
+                PIECE.pack(
+                    LEAST_FRAME, least, DATA_FRAME, kind, stream, seq, total, start, chunk
+                ),
+                view[start : start + chunk],
+            ]
+            if ack_now and index == count - 1:
+                parts.append(bytes([ACK_NOW_FRAME]))
+            data = self.seal(key, nonce_head, fuid, counter + 1 + index, parts)
+            out[pos : pos + len(data)] = data
+            pos += len(data)
+
+    def open_train(
+        self,
+        key: bytes,
+        nonce_head: bytes,
+        uid: int,
+        data: Buffer,
+        segment: int,
+        bits: bytearray,
+        highest: int,
+        out: bytearray,
+    ) -> list[Entry]:
+        """The entries of the train ``data`` of ``segment``-byte datagrams, in order:
+
+        * ``(RUN, first counter, count, least, ack_now, kind, stream, seq, total, offset,
+          pos, length, chunk)``: ``count`` datagrams with consecutive counters, each just
+          LEAST + one DATA piece (+ ACK_NOW), of one message, contiguous, the same least,
+          all but the last of ``chunk`` bytes; their data joined is ``out[pos:pos+length]``;
+        * ``(PLAIN, counter, pos, length)``: another datagram that opened; its frames are
+          ``out[pos:pos+length]``;
+        * ``(RAW, start, length)``: ``data[start:start+length]`` is left to the ordinary
+          path: not ours (magic, uid), a counter the window ``bits``/``highest`` has seen
+          or not above those taken before it in the train;
+        * ``(FORGED, counter)``: ours, with a fresh counter, but its box does not open
+          (dropped as the ordinary path would, without opening it a second time).
+
+        Nothing is marked in the window: the caller does that as it takes entries.
+        """
+        nbits = len(bits) * 8
+        if (
+            segment <= 0
+            or segment > MAX_DATAGRAM
+            or len(out) < len(data)
+            or not nbits
+            or nbits & (nbits - 1)
+        ):
+            raise ValueError("open_train: arguments out of range")
+        entries: list[Entry] = []
+        run: list[Any] | None = None  # [piece fields..., count, length, pos, ack_now, short]
+        wpos = 0
+        top = highest
+        taken = False
+        view = memoryview(data)
+        for start in range(0, len(data), segment):
+            datagram = view[start : start + segment]
+            size = len(datagram)
+            counter = 0
+            raw = size < PREFIX.size + TAG + 1 or datagram[:2] != MAGIC
+            if not raw:
+                _, their_uid, counter = PREFIX.unpack_from(datagram)
+                raw = (
+                    their_uid != uid
+                    or (taken and counter <= top)
+                    or _seen(bits, nbits, highest, counter)
+                )
+            plain = None if raw else self.open(key, nonce_head, datagram, counter)
+            if plain is None:
+                run = self._flush(entries, run)
+                entries.append((RAW, start, size) if raw else (FORGED, counter))
+                continue
+            taken, top = True, counter
+            piece = _piece(plain)
+            if piece is None:
+                run = self._flush(entries, run)
+                out[wpos : wpos + len(plain)] = plain
+                entries.append((PLAIN, counter, wpos, len(plain)))
+                wpos += len(plain)
+                continue
+            least, kind, stream, seq, total, offset, length, ack_now = piece
+            if run is not None and not (
+                counter == run[0] + run[8]
+                and not run[12]
+                and (least, kind, stream, seq, total) == (run[1], run[2], run[3], run[4], run[5])
+                and offset == run[6] + run[9]
+                and length <= run[7]
+            ):
+                run = self._flush(entries, run)
+            if run is None:
+                # first counter, least, kind, stream, seq, total, offset, chunk, count,
+                # length, pos, ack_now, short
+                run = [counter, least, kind, stream, seq, total, offset, length, 0, 0, wpos, 0, 0]
+            out[wpos : wpos + length] = plain[PIECE.size : PIECE.size + length]
+            wpos += length
+            run[8] += 1
+            run[9] += length
+            run[11] |= ack_now
+            run[12] = length < run[7]
+        self._flush(entries, run)
+        return entries
+
+    @staticmethod
+    def _flush(entries: list[Entry], run: list[Any] | None) -> None:
+        if run is not None:
+            first, least, kind, stream, seq, total, offset, chunk, count, length, pos, ack, _ = run
+            entry = (RUN, first, count, least, ack, kind, stream, seq, total, offset, pos, length)
+            entries.append((*entry, chunk))
+        return None
+
+
+Kernel = PyKernel
+"""What a channel seals and opens with: ``PyKernel`` or the compiled module."""
+
+
+def _seen(bits: bytearray, nbits: int, highest: int, counter: int) -> bool:
+    if counter > highest:
+        return False
+    if counter + nbits <= highest:
+        return True
+    index = counter & (nbits - 1)
+    return bool(bits[index >> 3] >> (index & 7) & 1)
+
+
+def _piece(plain: bytearray) -> tuple[int, int, int, int, int, int, int, int] | None:
+    """(least, kind, stream, seq, total, offset, length, ack_now) of a datagram that is
+    just LEAST + one DATA frame (+ ACK_NOW) with every field in range; else None."""
+    size = len(plain)
+    if size < PIECE.size + 1 or plain[0] != LEAST_FRAME or plain[LEAST.size] != DATA_FRAME:
+        return None
+    _, least, _, kind, stream, seq, total, offset, length = PIECE.unpack_from(plain)
+    rest = size - PIECE.size - length
+    if stream >= STREAMS or not length or offset + length > total:
+        return None
+    if rest == 0:
+        return least, kind, stream, seq, total, offset, length, 0
+    if rest == 1 and plain[-1] == ACK_NOW_FRAME:
+        return least, kind, stream, seq, total, offset, length, 1
+    return None
+
+
+def _load_compiled() -> Kernel | None:
+    """``raetsalt._trains`` bound to PyNaCl's libsodium, or None."""
+    try:
+        from nacl._sodium import ffi, lib  # type: ignore[import-not-found]
+
+        from raetsalt import _trains  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+
+    if getattr(_trains, "ABI", None) != ABI:
+        return None
+
+    def address(name: str) -> int:
+        return int(ffi.cast("uintptr_t", ffi.addressof(lib, name)))
+
+    try:
+        _trains.bind(address("crypto_box_easy_afternm"), address("crypto_box_open_easy_afternm"))
+    except (AttributeError, TypeError, ValueError):
+        return None
+    _trains.name = "c"
+    return _trains  # type: ignore[no-any-return]
+
+
+COMPILED = _load_compiled()
+"""The compiled kernel, or None (no compiler when raetsalt was installed)."""
+KERNEL: Kernel = (
+    COMPILED if COMPILED is not None and not os.environ.get("RAETSALT_PURE_PYTHON") else PyKernel()
+)

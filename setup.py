@@ -1,0 +1,19 @@
+"""Only the optional C kernel lives here (metadata: setup.cfg).
+
+``raetsalt._trains`` (raetsalt/_trains.c) is built when a C compiler and Python's headers
+are there; ``optional=True`` turns a failed build into a warning, and raetsalt then runs
+on the same code in Python (``raetsalt.engine.trains.PyKernel``).
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "raetsalt._trains",
+            ["raetsalt/_trains.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        )
+    ]
+)
