@@ -59,25 +59,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from raetsalt.drops import DropReason
-from raetsalt.engine import trains
+from raetsalt.engine import migration, native_trains, rekey, trains
 from raetsalt.engine.congestion import PERSISTENT_PTOS, Controller, LossResponse, Snapshot
 from raetsalt.engine.events import MessageDelivered, MessageReceived, TransactionFailed
 from raetsalt.engine.flow import QUIET_PIECE, SendWindow
-from raetsalt.engine.migration import (
-    PATH_CHALLENGE_FRAME,
-    PATH_FRAME,
-    PATH_RESPONSE_FRAME,
-    PathValidation,
-    response,
-)
+from raetsalt.engine.native_trains import ACK_DELAY
 from raetsalt.engine.reassembly import Reassembly
-from raetsalt.engine.rekey import (
-    CONFIRM_FRAME,
-    KEY_CONFIRM_FRAME,
-    KEY_FRAME,
-    KEY_OFFER_FRAME,
-    KeyRing,
-)
 from raetsalt.engine.remote import Address, Outgoing, Receive
 from raetsalt.engine.replay import ReplayWindow
 from raetsalt.engine.scheduler import (
@@ -140,8 +127,6 @@ PACKET_THRESHOLD = 3
 MAX_REORDER = 1024
 INITIAL_RTT = 0.05
 MIN_PTO = 0.002
-ACK_DELAY = 0.001
-"""A lone data packet's ack waits this long for a reply to ride on (two are acked at once)."""
 MAX_PTO = 2.0
 PROBE_PACKETS = 2
 """Packets sent again when the probe time-out fires (RFC 9002 sends one or two probes):
@@ -196,14 +181,14 @@ class Channel:
         self.remote = remote
         self.box = box
         """The key datagrams are sealed with (``keys.box``, which rotates)."""
-        self.keys = KeyRing(
+        self.keys = rekey.KeyRing(
             box,
             now,
             interval=port.config.native_rekey_interval,
             packets=port.config.native_rekey_packets,
             initiator=initiator,
         )
-        self.path: PathValidation | None = None
+        self.path: migration.PathValidation | None = None
         """A new address of the remote being validated (engine/migration.py)."""
         self._path_answer = b""  # the token of a PATH_RESPONSE in the packet being read
         # Frames that go in datagrams of their own at the next flush, to the remote's
@@ -769,134 +754,8 @@ class Channel:
     def receive_train(
         self, data: memoryview, segment: int, address: Address, now: float, alone: Receive
     ) -> bool:
-        """The datagrams of a received train (``Road.receive_train``): what
-        ``receive_untrusted`` does for each, with runs of bulk pieces taken at once.
-        ``alone`` (``Road.receive_datagram``) takes each the ordinary path must judge (not
-        this session's, a replay, a box that does not open), and all after one that ended
-        this session.  True if any datagram was authenticated here (the remote is heard)."""
-        window, stats, remote = self.rx_window, self.port.stats, self.remote
-        highest = window.highest
-        rotating = self.keys.other() is not None  # some may be under the other key
-        out = bytearray(len(data))
-        bits = window.bits or bytearray(window.size // 8)  # (allocated by the first mark)
-        entries = self._kernel.open_train(
-            self._key, self._rx_nonce, remote.uid, data, segment, bits, window.highest, out
-        )
-        heard = False
-        taken = 0  # datagrams of the train dealt with
-        for entry in entries:
-            what = entry[0]
-            if what == trains.RAW:
-                self._arm()
-                taken += 1
-                alone(bytes(data[entry[1] : entry[1] + entry[2]]), address, now)
-                if remote.channel is not self:  # that datagram ended the session
-                    for rest in range(taken * segment, len(data), segment):
-                        alone(bytes(data[rest : rest + segment]), address, now)
-                    return heard
-                continue
-            if what == trains.FORGED and rotating:  # the ordinary path tries both keys
-                self._arm()
-                alone(bytes(data[taken * segment : (taken + 1) * segment]), address, now)
-                taken += 1
-                if remote.channel is not self:
-                    return heard
-                continue
-            if what == trains.FORGED:  # what the road does with it alone, without a 2nd open
-                stats["rx"] += 1
-                taken += 1
-                self._drop_bad(BadPacket("box does not open", DropReason.DECRYPT), address)
-                continue
-            if what == trains.RUN:
-                stats["rx"] += entry[2]
-                taken += entry[2]
-                heard = self._run(entry, out, address, now) or heard
-                continue
-            stats["rx"] += 1
-            taken += 1
-            counter, pos, length = entry[1], entry[2], entry[3]
-            try:
-                self._opened(counter, out[pos : pos + length], now)
-            except BadPacket as exc:
-                self._drop_bad(exc, address)
-            else:
-                heard = True
-        if heard:
-            self._heard(now)
-            if self._path_answer or address != remote.ha:
-                self._on_new_source(address, window.highest > highest, now)
-        self._arm()
-        return heard
-
-    def _run(
-        self, entry: trains.Entry, out: bytearray, address: tuple[str, int], now: float
-    ) -> bool:
-        """A ``trains.RUN`` of bulk pieces: one reassembly append when the inbox takes
-        them as it would one by one, else one by one.  True if any was authenticated
-        and not dropped."""
-        _, first, count, least, ack_now, kind, stream, seq, total, offset, pos, length, chunk = (
-            entry
-        )
-        ranges = self.ack_ranges
-        if ranges and ranges[0][0] < least:
-            if least > first:  # (no honest sender) one by one forgets differently
-                return self._pieces(entry, out, address, now)
-            self._forget_below(least)
-        if ack_now:
-            self.ack_due = True
-            self.port.want_flush(self)
-        inbox = self.inboxes[stream]
-        if not inbox.take_run(seq, kind, total, offset, out, pos, length, count, now):
-            return self._pieces(entry, out, address, now)
-        self._record_run(first, first + count - 1, now)
-        return True
-
-    def _pieces(
-        self, entry: trains.Entry, out: bytearray, address: tuple[str, int], now: float
-    ) -> bool:
-        """A ``trains.RUN`` taken piece by piece, exactly as the packets one at a time."""
-        _, first, count, least, ack_now, kind, stream, seq, total, offset, pos, length, chunk = (
-            entry
-        )
-        if ack_now:
-            self.ack_due = True
-            self.port.want_flush(self)
-        inbox, taken = self.inboxes[stream], False
-        for index in range(count):
-            size = chunk if index < count - 1 else length - chunk * index
-            ranges = self.ack_ranges
-            if ranges and ranges[0][0] < least:
-                self._forget_below(least)
-            try:
-                held = inbox.take(
-                    seq, kind, total, offset + index * chunk, out, pos + index * chunk, size, now
-                )
-            except BadPacket as exc:
-                self._drop_bad(exc, address)
-                continue
-            taken = True
-            if held:
-                self._record(first + index, True, now)
-            else:
-                self.rx_window.mark(first + index)
-        return taken
-
-    def _record_run(self, first: int, last: int, now: float) -> None:
-        """``_record(counter, True, now)`` for the counters ``first`` to ``last``."""
-        window = self.rx_window
-        for counter in range(first, last + 1):
-            window.mark(counter)
-        ranges = self.ack_ranges
-        if ranges and ranges[-1][1] + 1 == first:
-            ranges[-1][1] = last
-        else:
-            self._add_range(first, last)
-        if not self.ack_pending and self.ack_deadline is None:
-            self.ack_deadline = now + ACK_DELAY
-        self.ack_pending += last - first + 1
-        if self.ack_pending >= 2:
-            self.ack_due = True
-            self.port.want_flush(self)
+        """The datagrams of a received train (``engine/native_trains.py``)."""
+        return native_trains.receive_train(self, data, segment, address, now, alone)
 
     def _record(self, counter: int, ack_eliciting: bool, now: float) -> None:
         self.rx_window.mark(counter)
@@ -1004,7 +863,7 @@ class Channel:
                         ]
                         pos += count * _RANGE.size
                         self._on_ack(ranges_in, now)
-                elif PATH_CHALLENGE_FRAME <= kind <= KEY_CONFIRM_FRAME:
+                elif migration.PATH_CHALLENGE_FRAME <= kind <= rekey.KEY_CONFIRM_FRAME:
                     pos = self._control_frame_untrusted(kind, plain, pos, now)
                 else:
                     raise BadPacket("unknown native frame", DropReason.BODY)
@@ -1015,25 +874,25 @@ class Channel:
     def _control_frame_untrusted(self, kind: int, plain: bytearray, pos: int, now: float) -> int:
         """A path or key frame (engine/migration.py, engine/rekey.py); returns the
         position after it."""
-        if kind <= PATH_RESPONSE_FRAME:
-            _, token = PATH_FRAME.unpack_from(plain, pos)
-            if kind == PATH_RESPONSE_FRAME:
+        if kind <= migration.PATH_RESPONSE_FRAME:
+            _, token = migration.PATH_FRAME.unpack_from(plain, pos)
+            if kind == migration.PATH_RESPONSE_FRAME:
                 self._path_answer = token  # counts only from the challenged address
             else:
-                self._queue_control(response(token), None)
-            return pos + PATH_FRAME.size
-        if kind == KEY_CONFIRM_FRAME:
-            _, epoch = CONFIRM_FRAME.unpack_from(plain, pos)
+                self._queue_control(migration.response(token), None)
+            return pos + migration.PATH_FRAME.size
+        if kind == rekey.KEY_CONFIRM_FRAME:
+            _, epoch = rekey.CONFIRM_FRAME.unpack_from(plain, pos)
             if self.keys.on_confirm(epoch):
                 self._queue_control(b"", None)  # sealed under our (the new) key
-            return pos + CONFIRM_FRAME.size
-        _, epoch, public = KEY_FRAME.unpack_from(plain, pos)
-        if kind == KEY_OFFER_FRAME:
+            return pos + rekey.CONFIRM_FRAME.size
+        _, epoch, public = rekey.KEY_FRAME.unpack_from(plain, pos)
+        if kind == rekey.KEY_OFFER_FRAME:
             self._queue_control(self.keys.on_offer(epoch, public), None)
         elif self.keys.on_accept(epoch, public, now):
             self._use(self.keys.box)
             self.port.stats["native_rekey"] += 1
-        return pos + KEY_FRAME.size
+        return pos + rekey.KEY_FRAME.size
 
     def _use(self, box: SessionBox) -> None:
         """Seal and open with ``box`` from now on (a key rotation switched)."""
@@ -1058,7 +917,7 @@ class Channel:
                 self.srtt, self.rttvar, self.rtt_sampled = INITIAL_RTT, INITIAL_RTT / 2, False
                 self._pto = self._compute_pto()
         elif newest and (path is None or path.address != source):
-            self.path = PathValidation(source)
+            self.path = migration.PathValidation(source)
             self._queue_control(self.path.challenge(now, self._pto), source)
 
     def _batch(

@@ -27,7 +27,7 @@ to an address no session validated is limited to ``config.amplification`` times 
 sent (``raetsalt.engine.guard``).  An unauthenticated packet never changes an
 established session: a join from a new address for a known estate runs its own
 transaction and leaves the estate's address, ids and session alone; the estate moves
-only when an allow from the new address completes.
+only when an allow (or a native path validation) from the new address completes.
 
 Storage stays outside: the road holds its records in memory (``KeyBook`` for keys) and
 reports each change as a ``KeepEvent``.  Operator decisions arrive as commands
@@ -551,13 +551,8 @@ class Road:
             config = self.config
             size = config.native_loopback_datagram_size if loopback else config.native_datagram_size
             remote.channel = Channel(
-                self,
-                remote,
-                session,
-                initiator=initiator,
-                datagram_size=size,
-                window=config.native_window,
-                now=now,
+                self, remote, session, initiator=initiator, datagram_size=size,
+                window=config.native_window, now=now,
             )
         remote.session = session
         remote.link = Link.ALLOWED
