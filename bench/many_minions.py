@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+import logging
 import os
 import selectors
 import signal
@@ -157,6 +158,9 @@ def main() -> int:
     parser.add_argument("--alive-period", type=float, default=3.0,
                         help="the minions' raet_alive_period")
     args = parser.parse_args()
+    # Thousands of minions each saying "lost the master" would drown the benchmark's
+    # output (and cost CPU): the status file counts those.
+    logging.basicConfig(level=logging.ERROR)
     if args.nice:
         os.nice(args.nice)
     root = Path(args.root)

@@ -22,7 +22,10 @@ class RoadConfig:
     """How often a joiner whose key is pending on the other side asks again."""
     alive_timeout: float = 2.0
     presence_period: float = 1.0
-    """An alive is sent to a remote that has been silent this long."""
+    """An alive is sent to a remote that has been silent this long (at least)."""
+    alive_rate: float = 200.0
+    """Alives per second a road sends at most on average: with more remotes than
+    ``alive_rate * presence_period`` the period grows with their number (0: fixed)."""
     message_timeout: float = 30.0
     window: int = 256
     """Segments a raet-profile message sender may have in flight beyond the receiver's last

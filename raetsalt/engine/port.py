@@ -124,6 +124,9 @@ class RoadPort(Protocol):
 
     def on_alive_timeout(self, remote: Remote, now: float) -> None: ...
 
+    def on_alive_answered(self, remote: Remote, now: float) -> None:
+        """A native alive found the remote answering: schedule the next one."""
+
     def on_connect_failed(self, remote: Remote, now: float) -> None: ...
 
     def on_message_finished(self, remote: Remote, now: float) -> None: ...

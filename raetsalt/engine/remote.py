@@ -113,6 +113,8 @@ class SessionChannel(Protocol):
 
     def unfinished(self) -> list[Outgoing]: ...
 
+    def seal_packet(self, plain: bytes) -> bytearray: ...
+
 
 @dataclass(slots=True)
 class Outgoing:

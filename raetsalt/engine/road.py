@@ -43,7 +43,7 @@ from typing import Any
 
 from raetsalt.crypto import SessionBox
 from raetsalt.drops import DropReason
-from raetsalt.engine.alive import AliveInitiator
+from raetsalt.engine.alive_native import presence_period, start_alive
 from raetsalt.engine.allow import AllowCorrespondent, AllowInitiator
 from raetsalt.engine.config import RoadConfig
 from raetsalt.engine.events import (
@@ -332,11 +332,8 @@ class Road:
         if not remote.allowed:
             self.allow(uid, now)
             return
-        if remote.in_progress(TransactionKind.ALIVE) is not None:
-            return
-        txn = AliveInitiator(self, remote, now=now)
-        remote.transactions[txn.key] = txn
-        txn.start(now)
+        if remote.in_progress(TransactionKind.ALIVE) is None:
+            start_alive(self, remote, now)
 
     def send_message(self, to: str | int, body: Mapping[str, Any], now: float) -> int:
         """Queue ``body`` (a mapping) for ``to`` (name or uid); returns the message id.
@@ -606,6 +603,9 @@ class Road:
         else:
             self._rearm(remote, now)
 
+    def on_alive_answered(self, remote: Remote, now: float) -> None:
+        self._rearm(remote, now)
+
     def on_connect_failed(self, remote: Remote, now: float) -> None:
         if not remote.auto_connect:
             return
@@ -729,7 +729,7 @@ class Road:
         if remote.auto_connect and not remote.allowed and not connecting:
             times.append(max(remote.retry_at, now))
         if remote.allowed and TransactionKind.ALIVE not in kinds:
-            times.append(remote.last_rx + self.config.presence_period)
+            times.append(remote.last_rx + presence_period(self.config, len(self.remotes)))
         if remote.outbox:
             times.append(remote.outbox[0].expires)
         keeper = self._housekeeping.get(remote.uid)
@@ -754,7 +754,7 @@ class Road:
                 self.allow(remote.uid, now)
         if (
             remote.allowed
-            and now >= remote.last_rx + self.config.presence_period
+            and now >= remote.last_rx + presence_period(self.config, len(self.remotes))
             and remote.in_progress(TransactionKind.ALIVE) is None
         ):
             self.alive(remote.uid, now)

@@ -86,7 +86,11 @@ def test_reconnect_back_off_doubles_up_to_its_maximum() -> None:
 def test_presence_probe_after_a_silent_period_and_dead_after_the_alive_timeout(
     period: float,
 ) -> None:
-    pair = road_pair(minion_config={"presence_period": period, "alive_timeout": 2.0})
+    # raet's alive: a raet-profile session (native sessions: test_engine_alive_native.py)
+    pair = road_pair(
+        main_config={"native": False},
+        minion_config={"presence_period": period, "alive_timeout": 2.0, "native": False},
+    )
     assert pair.connect()
     minion, main = pair.minion.road, pair.main.road
     last_rx = minion.remote("main").last_rx
