@@ -209,6 +209,16 @@ SCHEMA: tuple[Option, ...] = (
         "Presence and reconnection",
     ),
     Option(
+        "raet_handshake_rate",
+        s.number(0.0),
+        _both(500.0),
+        "Handshakes (join requests and allow hellos) the road takes per second, half "
+        "as many at once; the others, and all of them while the road's socket has a "
+        "backlog, get a small unsigned 'busy' answer and come back later with a "
+        "jittered back-off (sessions that work are never affected).  0: no limit.",
+        "Presence and reconnection",
+    ),
+    Option(
         "raet_reap_interim",
         s.number(0.0),
         {"master": 3600.0},

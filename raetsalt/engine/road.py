@@ -45,6 +45,7 @@ from raetsalt.crypto import SessionBox
 from raetsalt.drops import DropReason
 from raetsalt.engine.alive_native import presence_period, start_alive
 from raetsalt.engine.allow import AllowCorrespondent, AllowInitiator
+from raetsalt.engine.busy import Admission, screen_untrusted
 from raetsalt.engine.config import RoadConfig
 from raetsalt.engine.events import (
     Allowed,
@@ -172,6 +173,7 @@ class Road:
             factor=config.amplification, burst=config.new_ids_burst, rate=config.new_ids_per_second
         )
         self.joins = JoinDesk(self)
+        self.admission = Admission(config.handshake_rate, config.handshake_burst)
         self._correspondents: Mapping[tuple[int, int], Correspond] = {
             (TransactionKind.ALLOW, PacketKind.HELLO): self._start_allow_correspondent,
             (TransactionKind.ALIVE, PacketKind.REQUEST): self._answer_alive,
@@ -786,6 +788,8 @@ class Road:
         header = packet.header
         if header.flags & Flag.BF:
             raise BadPacket("broadcast packets are not supported", DropReason.BROADCAST)
+        if screen_untrusted(self, packet, address, now):  # "busy", before any key work
+            return
         if header.transaction_kind == TransactionKind.JOIN:
             self._dispatch_join(packet, address, now)
             return
