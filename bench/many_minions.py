@@ -44,10 +44,10 @@ from raetsalt.drivers.keepwriter import KeepWriter
 from raetsalt.engine.events import Allowed
 from raetsalt.execution.grains import core_grains
 from raetsalt.execution.loader import Loader
-from raetsalt.keep.records import Keep
+from raetsalt.keep.records import Keep, KeepWrite
 
 
-def _synchronous_writer(keep: Keep) -> KeepWriter:
+def _synchronous_writer(keep: Keep) -> KeepWriter[KeepWrite]:
     return KeepWriter(keep, threaded=False)
 
 

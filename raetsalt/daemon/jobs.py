@@ -24,9 +24,9 @@ from typing import Any
 import yaml
 
 from raetsalt.daemon.access import REQUEST_SHARES, AccessGate
+from raetsalt.daemon.cachewriter import QueuedJobCache
 from raetsalt.daemon.datacache import MinionDataCache
 from raetsalt.daemon.executor import ForkExecutor
-from raetsalt.daemon.jobcache import JobCache
 from raetsalt.daemon.keys import SHARE_KEY, KeyService
 from raetsalt.daemon.roster import RoadRoster
 from raetsalt.daemon.saltmaster import MasterBridge
@@ -137,7 +137,7 @@ class MasterService:
         self.roster = RoadRoster(node)
         self.jobs = MasterJobs(
             opts,
-            JobCache(os.path.join(opts["cachedir"], "jobs")),
+            QueuedJobCache(os.path.join(opts["cachedir"], "jobs")),
             self.roster,
             estate=node.stack.road.name,
             data_cache=MinionDataCache(os.path.join(opts["cachedir"], "minions")),
@@ -315,6 +315,8 @@ class MasterService:
     def close(self) -> None:
         self.gate.close()
         self.salt.close()
+        if isinstance(self.jobs.cache, QueuedJobCache):
+            self.jobs.cache.close()  # what is queued reaches the disk
 
     def _dispatch(self, ready: Any, now: float) -> list[Any]:
         handler = self.jobs.on_publish if ready.share == p.SHARE_PUBLISH else self.jobs.on_runner

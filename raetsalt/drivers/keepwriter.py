@@ -15,6 +15,9 @@ the reason meanwhile).
 
 ``threaded=False`` commits in the caller's thread at each ``submit`` (in-memory keeps in
 tests), with the same failure handling: what fails is retried at the next submission.
+
+Anything with a ``commit(batch)`` can be written this way (``Committer``): the master's
+job cache is too (``raetsalt.daemon.cachewriter``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import logging
 import socket
 import threading
 from collections.abc import Callable
+from typing import Generic, Protocol, TypeVar
 
 from raetsalt.drivers.clock import monotonic
 from raetsalt.errors import KeepError
@@ -35,13 +39,22 @@ log = logging.getLogger(__name__)
 RETRY = 1.0
 """Seconds between attempts while commits fail."""
 
+W = TypeVar("W")
 
-class KeepWriter:
+
+class Committer(Protocol[W]):
+    """What a writer writes to: ``commit`` applies a batch durably, or raises
+    ``KeepError``/``OSError`` and applies none of it that matters."""
+
+    def commit(self, writes: list[W]) -> None: ...
+
+
+class KeepWriter(Generic[W]):
     """Commits batches of writes to ``keep`` (module docstring)."""
 
     def __init__(
         self,
-        keep: Keep,
+        keep: Committer[W],
         *,
         threaded: bool = True,
         clock: Callable[[], float] = monotonic,
@@ -52,7 +65,7 @@ class KeepWriter:
         self.failing: str | None = None
         self.attempts = 0
         """Commits tried so far; it moves after the wake-up byte is sent."""
-        self._pending: list[KeepWrite] = []
+        self._pending: list[W] = []
         self._cond = threading.Condition()
         self._closing = False
         self.clock = clock
@@ -65,7 +78,7 @@ class KeepWriter:
             self._thread = threading.Thread(target=self._run, name="keep-writer", daemon=True)
             self._thread.start()
 
-    def submit(self, writes: list[KeepWrite]) -> int:
+    def submit(self, writes: list[W]) -> int:
         """Queue ``writes``; returns the sequence number that is durable once
         ``committed`` reaches it."""
         with self._cond:
@@ -156,6 +169,6 @@ class KeepWriter:
             pass  # the loop is behind on wake-ups already: one byte is enough
 
 
-def writer_for(keep: Keep) -> KeepWriter:
+def writer_for(keep: Keep) -> KeepWriter[KeepWrite]:
     """A background writer for keeps on disk, a synchronous one for anything else."""
     return KeepWriter(keep, threaded=isinstance(keep, FileKeep))

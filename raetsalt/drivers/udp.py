@@ -199,7 +199,7 @@ class RoadStack:
         self._failures = Throttle(60.0)
         self.policy = policy
         self.keep: Keep | None = None
-        self.writer: KeepWriter | None = None
+        self.writer: KeepWriter[KeepWrite] | None = None
         self.problems: list[str] = []
         """Keep documents that could not be read when the stack opened (one line each)."""
 
