@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING
 from raetsalt.engine.alive import AliveInitiator
 from raetsalt.engine.native import ACK_NOW
 from raetsalt.engine.transaction import Transaction
-from raetsalt.wire.enums import TransactionKind
 
 if TYPE_CHECKING:
     from raetsalt.engine.config import RoadConfig
@@ -54,23 +53,17 @@ def start_alive(port: RoadPort, remote: Remote, now: float) -> Transaction:
     return txn
 
 
-class NativeAlive(Transaction):
+class NativeAlive(AliveInitiator):
     """A native probe: ``ACK_NOW`` alone, answered by the other end's ack.
 
-    It sends nothing the other end must match to a transaction, so its ids are only our
-    own bookkeeping key.  It checks for an answer at its redo times (the road marks the
-    remote alive on receipt of anything authenticated) and sends the probe again while
-    there is none.
+    raet's alive in kind, ids and redo times, but it sends nothing the other end must
+    match to a transaction, so its ids are only our own bookkeeping key.  It checks for
+    an answer at its redo times (the road marks the remote alive on receipt of anything
+    authenticated) and sends the probe again while there is none.
     """
 
-    kind = TransactionKind.ALIVE
-    redo_min = 0.25
-    redo_max = 1.0
-
     def __init__(self, port: RoadPort, remote: Remote, *, now: float) -> None:
-        super().__init__(
-            port, remote, initiator=True, sid=remote.sid, tid=remote.next_tid(), now=now
-        )
+        super().__init__(port, remote, now=now)
         self.timeout_at = now + port.config.alive_timeout / 2
 
     def start(self, now: float) -> None:

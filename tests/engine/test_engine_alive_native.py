@@ -10,40 +10,16 @@ from raetsalt.engine import RoadConfig
 from raetsalt.engine.alive_native import presence_period
 from raetsalt.engine.events import Allowed, Joined, PresenceChanged
 from raetsalt.engine.native import is_native
-from raetsalt.engine.road import Road
 from raetsalt.testing.pair import MAIN_HA, MINION_HA, road_pair
+from raetsalt.testing.tap import Tap
 from raetsalt.wire.enums import PacketKind, TransactionKind
 from raetsalt.wire.packet import parse_packet_untrusted
 
 
-class Tap:
-    """A road as FakeNet sees it, recording what it sends."""
-
-    def __init__(self, road: Road) -> None:
-        self.road = road
-        self.sent: list[bytes] = []
-
-    def receive_datagram(self, data: bytes, address: tuple[str, int], now: float) -> None:
-        self.road.receive_datagram(data, address, now)
-
-    def datagrams_to_send(self, now: float) -> list[tuple[bytes | bytearray, tuple[str, int]]]:
-        out = self.road.datagrams_to_send(now)
-        self.sent.extend(bytes(d) for d, _ in out)
-        return out
-
-    def get_timer(self) -> float | None:
-        return self.road.get_timer()
-
-    def handle_timer(self, now: float) -> None:
-        self.road.handle_timer(now)
-
-    def raet_kinds(self) -> list[tuple[int, int]]:
-        """(transaction kind, packet kind) of every raet-format datagram sent."""
-        return [
-            (parse_packet_untrusted(d).header.transaction_kind,
-             parse_packet_untrusted(d).header.packet_kind)
-            for d in self.sent if not is_native(d)
-        ]
+def _raet_kinds(tap: Tap) -> list[tuple[int, int]]:
+    """(transaction kind, packet kind) of every raet-format datagram ``tap`` sent."""
+    headers = [parse_packet_untrusted(d).header for d in tap.sent if not is_native(d)]
+    return [(h.transaction_kind, h.packet_kind) for h in headers]
 
 
 def _native_pair(**minion: object):  # type: ignore[no-untyped-def]
@@ -60,7 +36,7 @@ def _native_pair(**minion: object):  # type: ignore[no-untyped-def]
 def test_an_idle_native_session_stays_up_without_a_signed_packet() -> None:
     pair, minion_tap, main_tap = _native_pair()
     pair.net.run_until(lambda: False, timeout=120.0)
-    assert minion_tap.raet_kinds() == [] and main_tap.raet_kinds() == []
+    assert _raet_kinds(minion_tap) == [] and _raet_kinds(main_tap) == []
     minion, main = pair.minion.road, pair.main.road
     # A probe per period of silence at most from each side (both have the same period).
     probes = minion.stats["native_alive_tx"] + main.stats["native_alive_tx"]

@@ -13,6 +13,7 @@ from raetsalt.engine.native import is_native
 from raetsalt.keep.store import MemoryKeep
 from raetsalt.testing.fakenet import FakeNet
 from raetsalt.testing.pair import MAIN_HA, Peer, make_peer, road_pair
+from raetsalt.testing.tap import Tap
 from raetsalt.wire.enums import FootKind, PacketKind, TransactionKind
 from raetsalt.wire.header import Header
 from raetsalt.wire.packet import pack_packet, parse_packet_untrusted
@@ -29,30 +30,6 @@ def test_admission_is_a_token_bucket_and_refuses_everything_while_loaded() -> No
     assert Admission(rate=0.0, burst=1.0).admit(0.0) is True  # no limit
 
 
-class Tap:
-    """Records the datagrams a host sends and receives."""
-
-    def __init__(self, peer: Peer) -> None:
-        self.road = peer.road
-        self.sent: list[bytes] = []
-        self.received: list[bytes] = []
-
-    def receive_datagram(self, data: bytes, address: tuple[str, int], now: float) -> None:
-        self.received.append(bytes(data))
-        self.road.receive_datagram(data, address, now)
-
-    def datagrams_to_send(self, now: float) -> list[tuple[bytes | bytearray, tuple[str, int]]]:
-        out = self.road.datagrams_to_send(now)
-        self.sent.extend(bytes(d) for d, _ in out)
-        return out
-
-    def get_timer(self) -> float | None:
-        return self.road.get_timer()
-
-    def handle_timer(self, now: float) -> None:
-        self.road.handle_timer(now)
-
-
 def _headers(datagrams: list[bytes]) -> list[Header]:
     return [parse_packet_untrusted(d).header for d in datagrams if not is_native(d)]
 
@@ -67,7 +44,7 @@ def _extra_minion(net: FakeNet, index: int, **config: object) -> Peer:
 def test_a_busy_main_answers_busy_statelessly_and_the_joiner_comes_back() -> None:
     pair = road_pair(main_config={"handshake_rate": 0.5, "handshake_burst": 2.0})
     assert pair.connect()  # a join request and an allow hello: the burst is spent
-    main_tap = Tap(pair.main)
+    main_tap = Tap(pair.main.road)
     pair.net.attach(MAIN_HA, main_tap)
     late = _extra_minion(pair.net, 7, busy_retry=2.0, retry_max=10.0)
     started = pair.net.now
