@@ -30,6 +30,7 @@ from raetsalt.daemon.executor import ForkExecutor
 from raetsalt.daemon.keys import SHARE_KEY, KeyService
 from raetsalt.daemon.roster import RoadRoster
 from raetsalt.daemon.saltmaster import MasterBridge
+from raetsalt.engine.alive_native import announced_period, take_hint_untrusted
 from raetsalt.engine.events import Allowed, MessageReceived
 from raetsalt.errors import LocalError
 from raetsalt.execution.grains import core_grains
@@ -145,6 +146,8 @@ class MasterService:
             unrestricted=unrestricted_users(opts),
         )
         self.sent_road = False
+        self.announced = 0.0
+        """The silence last asked of all connected minions (``_announce_alive``)."""
         self.gate = AccessGate(opts, opts["sock_dir"], node.manor.lane.yard_path,
                                self._send_answer, self._fire, estate=node.stack.road.name,
                                serving=self.jobs.serving)
@@ -263,7 +266,9 @@ class MasterService:
             elif share == p.SHARE_PILLAR_REFRESH:
                 actions.extend(self.salt.on_pillar_refresh(minion, grains))
             elif share == p.SHARE_CLOCK_REQ:
-                actions.extend(self.jobs.on_clock_req(minion))
+                road = self.node.stack.road
+                alive = announced_period(road.config, len(road.remotes))
+                actions.extend(self.jobs.on_clock_req(minion, alive))
         messages.clear()
         return actions
 
@@ -273,6 +278,22 @@ class MasterService:
         timer = self.jobs.get_timer()
         if timer is not None and timer <= now:
             actions.extend(self.jobs.handle_timer(now))
+        actions.extend(self._announce_alive())
+        return actions
+
+    def _announce_alive(self) -> list[Any]:
+        """When the silence we ask of minions grew by a quarter (more minions), tell the
+        connected ones at once: those that connected early would otherwise keep the
+        shorter period until they reconnect (``raetsalt.engine.alive_native``)."""
+        road = self.node.stack.road
+        alive = announced_period(road.config, len(road.remotes))
+        if alive <= self.announced * 1.25:
+            return []
+        self.announced = alive
+        actions: list[Any] = []
+        for remote in list(road.remotes.values()):
+            if remote.allowed and not remote.main:
+                actions.extend(self.jobs.on_clock_req(remote.role or remote.name, alive))
         return actions
 
     def handle(self, events: Iterable[NodeEvent]) -> list[NodeEvent]:
@@ -488,6 +509,10 @@ class MinionService:
             if share == p.SHARE_FUN:
                 actions.extend(self.jobs.on_publish(event.body, now, now_wall))
             elif share == p.SHARE_CLOCK:
+                road = self.node.stack.road
+                remote = road.remotes_by_name.get(event.remote)
+                if remote is not None:
+                    take_hint_untrusted(remote, event.body.get("alive"))
                 actions.extend(self.jobs.on_clock(event.body, now, now_wall))
             elif share == p.SHARE_PILLAR:
                 pillar = event.body.get("pillar")

@@ -15,14 +15,19 @@ at once), and a raetsalt of an older native version acknowledges only data.
 
 The presence period adapts to the number of remotes (``presence_period``): an alive goes
 to a remote only after it has been silent for the period, and the period grows so that a
-road probes at most ``config.alive_rate`` remotes per second on average.  A master with
-10,000 minions that each probe it every few seconds therefore hardly probes at all: their
-probes keep its ``last_rx`` fresh.
+road probes at most ``config.alive_rate`` remotes per second on average.  A main also
+tells its remotes how long they may stay silent (``announced_period``: a little less
+than its own period, at most ``ALIVE_HINT_MAX``; the daemons carry it in the answer to a
+minion's clock request), and a remote takes it as its period for that main
+(``Remote.presence_hint``, bounded): so the minions' probes, not the main's, keep both
+sides informed, and a main with 10,000 minions gets a few hundred probes a second, not
+thousands.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from typing import TYPE_CHECKING, Any
 
 from raetsalt.engine.alive import AliveInitiator
 from raetsalt.engine.native import ACK_NOW
@@ -34,11 +39,41 @@ if TYPE_CHECKING:
     from raetsalt.engine.remote import Remote
 
 
-def presence_period(config: RoadConfig, remotes: int) -> float:
-    """Seconds of silence after which a remote gets an alive, for a road with ``remotes``."""
+ALIVE_HINT_MAX = 20.0
+"""The longest silence a main asks of its remotes (they notice its loss within this plus
+the alive time-out)."""
+HINT_SHARE = 0.8
+"""A main asks its remotes to probe a little before its own period is up, so that it
+never probes them itself."""
+
+
+def presence_period(config: RoadConfig, remotes: int, hint: float = 0.0) -> float:
+    """Seconds of silence after which a remote gets an alive, for a road with ``remotes``
+    (``hint``: what that remote asked for, see ``announced_period``)."""
+    period = max(config.presence_period, hint)
     if config.alive_rate <= 0:
-        return config.presence_period
-    return max(config.presence_period, remotes / config.alive_rate)
+        return period
+    return max(period, remotes / config.alive_rate)
+
+
+def probe_at(config: RoadConfig, remotes: int, remote: Remote) -> float:
+    """When ``remote``, silent since ``last_rx``, gets an alive (of a road with ``remotes``)."""
+    return remote.last_rx + presence_period(config, remotes, remote.presence_hint)
+
+
+def announced_period(config: RoadConfig, remotes: int) -> float:
+    """The period a main asks its remotes to use (0: their own is fine)."""
+    period = presence_period(config, remotes)
+    if period <= config.presence_period:
+        return 0.0
+    return min(HINT_SHARE * period, ALIVE_HINT_MAX)
+
+
+def take_hint_untrusted(remote: Remote, value: Any) -> None:
+    """The period ``remote`` asked for (a number of seconds; anything else is ignored,
+    and it is bounded by ``ALIVE_HINT_MAX``)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        remote.presence_hint = min(max(float(value), 0.0), ALIVE_HINT_MAX)
 
 
 def start_alive(port: RoadPort, remote: Remote, now: float) -> Transaction:

@@ -43,7 +43,7 @@ from typing import Any
 
 from raetsalt.crypto import SessionBox
 from raetsalt.drops import DropReason
-from raetsalt.engine.alive_native import presence_period, start_alive
+from raetsalt.engine.alive_native import probe_at, start_alive
 from raetsalt.engine.allow import AllowCorrespondent, AllowInitiator
 from raetsalt.engine.busy import Admission, screen_untrusted
 from raetsalt.engine.config import RoadConfig
@@ -731,7 +731,7 @@ class Road:
         if remote.auto_connect and not remote.allowed and not connecting:
             times.append(max(remote.retry_at, now))
         if remote.allowed and TransactionKind.ALIVE not in kinds:
-            times.append(remote.last_rx + presence_period(self.config, len(self.remotes)))
+            times.append(probe_at(self.config, len(self.remotes), remote))
         if remote.outbox:
             times.append(remote.outbox[0].expires)
         keeper = self._housekeeping.get(remote.uid)
@@ -756,7 +756,7 @@ class Road:
                 self.allow(remote.uid, now)
         if (
             remote.allowed
-            and now >= remote.last_rx + presence_period(self.config, len(self.remotes))
+            and now >= probe_at(self.config, len(self.remotes), remote)
             and remote.in_progress(TransactionKind.ALIVE) is None
         ):
             self.alive(remote.uid, now)

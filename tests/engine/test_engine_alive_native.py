@@ -7,7 +7,12 @@ from __future__ import annotations
 import pytest
 
 from raetsalt.engine import RoadConfig
-from raetsalt.engine.alive_native import presence_period
+from raetsalt.engine.alive_native import (
+    ALIVE_HINT_MAX,
+    announced_period,
+    presence_period,
+    take_hint_untrusted,
+)
 from raetsalt.engine.events import Allowed, Joined, PresenceChanged
 from raetsalt.engine.native import is_native
 from raetsalt.testing.pair import MAIN_HA, MINION_HA, road_pair
@@ -129,3 +134,26 @@ def test_the_presence_period_grows_with_the_number_of_remotes() -> None:
     minion = pair.minion.road
     pair.net.detach(MAIN_HA)
     assert minion.get_timer() == pytest.approx(minion.remote("main").last_rx + 5.0)
+
+
+def test_a_main_asks_its_remotes_for_a_longer_silence_and_a_remote_bounds_it() -> None:
+    config = RoadConfig(presence_period=3.0, alive_rate=200.0)
+    assert announced_period(config, 100) == 0.0  # its remotes' own period is fine
+    assert announced_period(config, 2000) == pytest.approx(0.8 * 10.0)
+    assert announced_period(config, 10_000) == ALIVE_HINT_MAX
+    pair = road_pair(minion_config={"presence_period": 3.0})
+    assert pair.connect()
+    remote = pair.minion.road.remote("main")
+    for value, taken in ((8.0, 8.0), ("9", 8.0), (True, 8.0), (float("nan"), 8.0),
+                         (float("inf"), 8.0), (-5, 0.0), (1e9, ALIVE_HINT_MAX), (None, 20.0)):
+        take_hint_untrusted(remote, value)
+        assert remote.presence_hint == taken
+    take_hint_untrusted(remote, 8)
+    pair.net.detach(MAIN_HA)
+    minion = pair.minion.road
+    minion.handle_timer(pair.net.now)
+    # The next probe comes after 8 s of silence, not 3 (an earlier wake-up finds nothing due).
+    while (when := minion.get_timer()) is not None and when < remote.last_rx + 8.0:
+        minion.handle_timer(when)
+        assert minion.stats["native_alive_tx"] == 0
+    assert minion.get_timer() == pytest.approx(remote.last_rx + 8.0)
