@@ -7,8 +7,9 @@ For each N: a real ``raetsalt-master`` (auto_accept, its keep and job cache on d
 N real minions in helper processes (``bench/many_minions.py``: real road stacks, a heap
 of timers, jobs answered in process, at nice 10, their files on tmpfs), then
 
-* **connect**: seconds from a cold start (no keys anywhere) until every minion says its
-  session with the master is up;
+* **connect**: seconds from a cold start (no keys anywhere; the minions are built first,
+  then all start connecting at once) until every minion says its session with the
+  master is up;
 * **ping**: ``raetsalt '*' test.ping --static --out json`` (process start included),
   ``--runs`` times: seconds and returns received;
 * **idle CPU**: the master's CPU over ``--idle`` seconds of steady state, in % of one core;
@@ -109,8 +110,21 @@ class Cluster:
                 [sys.executable, str(HERE / "many_minions.py"), "--root", str(self.shm),
                  "--master", f"127.0.0.1:{self.port}", "--count", str(count),
                  "--prefix", f"m{index}x", "--inline-jobs", "--nice", "10",
-                 "--status", str(status), "--alive-period", str(self.alive_period)],
+                 "--status", str(status), "--alive-period", str(self.alive_period),
+                 "--go", str(self.shm / "go")],
                 stdout=subprocess.DEVNULL, text=True))
+
+    def go(self, timeout: float) -> None:
+        """Wait until every helper has built its minions, then let them all connect."""
+        start = time.monotonic()
+        while sum(1 for path in self.status_files if path.exists()) < len(self.helpers):
+            if time.monotonic() - start > timeout:
+                raise RuntimeError("the helpers did not build their minions in time")
+            for proc in self.helpers:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"a helper exited with {proc.returncode}")
+            time.sleep(0.2)  # polling the helpers' status files
+        (self.shm / "go").touch()
 
     def status(self, after: float = 0.0) -> dict[str, int]:
         """The helpers' status summed (files written before ``after`` count as nothing)."""
@@ -175,6 +189,7 @@ def measure(count: int, args: argparse.Namespace) -> dict[str, Any]:
     try:
         cluster.start_master()
         cluster.start_helpers()
+        cluster.go(600.0)
         connect = cluster.wait_for("connected", args.connect_timeout)
         row["connect_s"] = None if connect is None else round(connect, 1)
         if connect is None:

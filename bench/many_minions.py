@@ -155,6 +155,7 @@ def main() -> int:
                         help="run jobs in this process (no fork per job)")
     parser.add_argument("--nice", type=int, default=0, help="lower CPU priority by this much")
     parser.add_argument("--status", help="file to rewrite with a JSON status every second")
+    parser.add_argument("--go", help="build the minions, then connect once this file exists")
     parser.add_argument("--alive-period", type=float, default=3.0,
                         help="the minions' raet_alive_period")
     args = parser.parse_args()
@@ -183,8 +184,18 @@ def main() -> int:
         minion = Minion(opts, loader, {**base, "id": minion_id}, inline=args.inline_jobs)
         minion.node.register(selector, minion)
         minion.jobs.register(selector, minion)
-        minion.link.connect()
         minions.append(minion)
+    status_path = Path(args.status) if args.status else None
+    if args.go:
+        # Every minion is built: say so, and connect them all when told (a cold start of
+        # the master's side, not of this process).
+        go = Path(args.go)
+        if status_path is not None:
+            _write_status(status_path, root, minions)
+        while not go.exists():
+            time.sleep(0.05)  # polling the benchmark's start signal
+    for minion in minions:
+        minion.link.connect()
     stop = False
     wake_r, wake_w = socket.socketpair()
     wake_r.setblocking(False)
@@ -208,7 +219,6 @@ def main() -> int:
         minion.deadline = minion.service(now)
         heapq.heappush(heap, (minion.deadline, index, minion))
     order = {id(m): i for i, m in enumerate(minions)}
-    status_path = Path(args.status) if args.status else None
     next_status = 0.0
     while not stop:
         now = time.monotonic()
