@@ -78,16 +78,24 @@ class JobCache:
         syncs however many there are (group commit): all go to temporary files, the file
         system is synced, all are renamed into place, and it is synced again.  A crash
         leaves each file old or new, never torn; a temporary name starts with a dot, so
-        readers never see one."""
+        readers never see one.  One writer per cache (the master's) is assumed: the
+        temporary name is the file's, dotted (no random names to make)."""
         staged: list[tuple[str, Path]] = []
+        made: set[str] = set()
         try:
             for jid, name, text in entries:
-                path = self._dir(jid) / name
-                path.parent.mkdir(mode=0o700, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
+                directory = self._dir(jid)
+                if jid not in made:
+                    directory.mkdir(mode=0o700, exist_ok=True)
+                    made.add(jid)
+                path = directory / name
+                tmp = f"{directory}/.{name}.tmp"
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
                 staged.append((tmp, path))
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(text)
+                try:
+                    os.write(fd, text)
+                finally:
+                    os.close(fd)
             sync_filesystem(self.root)
             while staged:
                 tmp, path = staged.pop(0)

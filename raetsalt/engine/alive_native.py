@@ -56,9 +56,16 @@ def presence_period(config: RoadConfig, remotes: int, hint: float = 0.0) -> floa
     return max(period, remotes / config.alive_rate)
 
 
+PRESENCE_GRID = 0.125
+"""Presence deadlines are rounded up to this grid, so that a main's thousands of per-remote
+timers fire a few times a second together, not one wake-up each."""
+
+
 def probe_at(config: RoadConfig, remotes: int, remote: Remote) -> float:
-    """When ``remote``, silent since ``last_rx``, gets an alive (of a road with ``remotes``)."""
-    return remote.last_rx + presence_period(config, remotes, remote.presence_hint)
+    """When ``remote``, silent since ``last_rx``, gets an alive (of a road with ``remotes``),
+    on the ``PRESENCE_GRID``."""
+    due = remote.last_rx + presence_period(config, remotes, remote.presence_hint)
+    return math.ceil(due / PRESENCE_GRID) * PRESENCE_GRID
 
 
 def announced_period(config: RoadConfig, remotes: int) -> float:

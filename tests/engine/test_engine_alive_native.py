@@ -4,11 +4,14 @@ once, and the presence period grows with the number of remotes."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from raetsalt.engine import RoadConfig
 from raetsalt.engine.alive_native import (
     ALIVE_HINT_MAX,
+    PRESENCE_GRID,
     announced_period,
     presence_period,
     take_hint_untrusted,
@@ -25,6 +28,11 @@ def _raet_kinds(tap: Tap) -> list[tuple[int, int]]:
     """(transaction kind, packet kind) of every raet-format datagram ``tap`` sent."""
     headers = [parse_packet_untrusted(d).header for d in tap.sent if not is_native(d)]
     return [(h.transaction_kind, h.packet_kind) for h in headers]
+
+
+def _on_grid(when: float) -> float:
+    """Presence deadlines are rounded up to the grid."""
+    return math.ceil(when / PRESENCE_GRID) * PRESENCE_GRID
 
 
 def _native_pair(**minion: object):  # type: ignore[no-untyped-def]
@@ -69,7 +77,7 @@ def test_a_silent_remote_is_dead_after_the_alive_timeout_via_one_raet_alive() ->
     minion = pair.minion.road
     last_rx = minion.remote("main").last_rx
     pair.net.detach(MAIN_HA)
-    probe_at = last_rx + 3.0
+    probe_at = _on_grid(last_rx + 3.0)
     assert minion.get_timer() == pytest.approx(probe_at)
     minion.handle_timer(probe_at)
     sent = minion.datagrams_to_send(probe_at)
@@ -133,7 +141,7 @@ def test_the_presence_period_grows_with_the_number_of_remotes() -> None:
     assert pair.connect()
     minion = pair.minion.road
     pair.net.detach(MAIN_HA)
-    assert minion.get_timer() == pytest.approx(minion.remote("main").last_rx + 5.0)
+    assert minion.get_timer() == pytest.approx(_on_grid(minion.remote("main").last_rx + 5.0))
 
 
 def test_a_main_asks_its_remotes_for_a_longer_silence_and_a_remote_bounds_it() -> None:
@@ -153,7 +161,7 @@ def test_a_main_asks_its_remotes_for_a_longer_silence_and_a_remote_bounds_it() -
     minion = pair.minion.road
     minion.handle_timer(pair.net.now)
     # The next probe comes after 8 s of silence, not 3 (an earlier wake-up finds nothing due).
-    while (when := minion.get_timer()) is not None and when < remote.last_rx + 8.0:
+    while (when := minion.get_timer()) is not None and when < _on_grid(remote.last_rx + 8.0):
         minion.handle_timer(when)
         assert minion.stats["native_alive_tx"] == 0
-    assert minion.get_timer() == pytest.approx(remote.last_rx + 8.0)
+    assert minion.get_timer() == pytest.approx(_on_grid(remote.last_rx + 8.0))
