@@ -211,7 +211,7 @@ SCHEMA: tuple[Option, ...] = (
     Option(
         "raet_handshake_rate",
         s.number(0.0),
-        _both(500.0),
+        _both(2000.0),
         "Handshakes (join requests and allow hellos) the road takes per second, half "
         "as many at once; the others, and all of them while the road's socket has a "
         "backlog, get a small unsigned 'busy' answer and come back later with a "

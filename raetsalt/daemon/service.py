@@ -72,7 +72,7 @@ def road_config(opts: Mapping[str, Any], node: str) -> RoadConfig:
         presence_period=period,
         alive_rate=float(opts.get("raet_alive_rate", config.alive_rate)),
         handshake_rate=float(opts.get("raet_handshake_rate", config.handshake_rate)),
-        handshake_burst=max(1.0, float(opts.get("raet_handshake_rate", 500.0)) / 2),
+        handshake_burst=max(1.0, float(opts.get("raet_handshake_rate", 2000.0)) / 2),
         # An unanswered alive fails within one period (raet's 2 s at most), so a silent
         # remote is declared dead within two periods: manage.down within three.
         alive_timeout=min(config.alive_timeout, period),

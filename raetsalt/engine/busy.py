@@ -14,8 +14,9 @@ overloaded main never tears down a session that works.
 
 On the other side, ``take_busy_untrusted`` honours a ``BUSY`` only as an answer to a
 join or allow this road started, from the address it sent it to; the handshake ends and
-the road tries again after a jittered back-off (``Road.on_connect_failed``) that waits
-``config.busy_retry`` to twice that the first time, and grows up to ``retry_max``.
+the road tries again at a random time within a back-off that is ``config.busy_retry``
+the first time and doubles up to ``retry_max`` (0.1 to 1 times it: a crowd that was
+refused comes back spread out).
 A forged ``BUSY`` can therefore only delay a handshake, within the back-off's bounds,
 as dropping its packets could.  A raet 0.6.8 peer never
 sees one unless it joins a busy main, and ignores a packet kind it does not know (it
@@ -24,12 +25,14 @@ retries on its own schedule).
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 from raetsalt.drops import DropReason
 from raetsalt.engine.events import TransactionFailed
+from raetsalt.engine.timers import backoff
 from raetsalt.engine.transaction import mirrored_header
 from raetsalt.errors import BadPacket
 from raetsalt.wire.enums import CoatKind, Flag, FootKind, PacketKind, TransactionKind
@@ -40,6 +43,9 @@ if TYPE_CHECKING:
     from raetsalt.engine.events import Event
     from raetsalt.engine.remote import Address, Remote
     from raetsalt.wire.packet import Packet
+
+BUSY_JITTER = 0.1
+"""A refused joiner returns after 0.1 to 1 times its back-off."""
 
 HANDSHAKE_STARTS = frozenset(
     {
@@ -62,7 +68,9 @@ class Screening(Protocol):
 
     def emit(self, event: Event) -> None: ...
 
-    def on_connect_failed(self, remote: Remote, now: float) -> None: ...
+    rng: random.Random
+
+    def reschedule(self, remote: Remote, now: float) -> None: ...
 
 
 class Admission:
@@ -129,7 +137,10 @@ def take_busy_untrusted(road: Screening, packet: Packet, address: Address, now: 
     txn.finish()
     road.stats["busy_rx"] += 1
     road.emit(TransactionFailed(remote.name, txn.kind.name.lower(), "busy"))
-    # on_connect_failed doubles the delay and draws the wait from its upper half: the
-    # first attempt after a busy answer comes busy_retry to 2 x busy_retry later.
-    remote.retry_delay = max(remote.retry_delay, road.config.busy_retry)
-    road.on_connect_failed(remote, now)
+    # Come back at a uniformly random time within the back-off (busy_retry, doubling up to
+    # retry_max): a crowd of refused joiners returns spread out, at the rate it left.
+    config = road.config
+    remote.retry_delay = backoff(max(remote.retry_delay, config.busy_retry / 2),
+                                 config.retry_min, config.retry_max)
+    remote.retry_at = now + remote.retry_delay * road.rng.uniform(BUSY_JITTER, 1.0)
+    road.reschedule(remote, now)

@@ -74,12 +74,12 @@ class RoadConfig:
     """Join correspondents at once (each holds a little state for an unsigned request)."""
     max_joins_per_remote: int = 4
     """Join correspondents for one known estate, from different addresses."""
-    handshake_rate: float = 500.0
-    handshake_burst: float = 250.0
+    handshake_rate: float = 2000.0
+    handshake_burst: float = 1000.0
     """Handshakes (join requests, allow hellos) a road takes per second, and at once; the
     others get a stateless ``BUSY`` answer (``raetsalt.engine.busy``; rate 0: no limit)."""
     busy_retry: float = 2.0
-    """A ``BUSY`` answer makes us try again after a jittered back-off from this long."""
+    """A ``BUSY`` answer makes us try again within this long (doubling while it lasts)."""
     departed_memory: float = 600.0
     """Seconds a remote whose key was deleted still gets told ``unjoined`` (so it re-joins
     at once) when it sends authenticated packets."""

@@ -124,8 +124,8 @@ class RoadPort(Protocol):
 
     def on_alive_timeout(self, remote: Remote, now: float) -> None: ...
 
-    def on_alive_answered(self, remote: Remote, now: float) -> None:
-        """A native alive found the remote answering: schedule the next one."""
+    def reschedule(self, remote: Remote, now: float) -> None:
+        """The remote's presence or retry times changed: arm its housekeeping timer."""
 
     def on_connect_failed(self, remote: Remote, now: float) -> None: ...
 

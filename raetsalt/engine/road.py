@@ -605,7 +605,7 @@ class Road:
         else:
             self._rearm(remote, now)
 
-    def on_alive_answered(self, remote: Remote, now: float) -> None:
+    def reschedule(self, remote: Remote, now: float) -> None:
         self._rearm(remote, now)
 
     def on_connect_failed(self, remote: Remote, now: float) -> None:
