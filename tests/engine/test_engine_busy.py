@@ -132,3 +132,62 @@ def test_a_restarted_main_takes_its_minions_back_gradually(count: int) -> None:
     admitted = count + 1  # hellos answered (and a few retransmissions at most)
     assert took >= (admitted - rate / 2) / rate * 0.8
     assert main.stats["handshake_busy"] > 0
+
+
+class Stalled:
+    """A road whose loop stops for a while (a slow disk, a long GC, a busy CPU): what
+    arrives meanwhile waits in its socket, and its timers wait too."""
+
+    def __init__(self, road: object) -> None:
+        self.road = road
+        self.until = 0.0
+        self.queue: list[tuple[bytes, tuple[str, int]]] = []
+
+    def receive_datagram(self, data: bytes, address: tuple[str, int], now: float) -> None:
+        self.queue.append((bytes(data), address))
+        if now >= self.until:
+            self._drain(now)
+
+    def _drain(self, now: float) -> None:
+        queue, self.queue = self.queue, []
+        for data, address in queue:
+            self.road.receive_datagram(data, address, now)  # type: ignore[attr-defined]
+
+    def datagrams_to_send(self, now: float) -> list[tuple[bytes | bytearray, tuple[str, int]]]:
+        if now < self.until:
+            return []
+        return self.road.datagrams_to_send(now)  # type: ignore[attr-defined, no-any-return]
+
+    def get_timer(self) -> float | None:
+        when = self.road.get_timer()  # type: ignore[attr-defined]
+        if self.queue or (when is not None and when < self.until):
+            return max(self.until, when if when is not None else self.until)
+        return when  # type: ignore[no-any-return]
+
+    def handle_timer(self, now: float) -> None:
+        if now >= self.until:
+            self._drain(now)
+            self.road.handle_timer(now)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("stall", [1.5, 6.0])
+def test_a_stalled_main_tears_no_session_down(stall: float) -> None:
+    """The main's loop stops for a while (up to two presence periods): its minion's
+    session survives; no join, no allow, and the main keeps the minion allowed."""
+    pair = road_pair(minion_config={"presence_period": 3.0},
+                     main_config={"presence_period": 3.0})
+    assert pair.connect()
+    joins, allows = len(pair.minion.of(Joined)), len(pair.minion.of(Allowed))
+    session = pair.minion.road.remote("main").channel
+    stalled = Stalled(pair.main.road)
+    pair.net.attach(MAIN_HA, stalled)
+    for _ in range(5):  # five stalls, a minute apart
+        pair.net.run_until(lambda: False, timeout=10.0)
+        stalled.until = pair.net.now + stall
+        pair.net.run_until(lambda: False, timeout=50.0)
+    assert len(pair.minion.of(Joined)) == joins and len(pair.minion.of(Allowed)) == allows
+    assert pair.minion.road.remote("main").channel is session  # the same session
+    assert pair.main.road.remote("minion").allowed
+    assert pair.minion.road.remote("main").alive
+    if stall > 3.0:  # long enough for the minion to notice (its probes went unanswered)
+        assert pair.minion.road.stats["native_alive_fallback"] >= 5
