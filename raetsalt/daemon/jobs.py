@@ -24,8 +24,7 @@ from typing import Any
 import yaml
 
 from raetsalt.daemon.access import REQUEST_SHARES, AccessGate
-from raetsalt.daemon.cachewriter import QueuedJobCache
-from raetsalt.daemon.datacache import MinionDataCache
+from raetsalt.daemon.cachewriter import QueuedDataCache, QueuedJobCache
 from raetsalt.daemon.executor import ForkExecutor
 from raetsalt.daemon.keys import SHARE_KEY, KeyService
 from raetsalt.daemon.roster import RoadRoster
@@ -141,7 +140,7 @@ class MasterService:
             QueuedJobCache(os.path.join(opts["cachedir"], "jobs")),
             self.roster,
             estate=node.stack.road.name,
-            data_cache=MinionDataCache(os.path.join(opts["cachedir"], "minions")),
+            data_cache=QueuedDataCache(os.path.join(opts["cachedir"], "minions")),
             utcnow=utcnow,
             unrestricted=unrestricted_users(opts),
         )
@@ -338,6 +337,8 @@ class MasterService:
         self.salt.close()
         if isinstance(self.jobs.cache, QueuedJobCache):
             self.jobs.cache.close()  # what is queued reaches the disk
+        if isinstance(self.jobs.data_cache, QueuedDataCache):
+            self.jobs.data_cache.close()
 
     def _dispatch(self, ready: Any, now: float) -> list[Any]:
         handler = self.jobs.on_publish if ready.share == p.SHARE_PUBLISH else self.jobs.on_runner

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 import raetsalt.daemon.jobcache as jobs_module
-from raetsalt.daemon.cachewriter import QueuedJobCache
+from raetsalt.daemon.cachewriter import QueuedDataCache, QueuedJobCache
+from raetsalt.daemon.datacache import MinionDataCache
 from raetsalt.daemon.jobcache import JobCache
 from raetsalt.errors import KeepError
 from raetsalt.keep.store import FileKeep
@@ -100,7 +101,8 @@ def test_a_record_that_cannot_be_stored_fails_in_the_caller(tmp_path: Path) -> N
 
 _WRITER = r"""
 import sys
-from raetsalt.daemon.cachewriter import QueuedJobCache
+from raetsalt.daemon.cachewriter import QueuedDataCache, QueuedJobCache
+from raetsalt.daemon.datacache import MinionDataCache
 from raetsalt.drivers.keepwriter import KeepWriter
 from raetsalt.keep.records import Acceptance, KeepWrite, RoleRecord
 from raetsalt.keep.store import FileKeep
@@ -156,3 +158,16 @@ def test_a_process_killed_mid_batch_loses_nothing_acknowledged(tmp_path: Path) -
     roles = {r.role for r in keep.list_roles()}
     assert {f"r{n:06d}" for n in range(1, acknowledged + 1)} <= roles
     assert not keep.load_state().broken
+
+
+def test_the_minion_data_cache_is_written_in_batches_and_in_order(tmp_path: Path) -> None:
+    cache = QueuedDataCache(tmp_path / "minions", threaded=False)
+    cache.save("m1", {"os": "Linux"})
+    cache.save("m2", {"os": "Linux"})
+    cache.remove("m1")
+    cache.save("m2", {"os": "BSD"})
+    assert MinionDataCache(tmp_path / "minions").load_all() == {"m2": {"os": "BSD"}}
+    with pytest.raises(KeepError):
+        cache.save("../x", {})
+    assert not [p for p in (tmp_path / "minions").iterdir() if p.name.startswith(".")]
+    cache.close()
