@@ -28,6 +28,7 @@ from typing import Any
 from raetsalt import acl
 from raetsalt.errors import BadPacket, KeepError, TargetError
 from raetsalt.log import Throttle, clip
+from raetsalt.services.grainpool import GrainPool
 from raetsalt.targeting import MinionFacts, expand_nodegroup, match_bounds
 from raetsalt.timefmt import salt_stamp
 
@@ -152,7 +153,12 @@ class MasterJobs:
         self.estate = estate
         self.data_cache = data_cache
         self.utcnow = utcnow
-        self.grains: dict[str, dict[str, Any]] = data_cache.load_all() if data_cache else {}
+        self.grain_pool = GrainPool()
+        """One copy of the grain values minions report alike (``services.grainpool``)."""
+        loaded = data_cache.load_all() if data_cache else {}
+        self.grains: dict[str, dict[str, Any]] = {
+            minion: self.grain_pool.share(grains) for minion, grains in loaded.items()
+        }
         """Minion id -> the grains it last reported."""
         self.pillars: Mapping[str, Mapping[str, Any]] = {}
         """Minion id -> the pillar the master compiled for it (pillar targeting; kept by
@@ -171,7 +177,7 @@ class MasterJobs:
         grains = body.get("grains")
         if not isinstance(grains, dict):
             return []
-        self.grains[minion] = grains
+        self.grains[minion] = self.grain_pool.share(grains)
         if self.data_cache is not None:
             try:
                 self.data_cache.save(minion, grains)
