@@ -304,8 +304,8 @@ def test_wrong_and_unknown_users_cannot_be_told_apart_by_time(cluster: Cluster) 
         time.sleep(LOCKOUT_TIME)  # a time, not a condition: both failures are forgotten
     wrong, unknown = statistics.median(runs["wrong"]), statistics.median(runs["unknown"])
     print(f"answer times: wrong {runs['wrong']}, unknown {runs['unknown']}")
-    # The hold-back (eauth_fail_delay, 0.2 s) is the floor; the ceiling only has to catch a runaway delay,
-    # with room for a loaded machine's scheduling.
+    # The hold-back (eauth_fail_delay, 0.2 s) is the floor; the ceiling only has to catch a
+    # runaway delay, with room for a loaded machine's scheduling.
     assert 0.2 <= wrong < 1.0 and 0.2 <= unknown < 1.0
     assert abs(wrong - unknown) < 0.1
 
