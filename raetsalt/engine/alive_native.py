@@ -124,7 +124,7 @@ class NativeAlive(AliveInitiator):
         if self.remote.last_rx <= self.started:
             return False
         self.finish()
-        self.port.reschedule(self.remote, now)
+        self.port.service_remote(self.remote, now)
         return True
 
     def on_redo(self, now: float) -> None:

@@ -70,7 +70,7 @@ class Screening(Protocol):
 
     rng: random.Random
 
-    def reschedule(self, remote: Remote, now: float) -> None: ...
+    def service_remote(self, remote: Remote, now: float) -> None: ...
 
 
 class Admission:
@@ -143,4 +143,4 @@ def take_busy_untrusted(road: Screening, packet: Packet, address: Address, now: 
     remote.retry_delay = backoff(max(remote.retry_delay, config.busy_retry / 2),
                                  config.retry_min, config.retry_max)
     remote.retry_at = now + remote.retry_delay * road.rng.uniform(BUSY_JITTER, 1.0)
-    road.reschedule(remote, now)
+    road.service_remote(remote, now)

@@ -124,8 +124,9 @@ class RoadPort(Protocol):
 
     def on_alive_timeout(self, remote: Remote, now: float) -> None: ...
 
-    def reschedule(self, remote: Remote, now: float) -> None:
-        """The remote's presence or retry times changed: arm its housekeeping timer."""
+    def service_remote(self, remote: Remote, now: float) -> None:
+        """Housekeeping of one remote now (what is due), and its timer armed again: after
+        its presence or retry times changed."""
 
     def on_connect_failed(self, remote: Remote, now: float) -> None: ...
 

@@ -237,7 +237,8 @@ class Road:
                 self._receive_native(data, address, now)
                 return
             packet = parse_packet_untrusted(data, max_size=self.config.max_packet_size)
-            self._dispatch(packet, address, now)
+            if not screen_untrusted(self, packet, address, now):  # "busy": before key work
+                self._dispatch(packet, address, now)
         except BadPacket as exc:
             self._drop_bad(exc, address)
 
@@ -333,8 +334,7 @@ class Road:
         remote = self.remotes[uid]
         if not remote.allowed:
             self.allow(uid, now)
-            return
-        if remote.in_progress(TransactionKind.ALIVE) is None:
+        elif remote.in_progress(TransactionKind.ALIVE) is None:
             start_alive(self, remote, now)
 
     def send_message(self, to: str | int, body: Mapping[str, Any], now: float) -> int:
@@ -605,9 +605,6 @@ class Road:
         else:
             self._rearm(remote, now)
 
-    def reschedule(self, remote: Remote, now: float) -> None:
-        self._rearm(remote, now)
-
     def on_connect_failed(self, remote: Remote, now: float) -> None:
         if not remote.auto_connect:
             return
@@ -788,8 +785,6 @@ class Road:
         header = packet.header
         if header.flags & Flag.BF:
             raise BadPacket("broadcast packets are not supported", DropReason.BROADCAST)
-        if screen_untrusted(self, packet, address, now):  # "busy", before any key work
-            return
         if header.transaction_kind == TransactionKind.JOIN:
             self._dispatch_join(packet, address, now)
             return

@@ -22,6 +22,14 @@ def test_alike_values_are_one_object_and_different_ones_stay_apart() -> None:
 def test_the_pool_is_bounded() -> None:
     pool = GrainPool(limit=10, largest=100)
     for n in range(100):
-        grains = {"serial": f"s{n}", "big": ["x" * 200], "many": [n]}
+        grains = {"serial": f"s{n}", "big": list(range(200)), "many": [n], "flag": [True]}
         assert pool.share(grains) == grains
     assert len(pool) == 10
+
+
+def test_equal_looking_values_of_other_types_are_not_shared() -> None:
+    pool = GrainPool()
+    a = pool.share({"v": [1], "w": {"k": "1"}})
+    b = pool.share({"v": [True], "w": {"k": 1}})
+    assert b["v"] == [True] and b["v"][0] is True and b["w"] == {"k": 1}
+    assert a["v"] is not b["v"]
