@@ -137,7 +137,7 @@ class MasterService:
         self.roster = RoadRoster(node)
         self.jobs = MasterJobs(
             opts,
-            QueuedJobCache(os.path.join(opts["cachedir"], "jobs")),
+            QueuedJobCache(os.path.join(opts["cachedir"], "jobs"), threaded=False),
             self.roster,
             estate=node.stack.road.name,
             data_cache=QueuedDataCache(os.path.join(opts["cachedir"], "minions")),
@@ -278,6 +278,8 @@ class MasterService:
         if timer is not None and timer <= now:
             actions.extend(self.jobs.handle_timer(now))
         actions.extend(self._announce_alive())
+        if isinstance(self.jobs.cache, QueuedJobCache):
+            self.jobs.cache.writer.commit_now()  # this pass's returns: one batch, two syncs
         return actions
 
     def _announce_alive(self) -> list[Any]:

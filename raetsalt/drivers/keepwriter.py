@@ -58,8 +58,16 @@ class KeepWriter(Generic[W]):
         *,
         threaded: bool = True,
         clock: Callable[[], float] = monotonic,
+        window: float = 0.0,
+        deferred: bool = False,
     ) -> None:
         self.keep = keep
+        self.deferred = deferred
+        self._retry_at = 0.0
+        """Unthreaded and deferred: ``submit`` only queues; ``flush`` commits it all."""
+        self.window = window
+        """Seconds the thread lets writes gather before a commit (0: none): fewer, larger
+        batches, and fewer turns at the interpreter lock while the loop is busy."""
         self.submitted = 0
         self.committed = 0
         self.failing: str | None = None
@@ -86,9 +94,21 @@ class KeepWriter(Generic[W]):
             self.submitted += 1
             sequence = self.submitted
             self._cond.notify()
-        if self._thread is None:
+        if self._thread is None and not self.deferred:
             self._commit_pending()
         return sequence
+
+    def commit_now(self) -> bool:
+        """Unthreaded: commit what is queued, in the caller's thread (while commits fail,
+        at most once every ``RETRY`` seconds); False if it is not all committed."""
+        if self._thread is not None or not self._pending:
+            return not self._pending
+        if self.failing is not None and self.clock() < self._retry_at:
+            return False
+        ok = self._commit_pending()
+        if not ok:
+            self._retry_at = self.clock() + RETRY
+        return ok
 
     def fileno(self) -> int:
         """Readable when a commit was tried (``attempts`` moved; call ``drain_wake``)."""
@@ -128,6 +148,8 @@ class KeepWriter(Generic[W]):
                 self._cond.wait_for(lambda: bool(self._pending) or self._closing)
                 if not self._pending:
                     return
+                if self.window > 0 and not self._closing:
+                    self._cond.wait_for(lambda: self._closing, self.window)
             if not self._commit_pending():
                 with self._cond:
                     if self._closing:

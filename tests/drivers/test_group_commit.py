@@ -74,14 +74,21 @@ def test_a_failing_disk_keeps_the_returns_readable_and_writes_them_later(
         real_sync(path)
 
     monkeypatch.setattr(jobs_module, "sync_filesystem", sync)
-    cache = QueuedJobCache(tmp_path / "jobs", threaded=False)
+    cache = QueuedJobCache(tmp_path / "jobs", threaded=False)  # as the master: per pass
+    now = [0.0]
+    cache.writer.clock = lambda: now[0]
     cache.save_load(JID, {"fun": "test.ping"})
     cache.save_return(JID, "m1", {"return": True})
+    assert cache.writer.committed == 0  # queued until the pass ends
+    assert cache.writer.commit_now() is False
     assert cache.writer.failing and cache.writer.committed == 0
     assert list(cache.get_returns(JID)) == ["m1"]
     assert not list((tmp_path / "jobs" / JID).glob("*.json"))  # nothing half-installed
     broken["on"] = False
-    cache.save_return(JID, "m2", {"return": True})  # the retry takes everything
+    cache.save_return(JID, "m2", {"return": True})
+    assert cache.writer.commit_now() is False  # not again before RETRY seconds
+    now[0] += 1.0
+    assert cache.writer.commit_now() is True  # the retry takes everything
     assert cache.writer.committed == 3 and cache.writer.failing is None
     assert sorted(JobCache(tmp_path / "jobs").get_returns(JID)) == ["m1", "m2"]
 
