@@ -112,7 +112,7 @@ class Minion:
 
     def service(self, now: float) -> float:
         """Service the minion; returns its next deadline (monotonic)."""
-        was = self.link.state
+        was = self.link.connected
         events = self.jobs.handle(self.node.service_ready())
         if self.jobs.sent_road:
             self.jobs.sent_road = False
@@ -120,7 +120,7 @@ class Minion:
         if any(type(e) is Allowed for e in events):
             self.session_at = time.time()
         self.link.handle(events)
-        if was == "connected" and self.link.state != "connected":
+        if was and not self.link.connected:
             self.lost += 1
         waits = [w for w in (self.node.timeout(), self.jobs.timeout()) if w is not None]
         return now + (min(waits) if waits else 60.0)
@@ -134,10 +134,10 @@ def _write_status(path: Path, root: Path, minions: list[Minion]) -> None:
     status = {
         "at": time.time(),
         "count": len(minions),
-        "connected": sum(1 for m in minions if m.link.state == "connected"),
+        "connected": sum(1 for m in minions if m.link.connected),
         "lost": sum(m.lost for m in minions),
         "since_epoch": sum(
-            1 for m in minions if m.link.state == "connected" and m.session_at > epoch
+            1 for m in minions if m.link.connected and m.session_at > epoch
         ),
     }
     tmp = path.with_suffix(".tmp")
