@@ -1,18 +1,35 @@
-"""``raetsalt '*' test.ping`` against many minions (issue 6, F).
+"""One master, many minions (issue 12): the scale table.
 
-    .venv/bin/python bench/bench_many_minions.py [--count 200] [--processes 4] [--runs 3]
+    .venv/bin/python bench/bench_many_minions.py [--counts 1000,2000,5000,10000] [--runs 3]
+        [--steady 300] [--idle 30] [--short]
 
-Starts a real ``raetsalt-master`` (auto_accept) and ``--count`` real minions spread over
-``--processes`` helper processes (``bench/many_minions.py``: each minion has its own
-config, keep, road port and job service), waits until the master has heard every
-minion's start event, then times the ``raetsalt '*' test.ping --out json --static``
-command (process start included) until every minion's return is printed.
+For each N: a real ``raetsalt-master`` (auto_accept, its keep and job cache on disk) and
+N real minions in helper processes (``bench/many_minions.py``: real road stacks, a heap
+of timers, jobs answered in process, at nice 10, their files on tmpfs), then
+
+* **connect**: seconds from a cold start (no keys anywhere; the minions are built first,
+  then all start connecting at once) until every minion says its session with the
+  master is up;
+* **ping**: ``raetsalt '*' test.ping --static --out json`` (process start included),
+  ``--runs`` times: seconds and returns received;
+* **idle CPU**: the master's CPU over ``--idle`` seconds of steady state, in % of one core;
+* **RSS**: the master's resident memory after the pings;
+* **lost**: how many times a minion declared the master lost during ``--steady``
+  seconds of steady state (the idle window is part of it);
+* **recovery**: seconds from a master SIGKILL + restart until every minion has a new
+  session with it, with no operator action;
+* **per minion**: master CPU per minion to connect and per ping (ms, the keep and cache
+  writer threads included) and idle CPU per minion (us/s).
+
+``--short`` is the ``make bench`` mode: N = 200, one ping, 5 s windows.  The load of the
+machine (load average) is printed with each row: the machine is shared.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import signal
 import socket
@@ -21,11 +38,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-from raetsalt.config import load_node_config
-from raetsalt.event import MasterEvent
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
+PER_HELPER = 1250
+"""Minions per helper process (each minion holds about six file descriptors)."""
 
 
 def free_port() -> int:
@@ -34,83 +51,232 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=200)
-    parser.add_argument("--processes", type=int, default=4)
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="rsm", dir="/tmp"))
-    port = free_port()
-    (root / "ma").mkdir()
-    (root / "ma" / "master").write_text(
-        f"root_dir: {root / 'ma'}\ninterface: 127.0.0.1\nid: benchmaster\n"
-        f"raet_port: {port}\nauto_accept: true\ntimeout: 10\n"
-    )
-    tool = Path(sys.executable).with_name("raetsalt-master")
-    master = subprocess.Popen([str(tool), "-c", str(root / "ma"), "-l", "warning"], text=True)
-    helpers: list[subprocess.Popen[str]] = []
-    try:
-        sock_dir = load_node_config(root / "ma", "master")["sock_dir"]
-        bus = None
-        deadline = time.monotonic() + 20
-        while bus is None:
-            try:
-                bus = MasterEvent(sock_dir)
-            except Exception:  # noqa: BLE001 - the master is still starting
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)  # polling for the master's socket to appear
-        per = -(-args.count // args.processes)
-        started_at = time.monotonic()
-        for index in range(args.processes):
-            count = min(per, args.count - index * per)
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def load() -> float:
+    return os.getloadavg()[0]
+
+
+class Cluster:
+    """A master and its simulated minions under ``root``."""
+
+    def __init__(self, count: int, *, helpers: int, alive_period: float) -> None:
+        self.count = count
+        self.root = Path(tempfile.mkdtemp(prefix="rsm", dir="/tmp"))  # the master: disk
+        self.shm = Path(tempfile.mkdtemp(prefix="rsm", dir="/dev/shm"))  # the minions
+        self.port = free_port()
+        self.master_dir = self.root / "ma"
+        self.master_dir.mkdir()
+        (self.master_dir / "master").write_text(
+            f"root_dir: {self.master_dir}\ninterface: 127.0.0.1\nid: benchmaster\n"
+            f"raet_port: {self.port}\nauto_accept: true\ntimeout: 30\n"
+            f"raet_alive_period: {alive_period}\n"
+        )
+        self.master: subprocess.Popen[str] | None = None
+        self.helpers: list[subprocess.Popen[str]] = []
+        self.status_files: list[Path] = []
+        self.helper_count = helpers
+        self.alive_period = alive_period
+
+    def start_master(self) -> None:
+        tool = Path(sys.executable).with_name("raetsalt-master")
+        self.master = subprocess.Popen(
+            [str(tool), "-c", str(self.master_dir), "-l", "error"], text=True
+        )
+
+    def kill_master(self) -> None:
+        assert self.master is not None
+        self.master.kill()
+        self.master.wait(10)
+
+    def start_helpers(self) -> None:
+        per = -(-self.count // self.helper_count)
+        for index in range(self.helper_count):
+            count = min(per, self.count - index * per)
             if count <= 0:
                 break
-            helpers.append(subprocess.Popen(
-                [sys.executable, str(HERE / "many_minions.py"), "--root", str(root / f"h{index}"),
-                 "--master", f"127.0.0.1:{port}", "--count", str(count),
-                 "--prefix", f"m{index}x"],
-                stdout=subprocess.PIPE, text=True))
-        # Connected = the master has the minion's grains (its first hello, which also fires
-        # the start event).  A slow listener may miss bus events; the master's minion data
-        # cache settles that.
-        cached = Path(load_node_config(root / "ma", "master")["cachedir"]) / "minions"
-        deadline = time.monotonic() + 120
-        reported = 0
-        while reported < args.count:
-            if time.monotonic() > deadline:
-                print(f"only {reported} of {args.count} minions connected", file=sys.stderr)
-                return 1
-            bus.get_event(wait=0.5, tag="salt/minion/")
-            reported = len(list(cached.glob("*.json"))) if cached.is_dir() else 0
-        print(f"{args.count} minions connected in {time.monotonic() - started_at:.1f} s")
+            status = self.shm / f"status{index}.json"
+            self.status_files.append(status)
+            self.helpers.append(subprocess.Popen(
+                [sys.executable, str(HERE / "many_minions.py"), "--root", str(self.shm),
+                 "--master", f"127.0.0.1:{self.port}", "--count", str(count),
+                 "--prefix", f"m{index}x", "--inline-jobs", "--nice", "10",
+                 "--status", str(status), "--alive-period", str(self.alive_period),
+                 "--go", str(self.shm / "go")],
+                stdout=subprocess.DEVNULL, text=True))
+
+    def go(self, timeout: float) -> None:
+        """Wait until every helper has built its minions, then let them all connect."""
+        start = time.monotonic()
+        while sum(1 for path in self.status_files if path.exists()) < len(self.helpers):
+            if time.monotonic() - start > timeout:
+                raise RuntimeError("the helpers did not build their minions in time")
+            for proc in self.helpers:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"a helper exited with {proc.returncode}")
+            time.sleep(0.2)  # polling the helpers' status files
+        (self.shm / "go").touch()
+
+    def status(self, after: float = 0.0) -> dict[str, int]:
+        """The helpers' status summed (files written before ``after`` count as nothing)."""
+        total = {"count": 0, "connected": 0, "lost": 0, "since_epoch": 0}
+        for path in self.status_files:
+            try:
+                part = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if float(part.get("at", 0.0)) <= after:
+                continue
+            for key in total:
+                total[key] += int(part.get(key, 0))
+        return total
+
+    def wait_for(self, key: str, timeout: float, *, after: float = 0.0) -> float | None:
+        """Seconds until ``status(after)[key]`` reaches N, or None after ``timeout``."""
+        start = time.monotonic()
+        while time.monotonic() - start < timeout:
+            if self.status(after).get(key, 0) >= self.count:
+                return time.monotonic() - start
+            for proc in self.helpers:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"a helper exited with {proc.returncode}")
+            time.sleep(0.2)  # polling the helpers' status files
+        return None
+
+    def ping(self, timeout: float) -> tuple[float, int]:
         salt = Path(sys.executable).with_name("raetsalt")
-        times = []
-        for _ in range(args.runs):
-            t0 = time.perf_counter()
-            done = subprocess.run([str(salt), "-c", str(root / "ma"), "*", "test.ping",
-                                   "--out", "json", "--static", "-t", "30"],
-                                  capture_output=True, text=True)
-            took = time.perf_counter() - t0
+        start = time.perf_counter()
+        done = subprocess.run(
+            [str(salt), "-c", str(self.master_dir), "*", "test.ping", "--out", "json",
+             "--static", "-t", str(int(timeout))],
+            capture_output=True, text=True,
+        )
+        took = time.perf_counter() - start
+        try:
             returns = json.loads(done.stdout) if done.stdout.strip() else {}
-            ok = sum(1 for v in returns.values() if v is True)
-            times.append(took)
-            print(f"raetsalt '*' test.ping: {ok}/{args.count} returned True in {took:.2f} s "
-                  f"(exit {done.returncode}; target < 5 s)", flush=True)
-        print(json.dumps({"bench": "many_minions", "minions": args.count,
-                          "ping_seconds": [round(t, 3) for t in times]}))
-        return 0
-    finally:
-        procs: list[subprocess.Popen[str]] = [*helpers, master]
+        except ValueError:
+            returns = {}
+        return took, sum(1 for value in returns.values() if value is True)
+
+    def stop(self) -> None:
+        procs = [p for p in [*self.helpers, self.master] if p is not None]
         for proc in procs:
-            proc.send_signal(signal.SIGTERM)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
         for proc in procs:
             try:
-                proc.wait(10)
+                proc.wait(30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        shutil.rmtree(root, ignore_errors=True)
+                proc.wait(10)
+        shutil.rmtree(self.root, ignore_errors=True)
+        shutil.rmtree(self.shm, ignore_errors=True)
+
+
+def measure(count: int, args: argparse.Namespace) -> dict[str, Any]:
+    helpers = max(args.processes, -(-count // PER_HELPER))
+    cluster = Cluster(count, helpers=helpers, alive_period=args.alive_period)
+    row: dict[str, Any] = {"minions": count, "load_start": round(load(), 1)}
+    try:
+        cluster.start_master()
+        cluster.start_helpers()
+        cluster.go(600.0)
+        assert cluster.master is not None
+        pid = cluster.master.pid
+        cpu0 = cpu_seconds(pid)
+        connect = cluster.wait_for("connected", args.connect_timeout)
+        row["connect_s"] = None if connect is None else round(connect, 1)
+        row["ms_cpu_per_minion_connect"] = round(1000 * (cpu_seconds(pid) - cpu0) / count, 2)
+        if connect is None:
+            row["connected"] = cluster.status()["connected"]
+        pings = []
+        for _ in range(args.runs):
+            cpu0 = cpu_seconds(pid)
+            took, returned = cluster.ping(args.ping_timeout)
+            pings.append((round(took, 2), returned, cpu_seconds(pid) - cpu0))
+        row["ping"] = [(t, r) for t, r, _ in pings]
+        cpu_per_ping = sorted(c for _, _, c in pings)[len(pings) // 2]
+        row["ms_cpu_per_minion_per_ping"] = round(1000 * cpu_per_ping / count, 3)
+        row["rss_mib"] = round(rss_mib(pid), 1)
+        lost0 = cluster.status()["lost"]
+        cpu0, start = cpu_seconds(pid), time.monotonic()
+        time.sleep(args.idle)  # the measurement window itself
+        idle = (cpu_seconds(pid) - cpu0) / (time.monotonic() - start)
+        row["idle_cpu_pct"] = round(100 * idle, 1)
+        row["idle_us_per_minion_s"] = round(1e6 * idle / count, 1)
+        rest = args.steady - args.idle
+        if rest > 0:
+            time.sleep(rest)  # the rest of the steady-state window
+        row["lost_in_steady"] = cluster.status()["lost"] - lost0
+        epoch = time.time()
+        (cluster.shm / "epoch").write_text(repr(epoch))
+        cluster.kill_master()
+        cluster.start_master()
+        recovery = cluster.wait_for("since_epoch", args.recovery_timeout, after=epoch)
+        row["recovery_s"] = None if recovery is None else round(recovery, 1)
+        if recovery is None:
+            row["recovered"] = cluster.status(epoch)["since_epoch"]
+    finally:
+        cluster.stop()
+    row["load_end"] = round(load(), 1)
+    return row
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    head = ("| N | connect s (ms CPU/minion) | test.ping s (returns) | ms CPU/minion/ping | "
+            "idle CPU % (us/minion/s) | RSS MiB | lost | recovery s | load |")
+    print(head)
+    print("|" + "---|" * 9)
+    for row in rows:
+        pings = ", ".join(f"{t} ({r})" for t, r in row.get("ping", []))
+        connect = row.get("connect_s")
+        connect_text = f"{connect}" if connect is not None else f"> limit ({row['connected']})"
+        recovery = row.get("recovery_s")
+        recovery_text = (f"{recovery}" if recovery is not None
+                         else f"> limit ({row.get('recovered')})")
+        connect_text += f" ({row.get('ms_cpu_per_minion_connect')})"
+        print(f"| {row['minions']} | {connect_text} | {pings} | "
+              f"{row.get('ms_cpu_per_minion_per_ping')} | {row.get('idle_cpu_pct')} "
+              f"({row.get('idle_us_per_minion_s')}) | {row.get('rss_mib')} | "
+              f"{row.get('lost_in_steady')} | {recovery_text} | "
+              f"{row['load_start']} -> {row['load_end']} |", flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--counts", default="1000,2000,5000,10000")
+    parser.add_argument("--runs", type=int, default=3, help="pings per N")
+    parser.add_argument("--idle", type=float, default=30.0)
+    parser.add_argument("--steady", type=float, default=300.0)
+    parser.add_argument("--processes", type=int, default=4, help="helper processes (at least)")
+    parser.add_argument("--alive-period", type=float, default=3.0)
+    parser.add_argument("--connect-timeout", type=float, default=180.0)
+    parser.add_argument("--recovery-timeout", type=float, default=180.0)
+    parser.add_argument("--ping-timeout", type=float, default=30.0)
+    parser.add_argument("--short", action="store_true", help="N=200, one ping, 5 s windows")
+    args = parser.parse_args()
+    if args.short:
+        args.counts, args.runs, args.idle, args.steady = "200", 1, 5.0, 5.0
+        args.processes, args.connect_timeout, args.recovery_timeout = 2, 60.0, 60.0
+    rows = []
+    failed = False
+    for count in [int(c) for c in args.counts.split(",")]:
+        row = measure(count, args)
+        rows.append(row)
+        print(json.dumps({"bench": "many_minions", **row}), flush=True)
+        failed |= row.get("connect_s") is None or row.get("recovery_s") is None
+    print_table(rows)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -193,7 +193,29 @@ SCHEMA: tuple[Option, ...] = (
         s.number(0.0),
         _both(3.0),
         "Seconds between alive (keep-alive/presence) probes to each joined "
-        "remote; also keeps NAT mappings open.  0 turns probing off.",
+        "remote; also keeps NAT mappings open.  0 turns probing off.  Only a remote "
+        "silent this long is probed; on a native session a probe is one small "
+        "box-authenticated packet (no signature).",
+        "Presence and reconnection",
+    ),
+    Option(
+        "raet_alive_rate",
+        s.number(0.0),
+        _both(200.0),
+        "Alive probes per second at most on average: with more remotes than "
+        "raet_alive_rate x raet_alive_period the period grows with their number "
+        "(a master of 10,000 minions probes a minion silent for 50 s; the minions' own "
+        "probes keep it informed before that).  0 keeps the period fixed.",
+        "Presence and reconnection",
+    ),
+    Option(
+        "raet_handshake_rate",
+        s.number(0.0),
+        _both(2000.0),
+        "Handshakes (join requests and allow hellos) the road takes per second, half "
+        "as many at once; the others, and all of them while the road's socket has a "
+        "backlog, get a small unsigned 'busy' answer and come back later with a "
+        "jittered back-off (sessions that work are never affected).  0: no limit.",
         "Presence and reconnection",
     ),
     Option(

@@ -34,14 +34,19 @@ class MinionDataCache:
                 out[path.stem] = data["grains"]
         return out
 
-    def save(self, minion: str, grains: Mapping[str, Any]) -> None:
+    def path_of(self, minion: str) -> Path:
+        """The file of ``minion``'s grains (``KeepError`` for an id that cannot name one)."""
         if not minion or "/" in minion or minion.startswith(".") or "\0" in minion:
             raise KeepError(f"not a minion id for the data cache: {minion!r}")
+        return self.root / f"{minion}.json"
+
+    def save(self, minion: str, grains: Mapping[str, Any]) -> None:
+        path = self.path_of(minion)
         fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".", suffix=".tmp")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 json.dump({"grains": grains}, handle, default=repr)
-            os.replace(tmp, self.root / f"{minion}.json")
+            os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise

@@ -20,9 +20,22 @@ from pathlib import Path
 from typing import Any
 
 from raetsalt.errors import KeepError
+from raetsalt.keep.store import sync_filesystem
 from raetsalt.services.jids import JID, new_jid
 
 _MINION = re.compile(r"[^/\x00]{1,255}\Z")
+
+
+LOAD = ".load.json"
+"""The file of a job's publish record (a minion's return is ``<id>.json``)."""
+
+
+def encode_entry(data: Any, name: str) -> bytes:
+    """The JSON text a job cache file holds; ``KeepError`` if ``data`` has none."""
+    try:
+        return json.dumps(data, default=repr).encode("utf-8")
+    except (RecursionError, ValueError) as exc:  # nested too deep, circular
+        raise KeepError(f"{name}: cannot be stored as JSON: {exc}") from None
 
 
 class JobCache:
@@ -53,6 +66,45 @@ class JobCache:
             Path(tmp).unlink(missing_ok=True)
             raise
 
+    def return_name(self, jid: str, minion: str) -> str:
+        """The file name of ``minion``'s return (``KeepError`` if the ids are unusable)."""
+        self._dir(jid)
+        if not _MINION.match(minion) or minion.startswith("."):
+            raise KeepError(f"not a minion id for the job cache: {minion!r}")
+        return f"{minion}.json"
+
+    def commit(self, entries: list[tuple[str, str, bytes]]) -> None:
+        """Write ``(jid, file name, JSON text)`` entries as one batch with two file-system
+        syncs however many there are (group commit): all go to temporary files, the file
+        system is synced, all are renamed into place, and it is synced again.  A crash
+        leaves each file old or new, never torn; a temporary name starts with a dot, so
+        readers never see one.  One writer per cache (the master's) is assumed: the
+        temporary name is the file's, dotted (no random names to make)."""
+        staged: list[tuple[str, Path]] = []
+        made: set[str] = set()
+        try:
+            for jid, name, text in entries:
+                directory = self._dir(jid)
+                if jid not in made:
+                    directory.mkdir(mode=0o700, exist_ok=True)
+                    made.add(jid)
+                path = directory / name
+                tmp = f"{directory}/.{name}.tmp"
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+                staged.append((tmp, path))
+                try:
+                    os.write(fd, text)
+                finally:
+                    os.close(fd)
+            sync_filesystem(self.root)
+            while staged:
+                tmp, path = staged.pop(0)
+                os.replace(tmp, path)
+            sync_filesystem(self.root)
+        finally:
+            for tmp, _ in staged:
+                Path(tmp).unlink(missing_ok=True)
+
     def _read(self, path: Path) -> Any:
         try:
             with path.open(encoding="utf-8") as handle:
@@ -64,16 +116,14 @@ class JobCache:
 
     def save_load(self, jid: str, load: dict[str, Any]) -> None:
         """Record a publish: ``{jid, fun, arg, tgt, tgt_type, user, minions}``."""
-        self._write(self._dir(jid) / ".load.json", {**load, "jid": jid})
+        self._write(self._dir(jid) / LOAD, {**load, "jid": jid})
 
     def save_return(self, jid: str, minion: str, ret: dict[str, Any]) -> None:
         """Record one minion's return: ``{return, retcode, success, fun, fun_args}``."""
-        if not _MINION.match(minion) or minion.startswith("."):
-            raise KeepError(f"not a minion id for the job cache: {minion!r}")
-        self._write(self._dir(jid) / f"{minion}.json", ret)
+        self._write(self._dir(jid) / self.return_name(jid, minion), ret)
 
     def get_load(self, jid: str) -> dict[str, Any] | None:
-        load = self._read(self._dir(jid) / ".load.json")
+        load = self._read(self._dir(jid) / LOAD)
         return load if isinstance(load, dict) else None
 
     def get_returns(self, jid: str) -> dict[str, dict[str, Any]]:

@@ -24,12 +24,12 @@ from typing import Any
 import yaml
 
 from raetsalt.daemon.access import REQUEST_SHARES, AccessGate
-from raetsalt.daemon.datacache import MinionDataCache
+from raetsalt.daemon.cachewriter import QueuedDataCache, QueuedJobCache
 from raetsalt.daemon.executor import ForkExecutor
-from raetsalt.daemon.jobcache import JobCache
 from raetsalt.daemon.keys import SHARE_KEY, KeyService
 from raetsalt.daemon.roster import RoadRoster
 from raetsalt.daemon.saltmaster import MasterBridge
+from raetsalt.engine.alive_native import announced_period, take_hint_untrusted
 from raetsalt.engine.events import Allowed, MessageReceived
 from raetsalt.errors import LocalError
 from raetsalt.execution.grains import core_grains
@@ -137,14 +137,16 @@ class MasterService:
         self.roster = RoadRoster(node)
         self.jobs = MasterJobs(
             opts,
-            JobCache(os.path.join(opts["cachedir"], "jobs")),
+            QueuedJobCache(os.path.join(opts["cachedir"], "jobs"), threaded=False),
             self.roster,
             estate=node.stack.road.name,
-            data_cache=MinionDataCache(os.path.join(opts["cachedir"], "minions")),
+            data_cache=QueuedDataCache(os.path.join(opts["cachedir"], "minions")),
             utcnow=utcnow,
             unrestricted=unrestricted_users(opts),
         )
         self.sent_road = False
+        self.announced = 0.0
+        """The silence last asked of all connected minions (``_announce_alive``)."""
         self.gate = AccessGate(opts, opts["sock_dir"], node.manor.lane.yard_path,
                                self._send_answer, self._fire, estate=node.stack.road.name,
                                serving=self.jobs.serving)
@@ -263,7 +265,9 @@ class MasterService:
             elif share == p.SHARE_PILLAR_REFRESH:
                 actions.extend(self.salt.on_pillar_refresh(minion, grains))
             elif share == p.SHARE_CLOCK_REQ:
-                actions.extend(self.jobs.on_clock_req(minion))
+                road = self.node.stack.road
+                alive = announced_period(road.config, len(road.remotes))
+                actions.extend(self.jobs.on_clock_req(minion, alive))
         messages.clear()
         return actions
 
@@ -273,6 +277,24 @@ class MasterService:
         timer = self.jobs.get_timer()
         if timer is not None and timer <= now:
             actions.extend(self.jobs.handle_timer(now))
+        actions.extend(self._announce_alive())
+        if isinstance(self.jobs.cache, QueuedJobCache):
+            self.jobs.cache.writer.commit_now()  # this pass's returns: one batch, two syncs
+        return actions
+
+    def _announce_alive(self) -> list[Any]:
+        """When the silence we ask of minions grew by a quarter (more minions), tell the
+        connected ones at once: those that connected early would otherwise keep the
+        shorter period until they reconnect (``raetsalt.engine.alive_native``)."""
+        road = self.node.stack.road
+        alive = announced_period(road.config, len(road.remotes))
+        if alive <= self.announced * 1.25:
+            return []
+        self.announced = alive
+        actions: list[Any] = []
+        for remote in list(road.remotes.values()):
+            if remote.allowed and not remote.main:
+                actions.extend(self.jobs.on_clock_req(remote.role or remote.name, alive))
         return actions
 
     def handle(self, events: Iterable[NodeEvent]) -> list[NodeEvent]:
@@ -315,6 +337,10 @@ class MasterService:
     def close(self) -> None:
         self.gate.close()
         self.salt.close()
+        if isinstance(self.jobs.cache, QueuedJobCache):
+            self.jobs.cache.close()  # what is queued reaches the disk
+        if isinstance(self.jobs.data_cache, QueuedDataCache):
+            self.jobs.data_cache.close()
 
     def _dispatch(self, ready: Any, now: float) -> list[Any]:
         handler = self.jobs.on_publish if ready.share == p.SHARE_PUBLISH else self.jobs.on_runner
@@ -486,6 +512,10 @@ class MinionService:
             if share == p.SHARE_FUN:
                 actions.extend(self.jobs.on_publish(event.body, now, now_wall))
             elif share == p.SHARE_CLOCK:
+                road = self.node.stack.road
+                remote = road.remotes_by_name.get(event.remote)
+                if remote is not None:
+                    take_hint_untrusted(remote, event.body.get("alive"))
                 actions.extend(self.jobs.on_clock(event.body, now, now_wall))
             elif share == p.SHARE_PILLAR:
                 pillar = event.body.get("pillar")

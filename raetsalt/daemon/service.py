@@ -52,7 +52,9 @@ def road_config(opts: Mapping[str, Any], node: str) -> RoadConfig:
     """The road tunables a daemon derives from its opts.
 
     ``raet_alive_period`` -> ``presence_period`` (0: no probing) and bounds
-    ``alive_timeout``; ``max_datagram_size`` -> ``max_packet_size``;
+    ``alive_timeout``; ``raet_alive_rate`` -> ``alive_rate``; ``raet_handshake_rate`` ->
+    ``handshake_rate`` (and half of it: ``handshake_burst``);
+    ``max_datagram_size`` -> ``max_packet_size``;
     ``raet_reassembly_*`` -> ``reassembly_*``; ``raet_rekey_interval`` and
     ``raet_rekey_messages`` -> ``native_rekey_*``; on a minion ``random_reauth_delay``
     bounds the jittered back-off between connection attempts (``retry_max``) and
@@ -69,6 +71,9 @@ def road_config(opts: Mapping[str, Any], node: str) -> RoadConfig:
     config = replace(
         config,
         presence_period=period,
+        alive_rate=float(opts.get("raet_alive_rate", config.alive_rate)),
+        handshake_rate=float(opts.get("raet_handshake_rate", config.handshake_rate)),
+        handshake_burst=max(1.0, float(opts.get("raet_handshake_rate", 2000.0)) / 2),
         # An unanswered alive fails within one period (raet's 2 s at most), so a silent
         # remote is declared dead within two periods: manage.down within three.
         alive_timeout=min(config.alive_timeout, period),

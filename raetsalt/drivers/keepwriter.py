@@ -15,6 +15,9 @@ the reason meanwhile).
 
 ``threaded=False`` commits in the caller's thread at each ``submit`` (in-memory keeps in
 tests), with the same failure handling: what fails is retried at the next submission.
+
+Anything with a ``commit(batch)`` can be written this way (``Committer``): the master's
+job cache is too (``raetsalt.daemon.cachewriter``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import logging
 import socket
 import threading
 from collections.abc import Callable
+from typing import Generic, Protocol, TypeVar
 
 from raetsalt.drivers.clock import monotonic
 from raetsalt.errors import KeepError
@@ -35,24 +39,41 @@ log = logging.getLogger(__name__)
 RETRY = 1.0
 """Seconds between attempts while commits fail."""
 
+W = TypeVar("W")
 
-class KeepWriter:
+
+class Committer(Protocol[W]):
+    """What a writer writes to: ``commit`` applies a batch durably, or raises
+    ``KeepError``/``OSError`` and applies none of it that matters."""
+
+    def commit(self, writes: list[W]) -> None: ...
+
+
+class KeepWriter(Generic[W]):
     """Commits batches of writes to ``keep`` (module docstring)."""
 
     def __init__(
         self,
-        keep: Keep,
+        keep: Committer[W],
         *,
         threaded: bool = True,
         clock: Callable[[], float] = monotonic,
+        window: float = 0.0,
+        deferred: bool = False,
     ) -> None:
         self.keep = keep
+        self.deferred = deferred
+        self._retry_at = 0.0
+        """Unthreaded and deferred: ``submit`` only queues; ``flush`` commits it all."""
+        self.window = window
+        """Seconds the thread lets writes gather before a commit (0: none): fewer, larger
+        batches, and fewer turns at the interpreter lock while the loop is busy."""
         self.submitted = 0
         self.committed = 0
         self.failing: str | None = None
         self.attempts = 0
         """Commits tried so far; it moves after the wake-up byte is sent."""
-        self._pending: list[KeepWrite] = []
+        self._pending: list[W] = []
         self._cond = threading.Condition()
         self._closing = False
         self.clock = clock
@@ -65,7 +86,7 @@ class KeepWriter:
             self._thread = threading.Thread(target=self._run, name="keep-writer", daemon=True)
             self._thread.start()
 
-    def submit(self, writes: list[KeepWrite]) -> int:
+    def submit(self, writes: list[W]) -> int:
         """Queue ``writes``; returns the sequence number that is durable once
         ``committed`` reaches it."""
         with self._cond:
@@ -73,9 +94,21 @@ class KeepWriter:
             self.submitted += 1
             sequence = self.submitted
             self._cond.notify()
-        if self._thread is None:
+        if self._thread is None and not self.deferred:
             self._commit_pending()
         return sequence
+
+    def commit_now(self) -> bool:
+        """Unthreaded: commit what is queued, in the caller's thread (while commits fail,
+        at most once every ``RETRY`` seconds); False if it is not all committed."""
+        if self._thread is not None or not self._pending:
+            return not self._pending
+        if self.failing is not None and self.clock() < self._retry_at:
+            return False
+        ok = self._commit_pending()
+        if not ok:
+            self._retry_at = self.clock() + RETRY
+        return ok
 
     def fileno(self) -> int:
         """Readable when a commit was tried (``attempts`` moved; call ``drain_wake``)."""
@@ -115,6 +148,8 @@ class KeepWriter:
                 self._cond.wait_for(lambda: bool(self._pending) or self._closing)
                 if not self._pending:
                     return
+                if self.window > 0 and not self._closing:
+                    self._cond.wait_for(lambda: self._closing, self.window)
             if not self._commit_pending():
                 with self._cond:
                     if self._closing:
@@ -156,6 +191,6 @@ class KeepWriter:
             pass  # the loop is behind on wake-ups already: one byte is enough
 
 
-def writer_for(keep: Keep) -> KeepWriter:
+def writer_for(keep: Keep) -> KeepWriter[KeepWrite]:
     """A background writer for keeps on disk, a synchronous one for anything else."""
     return KeepWriter(keep, threaded=isinstance(keep, FileKeep))

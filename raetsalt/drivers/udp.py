@@ -199,7 +199,7 @@ class RoadStack:
         self._failures = Throttle(60.0)
         self.policy = policy
         self.keep: Keep | None = None
-        self.writer: KeepWriter | None = None
+        self.writer: KeepWriter[KeepWrite] | None = None
         self.problems: list[str] = []
         """Keep documents that could not be read when the stack opened (one line each)."""
 
@@ -587,13 +587,22 @@ class RoadStack:
                 return True
 
         budget = MAX_DRAIN_BYTES
+        # A backlog left after a full drain makes the road answer new handshakes "busy"
+        # until a drain empties the socket (raetsalt.engine.busy).
+        admission = road.admission
         for _ in range(self.max_drain):
             got = self._io.receive(self._rxbuf, handle, budget, train)
             budget -= got
-            if budget <= 0 or (poll is not None and not poll.poll(0)):
+            if poll is not None and not poll.poll(0):
+                admission.loaded = False
                 return  # drained (poll is level-triggered), no EAGAIN needed
-            if not got and poll is None:
+            if budget <= 0:
+                admission.loaded = True
                 return
+            if not got and poll is None:
+                admission.loaded = False
+                return
+        admission.loaded = True
 
     def _flush(self, now: float, road: Road) -> None:
         txq = self._txq

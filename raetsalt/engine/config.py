@@ -22,7 +22,10 @@ class RoadConfig:
     """How often a joiner whose key is pending on the other side asks again."""
     alive_timeout: float = 2.0
     presence_period: float = 1.0
-    """An alive is sent to a remote that has been silent this long."""
+    """An alive is sent to a remote that has been silent this long (at least)."""
+    alive_rate: float = 200.0
+    """Alives per second a road sends at most on average: with more remotes than
+    ``alive_rate * presence_period`` the period grows with their number (0: fixed)."""
     message_timeout: float = 30.0
     window: int = 256
     """Segments a raet-profile message sender may have in flight beyond the receiver's last
@@ -75,6 +78,12 @@ class RoadConfig:
     """Join correspondents at once (each holds a little state for an unsigned request)."""
     max_joins_per_remote: int = 4
     """Join correspondents for one known estate, from different addresses."""
+    handshake_rate: float = 2000.0
+    handshake_burst: float = 1000.0
+    """Handshakes (join requests, allow hellos) a road takes per second, and at once; the
+    others get a stateless ``BUSY`` answer (``raetsalt.engine.busy``; rate 0: no limit)."""
+    busy_retry: float = 2.0
+    """A ``BUSY`` answer makes us try again within this long (doubling while it lasts)."""
     departed_memory: float = 600.0
     """Seconds a remote whose key was deleted still gets told ``unjoined`` (so it re-joins
     at once) when it sends authenticated packets."""

@@ -109,6 +109,8 @@ _ACK_FRAME = 2
 _LEAST_FRAME = 3
 _ACK_NOW_FRAME = 5
 _ACK_NOW = b"\x05"
+ACK_NOW = _ACK_NOW
+"""A packet of this frame alone is a probe: answered by an ack (``engine/alive_native.py``)."""
 # What the frames of one received packet amounted to.
 _NO_DATA = 0
 _HELD = 1
@@ -844,6 +846,8 @@ class Channel:
                     pos += 1
                     self.ack_due = True
                     self.port.want_flush(self)
+                    if carries == _NO_DATA:  # a probe: this packet is acknowledged too
+                        carries = _HELD
                 elif kind == _LEAST_FRAME:
                     _, least = _LEAST.unpack_from(plain, pos)
                     pos += _LEAST.size

@@ -125,6 +125,10 @@ class RoadPort(Protocol):
 
     def on_alive_timeout(self, remote: Remote, now: float) -> None: ...
 
+    def service_remote(self, remote: Remote, now: float) -> None:
+        """Housekeeping of one remote now (what is due), and its timer armed again: after
+        its presence or retry times changed."""
+
     def on_connect_failed(self, remote: Remote, now: float) -> None: ...
 
     def on_message_finished(self, remote: Remote, now: float) -> None: ...

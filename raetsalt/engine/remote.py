@@ -115,6 +115,8 @@ class SessionChannel(Protocol):
 
     def unfinished(self) -> list[Outgoing]: ...
 
+    def seal_packet(self, plain: bytes) -> bytearray: ...
+
 
 @dataclass(slots=True)
 class Outgoing:
@@ -170,6 +172,8 @@ class Remote:
     sender: Sending | None = None
     """The message transaction currently sending (one at a time keeps delivery in order)."""
     last_rx: float = 0.0
+    presence_hint: float = 0.0
+    """The silence this remote (a main) asked us to allow before an alive."""
     alive_failures: int = 0
     retry_at: float = 0.0
     retry_delay: float = 0.0

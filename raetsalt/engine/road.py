@@ -43,8 +43,9 @@ from typing import Any
 
 from raetsalt.crypto import SessionBox
 from raetsalt.drops import DropReason
-from raetsalt.engine.alive import AliveInitiator
+from raetsalt.engine.alive_native import probe_at, start_alive
 from raetsalt.engine.allow import AllowCorrespondent, AllowInitiator
+from raetsalt.engine.busy import Admission, screen_untrusted
 from raetsalt.engine.config import RoadConfig
 from raetsalt.engine.events import (
     Allowed,
@@ -172,6 +173,7 @@ class Road:
             factor=config.amplification, burst=config.new_ids_burst, rate=config.new_ids_per_second
         )
         self.joins = JoinDesk(self)
+        self.admission = Admission(config.handshake_rate, config.handshake_burst)
         self._correspondents: Mapping[tuple[int, int], Correspond] = {
             (TransactionKind.ALLOW, PacketKind.HELLO): self._start_allow_correspondent,
             (TransactionKind.ALIVE, PacketKind.REQUEST): self._answer_alive,
@@ -235,7 +237,8 @@ class Road:
                 self._receive_native(data, address, now)
                 return
             packet = parse_packet_untrusted(data, max_size=self.config.max_packet_size)
-            self._dispatch(packet, address, now)
+            if not screen_untrusted(self, packet, address, now):  # "busy": before key work
+                self._dispatch(packet, address, now)
         except BadPacket as exc:
             self._drop_bad(exc, address)
 
@@ -331,12 +334,8 @@ class Road:
         remote = self.remotes[uid]
         if not remote.allowed:
             self.allow(uid, now)
-            return
-        if remote.in_progress(TransactionKind.ALIVE) is not None:
-            return
-        txn = AliveInitiator(self, remote, now=now)
-        remote.transactions[txn.key] = txn
-        txn.start(now)
+        elif remote.in_progress(TransactionKind.ALIVE) is None:
+            start_alive(self, remote, now)
 
     def send_message(self, to: str | int, body: Mapping[str, Any], now: float) -> int:
         """Queue ``body`` (a mapping) for ``to`` (name or uid); returns the message id.
@@ -729,7 +728,7 @@ class Road:
         if remote.auto_connect and not remote.allowed and not connecting:
             times.append(max(remote.retry_at, now))
         if remote.allowed and TransactionKind.ALIVE not in kinds:
-            times.append(remote.last_rx + self.config.presence_period)
+            times.append(probe_at(self.config, len(self.remotes), remote))
         if remote.outbox:
             times.append(remote.outbox[0].expires)
         keeper = self._housekeeping.get(remote.uid)
@@ -754,7 +753,7 @@ class Road:
                 self.allow(remote.uid, now)
         if (
             remote.allowed
-            and now >= remote.last_rx + self.config.presence_period
+            and now >= probe_at(self.config, len(self.remotes), remote)
             and remote.in_progress(TransactionKind.ALIVE) is None
         ):
             self.alive(remote.uid, now)

@@ -643,6 +643,24 @@ def _find_syncfs() -> Callable[[int], int] | None:
 _SYNCFS = _find_syncfs()
 
 
+def sync_filesystem(dirpath: Path) -> None:
+    """Make everything written on the file system holding ``dirpath`` durable with one
+    call (syncfs(2) on Linux; sync(2) where there is none).  Raises ``KeepError``."""
+    try:
+        fd = os.open(dirpath, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise KeepError(f"{dirpath}: cannot open to sync: {_why(exc)}") from exc
+    try:
+        if _SYNCFS is not None:
+            if _SYNCFS(fd) != 0:
+                error = ctypes.get_errno()
+                raise KeepError(f"{dirpath}: cannot sync: {os.strerror(error)}")
+        else:
+            os.sync()
+    finally:
+        os.close(fd)
+
+
 class FileKeep(_BaseKeep):
     """A keep in a directory (layout in the module docstring).
 
@@ -792,21 +810,8 @@ class FileKeep(_BaseKeep):
     def _sync_all(self) -> None:
         """Make everything written under the keep durable with one call (syncfs(2) on
         Linux; per-directory fsync elsewhere would need one call per file)."""
-        if not self.durable:
-            return
-        try:
-            fd = os.open(self.dirpath, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError as exc:
-            raise KeepError(f"{self.dirpath}: cannot open to sync: {_why(exc)}") from exc
-        try:
-            if _SYNCFS is not None:
-                if _SYNCFS(fd) != 0:
-                    error = ctypes.get_errno()
-                    raise KeepError(f"{self.dirpath}: cannot sync: {os.strerror(error)}")
-            else:
-                os.sync()
-        finally:
-            os.close(fd)
+        if self.durable:
+            sync_filesystem(self.dirpath)
 
     def _delete(self, kind: str, key: str) -> None:
         path = self.path_of(kind, key)

@@ -28,6 +28,7 @@ from typing import Any
 from raetsalt import acl
 from raetsalt.errors import BadPacket, KeepError, TargetError
 from raetsalt.log import Throttle, clip
+from raetsalt.services.grainpool import GrainPool
 from raetsalt.targeting import MinionFacts, expand_nodegroup, match_bounds
 from raetsalt.timefmt import salt_stamp
 
@@ -152,7 +153,12 @@ class MasterJobs:
         self.estate = estate
         self.data_cache = data_cache
         self.utcnow = utcnow
-        self.grains: dict[str, dict[str, Any]] = data_cache.load_all() if data_cache else {}
+        self.grain_pool = GrainPool()
+        """One copy of the grain values minions report alike (``services.grainpool``)."""
+        loaded = data_cache.load_all() if data_cache else {}
+        self.grains: dict[str, dict[str, Any]] = {
+            minion: self.grain_pool.share(grains) for minion, grains in loaded.items()
+        }
         """Minion id -> the grains it last reported."""
         self.pillars: Mapping[str, Mapping[str, Any]] = {}
         """Minion id -> the pillar the master compiled for it (pillar targeting; kept by
@@ -171,7 +177,7 @@ class MasterJobs:
         grains = body.get("grains")
         if not isinstance(grains, dict):
             return []
-        self.grains[minion] = grains
+        self.grains[minion] = self.grain_pool.share(grains)
         if self.data_cache is not None:
             try:
                 self.data_cache.save(minion, grains)
@@ -192,11 +198,13 @@ class MasterJobs:
         }
         return [Fire(tag, data)]
 
-    def on_clock_req(self, minion: str) -> list[Action]:
+    def on_clock_req(self, minion: str, alive: float = 0.0) -> list[Action]:
         """The master's clock for ``minion`` (the answer to its ``clock_req``), so that it
-        can judge publication deadlines."""
+        can judge publication deadlines; with ``alive``, the silence the master asks of
+        its minions before they probe it (``raetsalt.engine.alive_native``)."""
+        extra = {"alive": alive} if alive > 0 else {}
         return [ToMinion(minion, p.road_message(self.estate, None, p.SHARE_CLOCK,
-                                                time=self.utcnow().timestamp()))]
+                                                time=self.utcnow().timestamp(), **extra))]
 
     def on_return(self, minion: str, body: Mapping[str, Any]) -> list[Action]:
         """A minion's job return.  The id is the road's, never the payload's."""

@@ -42,6 +42,9 @@ class PacketKind(IntEnum):
     REJECT = 13
     PEND = 14
     DONE = 15
+    BUSY = 16
+    """raetsalt only: a main too busy for a handshake now; come back later
+    (``raetsalt.engine.busy``)."""
     UNKNOWN = 255
 
 

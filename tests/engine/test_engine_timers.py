@@ -3,11 +3,13 @@ says (raet's redo back-off, time-outs, presence), and does nothing in between.""
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
 
 from raetsalt.engine import Road, RoadConfig
+from raetsalt.engine.alive_native import PRESENCE_GRID
 from raetsalt.engine.events import PresenceChanged, TransactionFailed
 from raetsalt.engine.remote import SID_BLOCK
 from raetsalt.keep.records import AutoMode, KeepState
@@ -86,14 +88,20 @@ def test_reconnect_back_off_doubles_up_to_its_maximum() -> None:
 def test_presence_probe_after_a_silent_period_and_dead_after_the_alive_timeout(
     period: float,
 ) -> None:
-    pair = road_pair(minion_config={"presence_period": period, "alive_timeout": 2.0})
+    # raet's alive: a raet-profile session (native sessions: test_engine_alive_native.py)
+    pair = road_pair(
+        main_config={"native": False},
+        minion_config={"presence_period": period, "alive_timeout": 2.0, "native": False},
+    )
     assert pair.connect()
     minion, main = pair.minion.road, pair.main.road
     last_rx = minion.remote("main").last_rx
     pair.net.detach(MAIN_HA)  # the main goes silent
-    # The next wake-up is the presence probe, exactly one period after the last packet.
-    assert minion.get_timer() == pytest.approx(last_rx + period)
-    probe_at = last_rx + period
+    # The next wake-up is the presence probe, one period after the last packet (rounded
+    # up to the presence grid, so that many remotes' deadlines share a wake-up).
+    probe_at = math.ceil((last_rx + period) / PRESENCE_GRID) * PRESENCE_GRID
+    assert last_rx + period <= probe_at < last_rx + period + PRESENCE_GRID
+    assert minion.get_timer() == pytest.approx(probe_at)
     minion.handle_timer(probe_at)
     assert _kinds(minion, probe_at) == [PacketKind.REQUEST]
     # raet's aliver: redo 0.25 -> 0.5 -> 1.0 ..., dead 2.0 s after the probe.

@@ -237,7 +237,7 @@ def test_packet_length_mismatch() -> None:
         (["ri RAET", "pl XXXX", "hl XX"], b"", "header"),
         (["ri RAET", "hl XX", "fg 00"], b"", "header"),
         # unknown enumeration values
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "pk 10"], b"", "header"),
+        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "pk 20"], b"", "header"),
         (["ri RAET", "pl XXXX", "hl XX", "fg 00", "tk 5"], b"", "header"),
         (["ri RAET", "pl XXXX", "hl XX", "fg 00", "bk 4"], b"", "header"),
         (["ri RAET", "pl XXXX", "hl XX", "fg 00", "ck 2"], b"", "header"),

@@ -1,0 +1,146 @@
+"""Handshake load protection: "busy, come back later" instead of a collapse.
+
+A main that takes more handshakes than it can serve answers late, its remotes time out
+and try again, and the load grows (congestive collapse: the measured master with 2,000
+minions never converged).  ``Admission`` decides, for each packet that would start a
+handshake (a join request, an allow hello), whether the road takes it now: at most
+``config.handshake_rate`` per second (a token bucket of ``handshake_burst``), and none
+while the driver reports the road ``loaded`` (its socket had a backlog at the last
+read).  A refused packet gets a stateless ``BUSY`` answer at once, before any signature
+check or key work: the request's ids mirrored, unsigned, and never bigger than the
+request (anti-amplification; the guard's budget for unvalidated addresses applies too).
+Packets of working sessions (native frames, alives, messages) are never refused, so an
+overloaded main never tears down a session that works.
+
+On the other side, ``take_busy_untrusted`` honours a ``BUSY`` only as an answer to a
+join or allow this road started, from the address it sent it to; the handshake ends and
+the road tries again at a random time within a back-off that is ``config.busy_retry``
+the first time and doubles up to ``retry_max`` (0.1 to 1 times it: a crowd that was
+refused comes back spread out).
+A forged ``BUSY`` can therefore only delay a handshake, within the back-off's bounds,
+as dropping its packets could.  A raet 0.6.8 peer never
+sees one unless it joins a busy main, and ignores a packet kind it does not know (it
+retries on its own schedule).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import replace
+from typing import TYPE_CHECKING, Protocol
+
+from raetsalt.drops import DropReason
+from raetsalt.engine.events import TransactionFailed
+from raetsalt.engine.timers import backoff
+from raetsalt.engine.transaction import mirrored_header
+from raetsalt.errors import BadPacket
+from raetsalt.wire.enums import CoatKind, Flag, FootKind, PacketKind, TransactionKind
+from raetsalt.wire.packet import pack_packet
+
+if TYPE_CHECKING:
+    from raetsalt.engine.config import RoadConfig
+    from raetsalt.engine.events import Event
+    from raetsalt.engine.remote import Address, Remote
+    from raetsalt.wire.packet import Packet
+
+BUSY_JITTER = 0.1
+"""A refused joiner returns after 0.1 to 1 times its back-off."""
+
+HANDSHAKE_STARTS = frozenset(
+    {
+        (TransactionKind.JOIN, PacketKind.REQUEST),
+        (TransactionKind.ALLOW, PacketKind.HELLO),
+    }
+)
+"""(transaction kind, packet kind) of the packets that start a handshake on our side."""
+
+
+class Screening(Protocol):
+    """What of the road this module uses (``Road`` implements it)."""
+
+    config: RoadConfig
+    stats: Counter[str]
+    remotes: dict[int, Remote]
+    admission: Admission
+
+    def transmit_datagram(self, data: bytes, address: Address) -> None: ...
+
+    def emit(self, event: Event) -> None: ...
+
+    rng: random.Random
+
+    def service_remote(self, remote: Remote, now: float) -> None: ...
+
+
+class Admission:
+    """Which handshakes a road takes now (module docstring)."""
+
+    def __init__(self, rate: float, burst: float) -> None:
+        self.rate = rate
+        self.burst = max(1.0, burst)
+        self.tokens = self.burst
+        self.refilled: float | None = None
+        self.loaded = False
+        """Set by the driver: the socket had a backlog at the last read."""
+
+    def admit(self, now: float) -> bool:
+        if self.loaded:
+            return False
+        if self.rate <= 0:
+            return True
+        if self.refilled is not None and now > self.refilled:
+            self.tokens = min(self.burst, self.tokens + (now - self.refilled) * self.rate)
+        self.refilled = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+def screen_untrusted(road: Screening, packet: Packet, address: Address, now: float) -> bool:
+    """Handle ``packet`` here if it is a ``BUSY`` answer or a handshake the road does not
+    admit now; True if it was handled (the road does nothing more with it)."""
+    header = packet.header
+    if header.packet_kind == PacketKind.BUSY:
+        take_busy_untrusted(road, packet, address, now)
+        return True
+    if header.flags & Flag.CF or (header.transaction_kind, header.packet_kind) not in (
+        HANDSHAKE_STARTS
+    ):
+        return False
+    if road.admission.admit(now):
+        return False
+    answer = replace(
+        mirrored_header(packet, PacketKind.BUSY),
+        coat_kind=CoatKind.NADA,
+        foot_kind=FootKind.NADA,
+    )
+    data = pack_packet(answer, b"", None, max_size=road.config.max_packet_size)
+    road.stats["handshake_busy"] += 1
+    if len(data) <= len(packet.head) + len(packet.coat) + len(packet.foot):
+        road.transmit_datagram(data, address)
+    else:  # never more than the request: count it, answer nothing
+        road.stats["handshake_busy_unanswered"] += 1
+    return True
+
+
+def take_busy_untrusted(road: Screening, packet: Packet, address: Address, now: float) -> None:
+    """A ``BUSY`` answer: end our handshake it names and back off."""
+    header = packet.header
+    remote = road.remotes.get(header.destination_uid)
+    if remote is None or not header.flags & Flag.CF or address != remote.ha:
+        raise BadPacket("busy answer for no handshake of ours", DropReason.STALE)
+    txn = remote.transactions.get((True, header.session_id, header.transaction_id))
+    if txn is None or txn.kind not in (TransactionKind.JOIN, TransactionKind.ALLOW):
+        raise BadPacket("busy answer for no handshake of ours", DropReason.STALE)
+    txn.finish()
+    road.stats["busy_rx"] += 1
+    road.emit(TransactionFailed(remote.name, txn.kind.name.lower(), "busy"))
+    # Come back at a uniformly random time within the back-off (busy_retry, doubling up to
+    # retry_max): a crowd of refused joiners returns spread out, at the rate it left.
+    config = road.config
+    remote.retry_delay = backoff(max(remote.retry_delay, config.busy_retry / 2),
+                                 config.retry_min, config.retry_max)
+    remote.retry_at = now + remote.retry_delay * road.rng.uniform(BUSY_JITTER, 1.0)
+    road.service_remote(remote, now)

@@ -1,0 +1,193 @@
+"""Handshake load protection (issue 12): a busy main answers new handshakes "busy" at
+once, statelessly and never bigger than the request; the joiner backs off with jitter
+and comes back; sessions that work are never torn down while the main is loaded; a main
+that restarts with many minions takes them back gradually."""
+
+from __future__ import annotations
+
+import pytest
+
+from raetsalt.engine.busy import Admission
+from raetsalt.engine.events import Allowed, Joined, PresenceChanged, TransactionFailed
+from raetsalt.engine.native import is_native
+from raetsalt.keep.store import MemoryKeep
+from raetsalt.testing.fakenet import FakeNet
+from raetsalt.testing.pair import MAIN_HA, Peer, make_peer, road_pair
+from raetsalt.testing.tap import Tap
+from raetsalt.wire.enums import FootKind, PacketKind, TransactionKind
+from raetsalt.wire.header import Header
+from raetsalt.wire.packet import pack_packet, parse_packet_untrusted
+
+
+def test_admission_is_a_token_bucket_and_refuses_everything_while_loaded() -> None:
+    gate = Admission(rate=2.0, burst=3.0)
+    assert [gate.admit(0.0) for _ in range(4)] == [True, True, True, False]
+    assert gate.admit(0.25) is False  # half a token
+    assert gate.admit(0.5) is True  # one token after 0.5 s at 2/s
+    assert [gate.admit(100.0) for _ in range(4)] == [True, True, True, False]  # burst cap
+    gate.loaded = True
+    assert gate.admit(1000.0) is False
+    assert Admission(rate=0.0, burst=1.0).admit(0.0) is True  # no limit
+
+
+def _headers(datagrams: list[bytes]) -> list[Header]:
+    return [parse_packet_untrusted(d).header for d in datagrams if not is_native(d)]
+
+
+def _extra_minion(net: FakeNet, index: int, **config: object) -> Peer:
+    ha = (f"10.0.1.{index}", 4510)
+    peer = make_peer(MemoryKeep(), ha, f"minion{index}", seed=index, **config)
+    net.attach(ha, peer.road)
+    return peer
+
+
+def test_a_busy_main_answers_busy_statelessly_and_the_joiner_comes_back() -> None:
+    pair = road_pair(main_config={"handshake_rate": 0.5, "handshake_burst": 2.0})
+    assert pair.connect()  # a join request and an allow hello: the burst is spent
+    main_tap = Tap(pair.main.road)
+    pair.net.attach(MAIN_HA, main_tap)
+    late = _extra_minion(pair.net, 7, busy_retry=2.0, retry_max=10.0)
+    started = pair.net.now
+    late.road.connect(MAIN_HA, started)
+    remotes_before = len(pair.main.road.remotes)
+    pair.net.run_until(lambda: bool(late.of(TransactionFailed)), timeout=5.0)
+    assert [(f.kind, f.reason) for f in late.of(TransactionFailed)] == [("join", "busy")]
+    # The answer: ids mirrored, unsigned, no body, smaller than the request; no state.
+    busy = [h for h in _headers(main_tap.sent) if h.packet_kind == PacketKind.BUSY]
+    assert len(busy) == 1 and busy[0].foot_kind == FootKind.NADA
+    requests = [d for d in main_tap.received if not is_native(d)]
+    assert len(main_tap.sent[-1]) <= len(requests[-1])
+    assert len(pair.main.road.remotes) == remotes_before
+    assert pair.main.road.stats["handshake_busy"] == 1
+    # Back-off: the next attempt comes within busy_retry (2 s), not at once.
+    retry = late.road.get_timer()
+    assert retry is not None and started + 0.1 * 2.0 <= retry <= started + 2.0 + 0.1
+    assert pair.until(lambda: bool(late.of(Allowed)), timeout=60.0)
+    assert late.road.remote(late.road.remotes_by_name["main"].uid).allowed
+    assert pair.main.road.remote("minion").allowed  # the first minion never noticed
+
+
+def test_a_loaded_main_keeps_working_sessions_and_refuses_new_handshakes() -> None:
+    pair = road_pair(minion_config={"presence_period": 1.0},
+                     main_config={"presence_period": 1.0})
+    assert pair.connect()
+    joins, allows = len(pair.minion.of(Joined)), len(pair.minion.of(Allowed))
+    late = _extra_minion(pair.net, 8, busy_retry=2.0, retry_max=8.0)
+    pair.main.road.admission.loaded = True  # e.g. its socket keeps a backlog
+    started = pair.net.now
+    late.road.connect(MAIN_HA, started)
+    # A minute of a loaded main: the working session stays up, no handshake happens.
+    pair.net.run_until(lambda: False, timeout=60.0)
+    assert len(pair.minion.of(Joined)) == joins and len(pair.minion.of(Allowed)) == allows
+    assert False not in [e.alive for e in pair.minion.of(PresenceChanged)]
+    assert pair.minion.road.remote("main").allowed and pair.main.road.remote("minion").allowed
+    failures = late.of(TransactionFailed)
+    assert failures and {(f.kind, f.reason) for f in failures} == {("join", "busy")}
+    # Backed off: a few attempts a minute, not one per join redo.
+    assert 60.0 / 8.0 <= len(failures) <= 60.0 / 1.0
+    assert not late.of(Allowed)
+    pair.main.road.admission.loaded = False
+    assert pair.until(lambda: bool(late.of(Allowed)), timeout=8.0 + 5.0)
+
+
+def test_a_forged_busy_changes_nothing() -> None:
+    pair = road_pair()
+    assert pair.connect()
+    minion = pair.minion.road
+    remote = minion.remote("main")
+    for kind, sid, tid in ((TransactionKind.ALLOW, remote.sid, remote.tid),
+                           (TransactionKind.JOIN, 0, 12345)):
+        forged = Header(
+            packet_kind=PacketKind.BUSY, transaction_kind=kind, source_uid=remote.fuid,
+            destination_uid=remote.uid, session_id=sid, transaction_id=tid,
+        )
+        minion.receive_datagram(pack_packet(forged, b""), MAIN_HA, pair.net.now)
+    assert minion.stats["drop_stale"] == 2 and minion.stats["busy_rx"] == 0
+    assert remote.allowed and minion.remote("main") is remote
+    assert minion.datagrams_to_send(pair.net.now) == []  # nothing answered
+
+
+@pytest.mark.parametrize("count", [40])
+def test_a_restarted_main_takes_its_minions_back_gradually(count: int) -> None:
+    rate = 10.0
+    pair = road_pair(main_config={"handshake_rate": 0.0})
+    assert pair.connect()
+    minions = [_extra_minion(pair.net, 10 + i, busy_retry=1.0, retry_max=5.0,
+                             presence_period=1.0) for i in range(count)]
+    for peer in minions:
+        peer.road.connect(MAIN_HA, pair.net.now)
+    assert pair.until(lambda: all(p.of(Allowed) for p in minions), timeout=60.0)
+    before = [len(p.of(Allowed)) for p in minions]
+    pair.restart_main(handshake_rate=rate, handshake_burst=rate / 2, presence_period=1.0)
+    restarted = pair.net.now
+    assert pair.until(
+        lambda: all(len(p.of(Allowed)) > b for p, b in zip(minions, before, strict=True)),
+        timeout=60.0,
+    )
+    took = pair.net.now - restarted
+    main = pair.main.road
+    # Every minion back, with an allow each (keys known: no join), and the main never took
+    # more handshakes than its rate allows: a gradual return, not a storm.
+    assert all(main.remote(p.road.name).allowed for p in minions)
+    admitted = count + 1  # hellos answered (and a few retransmissions at most)
+    assert took >= (admitted - rate / 2) / rate * 0.8
+    assert main.stats["handshake_busy"] > 0
+
+
+class Stalled:
+    """A road whose loop stops for a while (a slow disk, a long GC, a busy CPU): what
+    arrives meanwhile waits in its socket, and its timers wait too."""
+
+    def __init__(self, road: object) -> None:
+        self.road = road
+        self.until = 0.0
+        self.queue: list[tuple[bytes, tuple[str, int]]] = []
+
+    def receive_datagram(self, data: bytes, address: tuple[str, int], now: float) -> None:
+        self.queue.append((bytes(data), address))
+        if now >= self.until:
+            self._drain(now)
+
+    def _drain(self, now: float) -> None:
+        queue, self.queue = self.queue, []
+        for data, address in queue:
+            self.road.receive_datagram(data, address, now)  # type: ignore[attr-defined]
+
+    def datagrams_to_send(self, now: float) -> list[tuple[bytes | bytearray, tuple[str, int]]]:
+        if now < self.until:
+            return []
+        return self.road.datagrams_to_send(now)  # type: ignore[attr-defined, no-any-return]
+
+    def get_timer(self) -> float | None:
+        when = self.road.get_timer()  # type: ignore[attr-defined]
+        if self.queue or (when is not None and when < self.until):
+            return max(self.until, when if when is not None else self.until)
+        return when  # type: ignore[no-any-return]
+
+    def handle_timer(self, now: float) -> None:
+        if now >= self.until:
+            self._drain(now)
+            self.road.handle_timer(now)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("stall", [1.5, 6.0])
+def test_a_stalled_main_tears_no_session_down(stall: float) -> None:
+    """The main's loop stops for a while (up to two presence periods): its minion's
+    session survives; no join, no allow, and the main keeps the minion allowed."""
+    pair = road_pair(minion_config={"presence_period": 3.0},
+                     main_config={"presence_period": 3.0})
+    assert pair.connect()
+    joins, allows = len(pair.minion.of(Joined)), len(pair.minion.of(Allowed))
+    session = pair.minion.road.remote("main").channel
+    stalled = Stalled(pair.main.road)
+    pair.net.attach(MAIN_HA, stalled)
+    for _ in range(5):  # five stalls, a minute apart
+        pair.net.run_until(lambda: False, timeout=10.0)
+        stalled.until = pair.net.now + stall
+        pair.net.run_until(lambda: False, timeout=50.0)
+    assert len(pair.minion.of(Joined)) == joins and len(pair.minion.of(Allowed)) == allows
+    assert pair.minion.road.remote("main").channel is session  # the same session
+    assert pair.main.road.remote("minion").allowed
+    assert pair.minion.road.remote("main").alive
+    if stall > 3.0:  # long enough for the minion to notice (its probes went unanswered)
+        assert pair.minion.road.stats["native_alive_fallback"] >= 5
