@@ -127,6 +127,11 @@ while True:
     cache.save_return(jid, f"m{n:06d}", {"return": n, "pad": "x" * 200})
     role = RoleRecord(f"r{n:06d}", Acceptance.ACCEPTED, "%064x" % n, "%064x" % n)
     sequences.append((n, cache.writer.submitted, keep.submit([KeepWrite.role(role)])))
+    # Back-pressure, as a loop serving a road has: a producer that never pauses holds the
+    # GIL so long that the writer threads' many small system calls barely get it back.
+    for writer in (cache.writer, keep):
+        if writer.submitted - writer.committed > 256:
+            writer.flush(30)
     while told < len(sequences):
         number, job_seq, keep_seq = sequences[told]
         if cache.writer.committed < job_seq or keep.committed < keep_seq:
