@@ -9,7 +9,8 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import pytest
 
@@ -22,6 +23,8 @@ from .helpers import World, free_port, key_tool, make_world, ping
 
 pytestmark = pytest.mark.integration
 
+T = TypeVar("T")
+
 
 @pytest.fixture
 def world() -> Iterator[World]:
@@ -29,7 +32,7 @@ def world() -> Iterator[World]:
         yield w
 
 
-def _wait_for(condition, timeout: float = 10.0):  # type: ignore[no-untyped-def]
+def _wait_for(condition: Callable[[], T | None], timeout: float = 10.0) -> T:
     deadline = time.monotonic() + timeout
     while not (value := condition()):
         assert time.monotonic() < deadline, "condition not met"

@@ -18,7 +18,7 @@ from raetsalt.engine.alive_native import (
 )
 from raetsalt.engine.events import Allowed, Joined, PresenceChanged
 from raetsalt.engine.native import is_native
-from raetsalt.testing.pair import MAIN_HA, MINION_HA, road_pair
+from raetsalt.testing.pair import MAIN_HA, MINION_HA, Pair, road_pair
 from raetsalt.testing.tap import Tap
 from raetsalt.wire.enums import PacketKind, TransactionKind
 from raetsalt.wire.packet import parse_packet_untrusted
@@ -35,7 +35,7 @@ def _on_grid(when: float) -> float:
     return math.ceil(when / PRESENCE_GRID) * PRESENCE_GRID
 
 
-def _native_pair(**minion: object):  # type: ignore[no-untyped-def]
+def _native_pair(**minion: object) -> tuple[Pair, Tap, Tap]:
     pair = road_pair(minion_config={"presence_period": 3.0, **minion},
                      main_config={"presence_period": 3.0})
     assert pair.connect()
@@ -81,16 +81,17 @@ def test_a_silent_remote_is_dead_after_the_alive_timeout_via_one_raet_alive() ->
     assert minion.get_timer() == pytest.approx(probe_at)
     minion.handle_timer(probe_at)
     sent = minion.datagrams_to_send(probe_at)
-    assert len(sent) == 1 and is_native(sent[0][0])  # the probe: a native packet
+    assert len(sent) == 1 and is_native(bytes(sent[0][0]))  # the probe: a native packet
     assert len(sent[0][0]) < 64
     # Probe again at the redo times, then one signed alive at half the time-out ...
     for redo in (0.25, 0.75):
         assert minion.get_timer() == pytest.approx(probe_at + redo)
         minion.handle_timer(probe_at + redo)
-        assert all(is_native(d) for d, _ in minion.datagrams_to_send(probe_at + redo))
+        assert all(is_native(bytes(d)) for d, _ in minion.datagrams_to_send(probe_at + redo))
     assert minion.get_timer() == pytest.approx(probe_at + 1.0)
     minion.handle_timer(probe_at + 1.0)
-    kinds = [parse_packet_untrusted(d).header for d, _ in minion.datagrams_to_send(probe_at + 1)]
+    sent = minion.datagrams_to_send(probe_at + 1)
+    kinds = [parse_packet_untrusted(bytes(d)).header for d, _ in sent]
     assert [(h.transaction_kind, h.packet_kind) for h in kinds] == [
         (TransactionKind.ALIVE, PacketKind.REQUEST)
     ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from raetsalt.errors import KeepError, LocalError
@@ -128,7 +130,7 @@ def test_find_fingerprint(keep: _BaseKeep) -> None:
         keep.find_fingerprint("00", "crc")
 
 
-def test_remove_one_denied_key_keeps_the_others(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_remove_one_denied_key_keeps_the_others(tmp_path: Path) -> None:
     from raetsalt.keep.records import Acceptance, AutoMode, RoleRecord
     from raetsalt.keep.store import FileKeep
 
