@@ -183,6 +183,23 @@ class Cluster:
         shutil.rmtree(self.shm, ignore_errors=True)
 
 
+def profile(where: str | None, pid: int, name: str) -> subprocess.Popen[str] | None:
+    """``py-spy record`` of the master into ``where/name.txt`` (collapsed stacks), if asked."""
+    if where is None:
+        return None
+    spy = Path(sys.executable).with_name("py-spy")
+    return subprocess.Popen(
+        [str(spy), "record", "--pid", str(pid), "--format", "raw", "--threads",
+         "--rate", "50", "-o", str(Path(where) / f"{name}.txt")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+
+
+def stop_profile(spy: subprocess.Popen[str] | None) -> None:
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(60)
+
+
 def measure(count: int, args: argparse.Namespace) -> dict[str, Any]:
     helpers = max(args.processes, -(-count // PER_HELPER))
     cluster = Cluster(count, helpers=helpers, alive_period=args.alive_period)
@@ -194,19 +211,22 @@ def measure(count: int, args: argparse.Namespace) -> dict[str, Any]:
         assert cluster.master is not None
         pid = cluster.master.pid
         cpu0 = cpu_seconds(pid)
+        spy = profile(args.spy, pid, f"connect{count}")
         connect = cluster.wait_for("connected", args.connect_timeout)
+        stop_profile(spy)
         row["connect_s"] = None if connect is None else round(connect, 1)
         row["ms_cpu_per_minion_connect"] = round(1000 * (cpu_seconds(pid) - cpu0) / count, 2)
         if connect is None:
             row["connected"] = cluster.status()["connected"]
         pings = []
-        for _ in range(args.runs):
+        for _ in range(0 if args.no_ping else args.runs):
             cpu0 = cpu_seconds(pid)
             took, returned = cluster.ping(args.ping_timeout)
             pings.append((round(took, 2), returned, cpu_seconds(pid) - cpu0))
         row["ping"] = [(t, r) for t, r, _ in pings]
-        cpu_per_ping = sorted(c for _, _, c in pings)[len(pings) // 2]
-        row["ms_cpu_per_minion_per_ping"] = round(1000 * cpu_per_ping / count, 3)
+        if pings:
+            cpu_per_ping = sorted(c for _, _, c in pings)[len(pings) // 2]
+            row["ms_cpu_per_minion_per_ping"] = round(1000 * cpu_per_ping / count, 3)
         row["rss_mib"] = round(rss_mib(pid), 1)
         lost0 = cluster.status()["lost"]
         cpu0, start = cpu_seconds(pid), time.monotonic()
@@ -222,7 +242,10 @@ def measure(count: int, args: argparse.Namespace) -> dict[str, Any]:
         (cluster.shm / "epoch").write_text(repr(epoch))
         cluster.kill_master()
         cluster.start_master()
+        assert cluster.master is not None
+        spy = profile(args.spy, cluster.master.pid, f"recovery{count}")
         recovery = cluster.wait_for("since_epoch", args.recovery_timeout, after=epoch)
+        stop_profile(spy)
         row["recovery_s"] = None if recovery is None else round(recovery, 1)
         if recovery is None:
             row["recovered"] = cluster.status(epoch)["since_epoch"]
@@ -263,6 +286,8 @@ def main() -> int:
     parser.add_argument("--connect-timeout", type=float, default=180.0)
     parser.add_argument("--recovery-timeout", type=float, default=180.0)
     parser.add_argument("--ping-timeout", type=float, default=30.0)
+    parser.add_argument("--no-ping", action="store_true", help="skip the test.ping phase")
+    parser.add_argument("--spy", metavar="DIR", help="py-spy the master's connect and recovery")
     parser.add_argument("--short", action="store_true", help="N=200, one ping, 5 s windows")
     args = parser.parse_args()
     if args.short:
