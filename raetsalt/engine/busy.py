@@ -26,7 +26,7 @@ retries on its own schedule).
 from __future__ import annotations
 
 import random
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
@@ -47,13 +47,18 @@ if TYPE_CHECKING:
 BUSY_JITTER = 0.1
 """A refused joiner returns after 0.1 to 1 times its back-off."""
 
-HANDSHAKE_STARTS = frozenset(
-    {
-        (TransactionKind.JOIN, PacketKind.REQUEST),
-        (TransactionKind.ALLOW, PacketKind.HELLO),
-    }
-)
+JOIN_REQUEST = (TransactionKind.JOIN, PacketKind.REQUEST)
+ALLOW_HELLO = (TransactionKind.ALLOW, PacketKind.HELLO)
+HANDSHAKE_STARTS = frozenset({JOIN_REQUEST, ALLOW_HELLO})
 """(transaction kind, packet kind) of the packets that start a handshake on our side."""
+
+RESERVED_FOR = 10.0
+"""Seconds an admitted join keeps its allow's place (a join lasts at most ``join_timeout``,
+5 s by default, and the joiner allows at once after it)."""
+MAX_RESERVED = 4096
+"""Allows held for admitted joins at most (the oldest are dropped first)."""
+PACE_MIN = 20.0
+"""Handshakes a second a busy main assumes it takes at least, for its retry-after hints."""
 
 
 class Screening(Protocol):
@@ -83,19 +88,71 @@ class Admission:
         self.refilled: float | None = None
         self.loaded = False
         """Set by the driver: the socket had a backlog at the last read."""
+        self.reserved: OrderedDict[Address, float] = OrderedDict()
+        """Addresses whose join was admitted: their allow hello passes (until when)."""
+        self.next_slot = 0.0
+        """When the next refused handshake is told to come back (see ``retry_after``)."""
+        self.pace = PACE_MIN
+        """Handshakes a second taken lately (an average over whole seconds)."""
+        self._second = 0.0
+        self._taken = 0
 
     def admit(self, now: float) -> bool:
         if self.loaded:
             return False
         if self.rate <= 0:
+            self._count(now)
             return True
         if self.refilled is not None and now > self.refilled:
             self.tokens = min(self.burst, self.tokens + (now - self.refilled) * self.rate)
         self.refilled = now
         if self.tokens >= 1.0:
             self.tokens -= 1.0
+            self._count(now)
             return True
         return False
+
+    def admit_handshake(self, kind: tuple[TransactionKind, PacketKind], address: Address,
+                        now: float) -> bool:
+        """``admit`` for a packet that starts a handshake: an admitted join request also
+        takes its allow's token and holds the allow's place, so that a joiner is not
+        refused between its join and its allow (and made to repeat the join's work)."""
+        if kind == ALLOW_HELLO and self.reserved.pop(address, 0.0) > now:
+            self._count(now)
+            return True
+        if not self.admit(now):
+            return False
+        if kind == JOIN_REQUEST:
+            while self.reserved and (
+                len(self.reserved) >= MAX_RESERVED or next(iter(self.reserved.values())) <= now
+            ):
+                self.reserved.popitem(last=False)
+            self.reserved[address] = now + RESERVED_FOR
+            self.reserved.move_to_end(address)
+            if self.rate > 0:
+                self.tokens -= 1.0  # the allow's token, taken now (may go below zero)
+        return True
+
+    def retry_after(self, now: float, least: float, cap: float) -> float:
+        """Seconds a refused handshake is told to wait: the refused are given successive
+        places, from ``least`` on, at the pace the main has been taking handshakes, so that
+        they come back spread out at the rate it can serve, not all at once.  Places end
+        at ``cap``: then they start again from ``least`` (a crowd larger than the cap
+        holds is spread evenly over it, and those refused again get new places)."""
+        self._count(now, taken=0)
+        slot = max(self.next_slot, now + least)
+        if slot - now > cap:
+            slot = now + least
+        self.next_slot = slot + 1.0 / self.pace
+        return slot - now
+
+    def _count(self, now: float, taken: int = 1) -> None:
+        if now >= self._second + 1.0:
+            elapsed = now - self._second
+            rate = self._taken / elapsed if elapsed < 2.0 else 0.0
+            self.pace = max(PACE_MIN, (self.pace + rate) / 2)
+            self._second, self._taken = now, 0
+        self._taken += taken
 
 
 def screen_untrusted(road: Screening, packet: Packet, address: Address, now: float) -> bool:
@@ -105,16 +162,19 @@ def screen_untrusted(road: Screening, packet: Packet, address: Address, now: flo
     if header.packet_kind == PacketKind.BUSY:
         take_busy_untrusted(road, packet, address, now)
         return True
-    if header.flags & Flag.CF or (header.transaction_kind, header.packet_kind) not in (
-        HANDSHAKE_STARTS
-    ):
+    kind = (header.transaction_kind, header.packet_kind)
+    if header.flags & Flag.CF or kind not in HANDSHAKE_STARTS:
         return False
-    if road.admission.admit(now):
+    admission = road.admission
+    if admission.admit_handshake(kind, address, now):
         return False
+    config = road.config
+    hint = admission.retry_after(now, config.busy_retry / 2, config.retry_max)
     answer = replace(
         mirrored_header(packet, PacketKind.BUSY),
         coat_kind=CoatKind.NADA,
         foot_kind=FootKind.NADA,
+        message_length=max(1, round(hint * 1000)),
     )
     data = pack_packet(answer, b"", None, max_size=road.config.max_packet_size)
     road.stats["handshake_busy"] += 1
@@ -137,10 +197,16 @@ def take_busy_untrusted(road: Screening, packet: Packet, address: Address, now: 
     txn.finish()
     road.stats["busy_rx"] += 1
     road.emit(TransactionFailed(remote.name, txn.kind.name.lower(), "busy"))
-    # Come back at a uniformly random time within the back-off (busy_retry, doubling up to
-    # retry_max): a crowd of refused joiners returns spread out, at the rate it left.
     config = road.config
     remote.retry_delay = backoff(max(remote.retry_delay, config.busy_retry / 2),
                                  config.retry_min, config.retry_max)
-    remote.retry_at = now + remote.retry_delay * road.rng.uniform(BUSY_JITTER, 1.0)
+    if header.message_length:
+        # The main's retry-after hint (milliseconds): its place in the main's queue.  It is
+        # unauthenticated, so it is bounded by retry_max, as our own back-off is.
+        wait = min(header.message_length / 1000, config.retry_max)
+        remote.retry_at = now + wait * road.rng.uniform(1.0, 1.0 + BUSY_JITTER)
+    else:
+        # Come back at a uniformly random time within the back-off (busy_retry, doubling up
+        # to retry_max): a crowd of refused joiners returns spread out, at the rate it left.
+        remote.retry_at = now + remote.retry_delay * road.rng.uniform(BUSY_JITTER, 1.0)
     road.service_remote(remote, now)

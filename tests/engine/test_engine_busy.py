@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-from raetsalt.engine.busy import Admission
+from raetsalt.engine.busy import ALLOW_HELLO, JOIN_REQUEST, MAX_RESERVED, RESERVED_FOR, Admission
 from raetsalt.engine.events import Allowed, Joined, PresenceChanged, TransactionFailed
 from raetsalt.engine.native import is_native
 from raetsalt.keep.store import MemoryKeep
 from raetsalt.testing.fakenet import FakeNet
 from raetsalt.testing.pair import MAIN_HA, Peer, make_peer, road_pair
 from raetsalt.testing.tap import Tap
-from raetsalt.wire.enums import FootKind, PacketKind, TransactionKind
+from raetsalt.wire.enums import Flag, FootKind, PacketKind, TransactionKind
 from raetsalt.wire.header import Header
 from raetsalt.wire.packet import pack_packet, parse_packet_untrusted
 
@@ -28,6 +28,89 @@ def test_admission_is_a_token_bucket_and_refuses_everything_while_loaded() -> No
     gate.loaded = True
     assert gate.admit(1000.0) is False
     assert Admission(rate=0.0, burst=1.0).admit(0.0) is True  # no limit
+
+
+def test_an_admitted_join_holds_its_allows_place() -> None:
+    gate = Admission(rate=1.0, burst=2.0)
+    a, b = ("10.0.0.1", 1), ("10.0.0.2", 1)
+    assert gate.admit_handshake(JOIN_REQUEST, a, 0.0)  # takes the allow's token too
+    assert gate.tokens == 0.0
+    assert not gate.admit_handshake(ALLOW_HELLO, b, 0.0)  # no place held for b
+    gate.loaded = True
+    assert gate.admit_handshake(ALLOW_HELLO, a, 0.5)  # a's place: even while loaded
+    assert not gate.admit_handshake(ALLOW_HELLO, a, 0.5)  # once
+    gate.loaded = False
+    assert gate.admit_handshake(JOIN_REQUEST, b, 10.0)
+    gate.loaded = True
+    assert not gate.admit_handshake(ALLOW_HELLO, b, 10.0 + RESERVED_FOR + 0.1)  # expired
+    # Bounded: a flood of admitted joins holds at most MAX_RESERVED places, newest kept.
+    flood = Admission(rate=0.0, burst=1.0)
+    for i in range(MAX_RESERVED + 100):
+        assert flood.admit_handshake(JOIN_REQUEST, ("10.1.0.0", i), 0.0)
+    assert len(flood.reserved) == MAX_RESERVED
+    assert ("10.1.0.0", 0) not in flood.reserved and ("10.1.0.0", 99) not in flood.reserved
+
+
+def test_a_joiner_admitted_once_is_not_refused_at_its_allow() -> None:
+    """One token's burst and almost no rate: the join is admitted and its allow follows
+    without a busy answer (before, the allow was refused and the joiner waited)."""
+    pair = road_pair(main_config={"handshake_rate": 0.001, "handshake_burst": 1.0})
+    assert pair.connect(timeout=10.0)
+    assert not pair.minion.of(TransactionFailed)
+    assert pair.main.road.stats["handshake_busy"] == 0
+    late = _extra_minion(pair.net, 6, busy_retry=2.0, retry_max=10.0)
+    late.road.connect(MAIN_HA, pair.net.now)
+    pair.net.run_until(lambda: bool(late.of(TransactionFailed)), timeout=5.0)
+    assert [(f.kind, f.reason) for f in late.of(TransactionFailed)] == [("join", "busy")]
+
+
+def test_busy_answers_carry_spread_retry_after_hints_within_bounds() -> None:
+    pair = road_pair(main_config={"busy_retry": 2.0, "retry_max": 10.0})
+    assert pair.connect()
+    main_tap = Tap(pair.main.road)
+    pair.net.attach(MAIN_HA, main_tap)
+    pair.main.road.admission.loaded = True
+    late = [_extra_minion(pair.net, 20 + i, busy_retry=2.0, retry_max=10.0) for i in range(30)]
+    started = pair.net.now
+    for peer in late:
+        peer.road.connect(MAIN_HA, started)
+    pair.net.run_until(lambda: all(p.of(TransactionFailed) for p in late), timeout=1.0)
+    hints = [h.message_length / 1000 for h in _headers(main_tap.sent)
+             if h.packet_kind == PacketKind.BUSY]
+    assert len(hints) == len(late)
+    # Successive places from busy_retry / 2 on, one per 1/pace (20/s while nothing is
+    # admitted), never beyond retry_max.
+    assert hints == sorted(hints) and hints[0] >= 1.0 - 0.01
+    assert all(0.04 <= b - a <= 0.06 for a, b in zip(hints, hints[1:], strict=False))
+    assert max(hints) <= 10.0
+    # Each joiner comes back at its place (plus at most 10 % jitter), not all at once.
+    for peer in late:
+        retry = peer.road.get_timer()
+        assert retry is not None and started + 1.0 - 0.01 <= retry <= started + 1.1 * 2.6
+    assert len({round(p.road.get_timer() or 0.0, 3) for p in late}) == len(late)
+
+
+def test_a_forged_busy_hint_delays_a_handshake_by_at_most_retry_max() -> None:
+    pair = road_pair()
+    minion = pair.minion.road
+    uid = minion.connect(MAIN_HA, pair.net.now)
+    request = parse_packet_untrusted(minion.datagrams_to_send(pair.net.now)[0][0])
+    now = pair.net.now
+    for hint in (2**32 - 1, 0):  # the largest hint a head holds; none (the back-off)
+        forged = Header(
+            packet_kind=PacketKind.BUSY, transaction_kind=TransactionKind.JOIN,
+            destination_uid=uid, transaction_id=request.header.transaction_id,
+            flags=request.header.flags | Flag.CF, message_length=hint,
+        )
+        minion.receive_datagram(pack_packet(forged, b""), MAIN_HA, now)
+        retry = minion.get_timer()
+        assert retry is not None and now < retry <= now + minion.config.retry_max * 1.1
+        assert not minion.datagrams_to_send(now)  # nothing answered
+        minion.handle_timer(retry)  # the join again, with a new transaction
+        request = parse_packet_untrusted(minion.datagrams_to_send(retry)[0][0])
+        now = retry
+    assert minion.stats["busy_rx"] == 2
+    assert pair.until(lambda: minion.remote(uid).allowed, timeout=30.0)
 
 
 def _headers(datagrams: list[bytes]) -> list[Header]:
@@ -118,7 +201,9 @@ def test_a_restarted_main_takes_its_minions_back_gradually(count: int) -> None:
         peer.road.connect(MAIN_HA, pair.net.now)
     assert pair.until(lambda: all(p.of(Allowed) for p in minions), timeout=60.0)
     before = [len(p.of(Allowed)) for p in minions]
-    pair.restart_main(handshake_rate=rate, handshake_burst=rate / 2, presence_period=1.0)
+    # The minions come on their own (the main's call-back is test_engine_recall.py's).
+    pair.restart_main(handshake_rate=rate, handshake_burst=rate / 2, presence_period=1.0,
+                      recall_window=0)
     restarted = pair.net.now
     assert pair.until(
         lambda: all(len(p.of(Allowed)) > b for p, b in zip(minions, before, strict=True)),
