@@ -219,6 +219,15 @@ SCHEMA: tuple[Option, ...] = (
         "Presence and reconnection",
     ),
     Option(
+        "raet_recall_window",
+        s.integer(0, 100000),
+        {"master": 256},
+        "A master restarted from its keep calls its known minions back (an allow "
+        "each, within raet_handshake_rate), this many at a time, instead of waiting "
+        "for each to notice it was gone (up to 20 s with 10,000 minions).  0: it waits.",
+        "Presence and reconnection",
+    ),
+    Option(
         "raet_reap_interim",
         s.number(0.0),
         {"master": 3600.0},

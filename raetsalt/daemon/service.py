@@ -53,7 +53,8 @@ def road_config(opts: Mapping[str, Any], node: str) -> RoadConfig:
 
     ``raet_alive_period`` -> ``presence_period`` (0: no probing) and bounds
     ``alive_timeout``; ``raet_alive_rate`` -> ``alive_rate``; ``raet_handshake_rate`` ->
-    ``handshake_rate`` (and half of it: ``handshake_burst``);
+    ``handshake_rate`` (and half of it: ``handshake_burst``); ``raet_recall_window`` ->
+    ``recall_window``;
     ``max_datagram_size`` -> ``max_packet_size``;
     ``raet_reassembly_*`` -> ``reassembly_*``; ``raet_rekey_interval`` and
     ``raet_rekey_messages`` -> ``native_rekey_*``; on a minion ``random_reauth_delay``
@@ -74,6 +75,7 @@ def road_config(opts: Mapping[str, Any], node: str) -> RoadConfig:
         alive_rate=float(opts.get("raet_alive_rate", config.alive_rate)),
         handshake_rate=float(opts.get("raet_handshake_rate", config.handshake_rate)),
         handshake_burst=max(1.0, float(opts.get("raet_handshake_rate", 2000.0)) / 2),
+        recall_window=int(opts.get("raet_recall_window", config.recall_window)),
         # An unanswered alive fails within one period (raet's 2 s at most), so a silent
         # remote is declared dead within two periods: manage.down within three.
         alive_timeout=min(config.alive_timeout, period),

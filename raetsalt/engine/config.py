@@ -82,6 +82,9 @@ class RoadConfig:
     handshake_burst: float = 1000.0
     """Handshakes (join requests, allow hellos) a road takes per second, and at once; the
     others get a stateless ``BUSY`` answer (``raetsalt.engine.busy``; rate 0: no limit)."""
+    recall_window: int = 256
+    """A main restarted from its keep starts allows towards the remotes it knows as joined,
+    this many at a time (``raetsalt.engine.recall``; 0: it waits for them to come)."""
     busy_retry: float = 2.0
     """A ``BUSY`` answer makes us try again within this long (doubling while it lasts)."""
     departed_memory: float = 600.0

@@ -71,6 +71,7 @@ from raetsalt.engine.message import (
 )
 from raetsalt.engine.native import MAGIC, Channel, Datagram, is_native, parse_prefix_untrusted
 from raetsalt.engine.reassembly import ReassemblyBudget
+from raetsalt.engine.recall import Recall
 from raetsalt.engine.remote import (
     SID_BLOCK,
     Address,
@@ -180,6 +181,7 @@ class Road:
             (TransactionKind.MESSAGE, PacketKind.MESSAGE): self._start_message_receiver,
         }
         self._restore(state, ha=ha, name=name, role=role, main=main, kind=kind)
+        self.recall = Recall.after_restart(self)  # a restarted main calls its remotes back
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -742,11 +744,7 @@ class Road:
         """Housekeeping of one remote: reconnect, presence, expired queued messages."""
         if remote.uid not in self.remotes:
             return
-        busy = any(
-            t.kind in (TransactionKind.JOIN, TransactionKind.ALLOW)
-            for t in remote.transactions.values()
-        )
-        if remote.auto_connect and not busy and now >= remote.retry_at:
+        if remote.auto_connect and not self._handshaking(remote) and now >= remote.retry_at:
             if not remote.joined:
                 self.join(remote.uid, now)
             elif not remote.allowed:

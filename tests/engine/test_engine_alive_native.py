@@ -111,7 +111,9 @@ def test_a_restarted_main_is_found_by_the_fallback_and_allowed_again_without_a_j
     pair, _, _ = _native_pair()
     joins = len(pair.minion.of(Joined))
     allows = len(pair.minion.of(Allowed))
-    pair.restart_main(presence_period=3.0)  # from its keep: no session any more
+    # From its keep: no session any more, and it does not call back (engine/recall.py;
+    # the restart hint is tested in test_engine_recall.py): the minion's fallback finds it.
+    pair.restart_main(presence_period=3.0, recall_window=0)
     assert pair.until(lambda: len(pair.minion.of(Allowed)) > allows, timeout=10.0)
     assert len(pair.minion.of(Joined)) == joins  # an allow, not a join
     assert pair.minion.road.stats["native_alive_fallback"] == 1

@@ -1,0 +1,83 @@
+"""A restarted main calls its remotes back instead of waiting for them to notice.
+
+A main that restarts has lost every session key; its remotes find out only when they next
+probe it, which a main with 10,000 remotes asks them to do after up to 20 s of silence
+(``alive_native``), and then they all come at once.  ``Recall`` instead starts an allow
+(an authenticated handshake: only the real main can make a remote take it) towards every
+remote its keep knows as joined, as soon as it starts, in the keep's order: at most
+``config.recall_window`` of them at a time, each taking a token of the handshake
+admission (``busy.Admission``), so the main's own calls never take more handshakes than
+its rate and leave room for remotes that come on their own.  A remote that is connected
+or handshaking by the time its turn comes is skipped; one that does not answer (it is
+gone) costs its allow's retransmissions and time-out, and no retry: it comes back on its
+own schedule when it returns.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from raetsalt.wire.enums import TransactionKind
+
+if TYPE_CHECKING:
+    from raetsalt.engine.road import Road
+
+TICK = 0.05
+"""Seconds between looks at the window while remotes are waiting for their call."""
+
+
+class Recall:
+    """The remotes a restarted main still has to call (module docstring)."""
+
+    __slots__ = ("road", "waiting", "calling", "deadline")
+
+    def __init__(self, road: Road, uids: list[int]) -> None:
+        self.road = road
+        self.waiting: deque[int] = deque(uids)
+        self.calling: set[int] = set()
+        self.deadline: float | None = None
+
+    @classmethod
+    def after_restart(cls, road: Road) -> Recall | None:
+        """The recall of a main restored with joined remotes (None: nothing to call)."""
+        if not road.local.main or road.config.recall_window <= 0:
+            return None
+        uids = [uid for uid, remote in road.remotes.items() if remote.joined]
+        if not uids:
+            return None
+        recall = cls(road, uids)
+        road.arm(recall, 0.0)  # at the first timer service, whatever the clock
+        return recall
+
+    def on_timer(self, now: float) -> None:
+        road = self.road
+        remotes = road.remotes
+        self.calling = {
+            uid for uid in self.calling
+            if uid in remotes and (txn := remotes[uid].in_progress(TransactionKind.ALLOW))
+            is not None and txn.initiator
+        }
+        while self.waiting:
+            remote = remotes.get(self.waiting[0])
+            if remote is None or remote.allowed or not remote.joined or any(
+                t.kind in (TransactionKind.JOIN, TransactionKind.ALLOW)
+                for t in remote.transactions.values()
+            ):
+                self.waiting.popleft()  # gone, back already, or on its way
+                continue
+            if len(self.calling) >= road.config.recall_window or not road.admission.admit(now):
+                break
+            self.waiting.popleft()
+            if not remote.trusted:
+                # The address its last session validated, kept: we call it as a minion
+                # calls the main it was configured with (the guard's budget is for
+                # answers to strangers).
+                remote.trusted = True
+                road.guard.trust(remote.ha)
+            road.stats["recall_allow"] += 1
+            road.allow(remote.uid, now)
+            self.calling.add(remote.uid)
+        if not self.waiting:
+            self.calling.clear()  # the last calls finish on their own
+        road.arm(self, now + TICK if self.waiting else None)

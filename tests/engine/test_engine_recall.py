@@ -1,0 +1,114 @@
+"""A restarted main calls its known remotes back (engine/recall.py): they are all back
+within seconds, not after their probe period; at most ``recall_window`` calls at a time,
+within the handshake rate; a remote that is gone costs one allow; remotes that are back
+already are not called; and no working session is torn down."""
+
+from __future__ import annotations
+
+from raetsalt.engine.events import Allowed, Joined, TransactionFailed
+from raetsalt.engine.recall import Recall
+from raetsalt.keep.store import MemoryKeep
+from raetsalt.testing.fakenet import FakeNet
+from raetsalt.testing.pair import MAIN_HA, Pair, Peer, make_peer, road_pair
+from raetsalt.wire.enums import TransactionKind
+
+QUIET = {"presence_period": 30.0}
+"""Minions that would not probe their main for 30 s: only the call-back brings them."""
+
+
+def _fleet(count: int) -> tuple[Pair, list[Peer]]:
+    pair = road_pair(minion_config=QUIET, main_config={"handshake_rate": 0.0, **QUIET})
+    assert pair.connect()
+    minions = []
+    for index in range(count):
+        ha = (f"10.0.2.{index}", 4510)
+        peer = make_peer(MemoryKeep(), ha, f"minion{index}", seed=index, **QUIET)
+        pair.net.attach(ha, peer.road)
+        peer.road.connect(MAIN_HA, pair.net.now)
+        minions.append(peer)
+    assert pair.until(lambda: all(p.of(Allowed) for p in minions), timeout=60.0)
+    return pair, [pair.minion, *minions]
+
+
+def _allowed(peer: Peer) -> int:
+    return len(peer.of(Allowed))
+
+
+def test_a_restarted_main_calls_its_minions_back_within_its_window_and_rate() -> None:
+    pair, minions = _fleet(40)
+    before = [_allowed(p) for p in minions]
+    joins = [len(p.of(Joined)) for p in minions]
+    window, rate = 4, 20.0
+    pair.restart_main(recall_window=window, handshake_rate=rate, handshake_burst=5.0, **QUIET)
+    main = pair.main.road
+    restarted = pair.net.now
+    most = 0
+
+    def back() -> bool:
+        nonlocal most
+        calling = sum(
+            1 for r in main.remotes.values()
+            if (t := r.in_progress(TransactionKind.ALLOW)) is not None and t.initiator
+        )
+        most = max(most, calling)
+        return all(main.remote(p.road.name).allowed for p in minions) and all(
+            _allowed(p) > b for p, b in zip(minions, before, strict=True))
+
+    assert pair.until(back, timeout=30.0)
+    took = pair.net.now - restarted
+    assert took < 10.0  # long before any minion's 30 s probe
+    assert main.stats["recall_allow"] == len(minions)  # the main called each, once
+    assert 1 <= most <= window
+    assert took >= (len(minions) - 5.0) / rate * 0.9  # within the rate (burst 5)
+    assert [len(p.of(Joined)) for p in minions] == joins  # allows only, no join
+    assert main.stats["handshake_busy"] == 0  # nobody came on their own meanwhile
+
+
+def test_a_gone_minion_costs_one_allow_and_no_retry() -> None:
+    pair, minions = _fleet(3)
+    gone = minions[-1]
+    pair.net.detach(gone.road.ha)  # switched off
+    pair.restart_main(recall_window=8, **QUIET)
+    main = pair.main.road
+    assert pair.until(lambda: all(main.remote(p.road.name).allowed for p in minions[:-1]),
+                      timeout=10.0)
+    pair.net.run_until(lambda: False, timeout=20.0)
+    assert main.stats["recall_allow"] == len(minions)
+    assert not main.remote(gone.road.name).allowed
+    assert [(f.kind, f.reason) for f in pair.main.of(TransactionFailed)
+            if f.remote == gone.road.name] == [("allow", "timeout")]
+    assert main.recall is not None and not main.recall.waiting and not main.recall.calling
+    assert main.get_timer() is None or main.get_timer() > pair.net.now  # nothing spins
+
+
+def test_a_minion_back_already_is_not_called_and_no_session_is_torn_down() -> None:
+    pair, minions = _fleet(2)
+    # The minions found the main on their own before its first timer (window 0 = off, then
+    # on): the recall skips them, and the sessions they made stay.
+    pair.restart_main(recall_window=0, presence_period=1.0)
+    for peer in minions:
+        peer.road.alive(peer.road.remote("main").uid, pair.net.now)
+    main = pair.main.road
+    assert pair.until(lambda: all(main.remote(p.road.name).allowed
+                                  and p.road.remote("main").channel for p in minions),
+                      timeout=10.0)
+    sessions = [p.road.remote("main").channel for p in minions]
+    allows = [_allowed(p) for p in minions]
+    recall = Recall(main, list(main.remotes))
+    main.arm(recall, pair.net.now)
+    pair.net.run_until(lambda: False, timeout=10.0)
+    assert main.stats["recall_allow"] == 0 and not recall.waiting
+    assert [p.road.remote("main").channel for p in minions] == sessions
+    assert [_allowed(p) for p in minions] == allows
+
+
+def test_a_minion_main_or_a_fresh_main_calls_nobody() -> None:
+    net = FakeNet(seed=3)
+    fresh = make_peer(MemoryKeep(), MAIN_HA, "main", main=True)
+    net.attach(MAIN_HA, fresh.road)
+    assert fresh.road.recall is None
+    pair, _ = _fleet(1)
+    pair.restart_minion(**QUIET)
+    assert pair.minion.road.recall is None  # a minion's main is not its to call back
+    pair.restart_main(recall_window=0, **QUIET)
+    assert pair.main.road.recall is None
