@@ -66,8 +66,10 @@ class KeepWriter(Generic[W]):
         self._retry_at = 0.0
         """Unthreaded and deferred: ``submit`` only queues; ``flush`` commits it all."""
         self.window = window
-        """Seconds the thread lets writes gather before a commit (0: none): fewer, larger
-        batches, and fewer turns at the interpreter lock while the loop is busy."""
+        """Seconds at least between the thread's commits (0: none): under load writes
+        gather into fewer, larger batches, with fewer turns at the interpreter lock while
+        the loop is busy; the first write after a quiet spell is committed at once."""
+        self._last_commit = float("-inf")
         self.submitted = 0
         self.committed = 0
         self.failing: str | None = None
@@ -148,8 +150,10 @@ class KeepWriter(Generic[W]):
                 self._cond.wait_for(lambda: bool(self._pending) or self._closing)
                 if not self._pending:
                     return
-                if self.window > 0 and not self._closing:
-                    self._cond.wait_for(lambda: self._closing, self.window)
+                wait = self._last_commit + self.window - self.clock()
+                if wait > 0 and not self._closing:
+                    self._cond.wait_for(lambda: self._closing, wait)
+            self._last_commit = self.clock()
             if not self._commit_pending():
                 with self._cond:
                     if self._closing:
@@ -191,6 +195,14 @@ class KeepWriter(Generic[W]):
             pass  # the loop is behind on wake-ups already: one byte is enough
 
 
+KEEP_WINDOW = 0.1
+"""Seconds at least between two commits to a keep on disk: while many estates join, a batch
+holds dozens of them (each estate's role and remote written once, however often they
+changed) for two file-system syncs, ten times a second at most; a lone change (an
+operator's, one estate's) is written at once.  Nothing in the road waits for it."""
+
+
 def writer_for(keep: Keep) -> KeepWriter[KeepWrite]:
     """A background writer for keeps on disk, a synchronous one for anything else."""
-    return KeepWriter(keep, threaded=isinstance(keep, FileKeep))
+    threaded = isinstance(keep, FileKeep)
+    return KeepWriter(keep, threaded=threaded, window=KEEP_WINDOW if threaded else 0.0)
