@@ -177,12 +177,13 @@ class MasterJobs:
         grains = body.get("grains")
         if not isinstance(grains, dict):
             return []
-        self.grains[minion] = self.grain_pool.share(grains)
-        if self.data_cache is not None:
-            try:
-                self.data_cache.save(minion, grains)
-            except (OSError, KeepError) as exc:
-                log.warning("grains of %s not cached: %s", minion, exc)
+        if self.grains.get(minion) != grains:  # (a reconnection reports the same: no copy)
+            self.grains[minion] = self.grain_pool.share(grains)
+            if self.data_cache is not None:
+                try:
+                    self.data_cache.save(minion, grains)
+                except (OSError, KeepError) as exc:
+                    log.warning("grains of %s not cached: %s", minion, exc)
         if body.get("start") is not True:
             return []
         now = self.utcnow()

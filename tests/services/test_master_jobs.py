@@ -224,6 +224,34 @@ def test_hello_with_start_fires_the_start_event_and_grains_survive_restart(
     assert again.grains["minion1"] == {"os": "Arch"}
 
 
+def test_a_reconnection_with_the_same_grains_writes_nothing(
+    master: MasterJobs, tmp_path: Path, roster: FakeRoster
+) -> None:
+    class Counting(MinionDataCache):
+        saved: list[str] = []
+
+        def save(self, minion: str, grains: Any) -> None:
+            self.saved.append(minion)
+            super().save(minion, grains)
+
+    cache = Counting(tmp_path / "minions")
+    jobs = MasterJobs({}, JobCache(tmp_path / "jobs"), roster, data_cache=cache,
+                      utcnow=Clock())
+    jobs.on_hello("minion1", {"grains": {"os": "Arch", "cpus": [1, 2]}})
+    kept = jobs.grains["minion1"]
+    jobs.on_hello("minion1", {"grains": {"os": "Arch", "cpus": [1, 2]}, "start": True})
+    assert cache.saved == ["minion1"] and jobs.grains["minion1"] is kept
+    # After a restart the cached grains are the known ones: a reconnection writes nothing.
+    again = MasterJobs({}, JobCache(tmp_path / "jobs"), roster, data_cache=cache,
+                       utcnow=Clock())
+    again.on_hello("minion1", {"grains": {"os": "Arch", "cpus": [1, 2]}})
+    assert cache.saved == ["minion1"]
+    again.on_hello("minion1", {"grains": {"os": "Debian", "cpus": [1, 2]}})
+    assert cache.saved == ["minion1", "minion1"]
+    assert again.grains["minion1"]["os"] == "Debian"
+    assert MinionDataCache(tmp_path / "minions").load_all()["minion1"]["os"] == "Debian"
+
+
 def run(master: MasterJobs, fun: str, *args: Any, now: float = 0.0, **kwargs: Any) -> Any:
     actions = master.on_runner(USER, "runyard", {"req": "q", "fun": fun,
                                                  "arg": p.pack_args(list(args), kwargs)}, now)
