@@ -127,6 +127,10 @@ class Cluster:
             time.sleep(0.2)  # polling the helpers' status files
         (self.shm / "go").touch()
 
+    def helpers_cpu(self) -> float:
+        """CPU seconds the simulated minions' processes used so far."""
+        return sum(cpu_seconds(proc.pid) for proc in self.helpers if proc.poll() is None)
+
     def status(self, after: float = 0.0) -> dict[str, int]:
         """The helpers' status summed (files written before ``after`` count as nothing)."""
         total = {"count": 0, "connected": 0, "lost": 0, "since_epoch": 0}
@@ -212,10 +216,12 @@ def measure(count: int, args: argparse.Namespace) -> dict[str, Any]:
         pid = cluster.master.pid
         cpu0 = cpu_seconds(pid)
         spy = profile(args.spy, pid, f"connect{count}")
+        helpers0 = cluster.helpers_cpu()
         connect = cluster.wait_for("connected", args.connect_timeout)
         stop_profile(spy)
         row["connect_s"] = None if connect is None else round(connect, 1)
         row["ms_cpu_per_minion_connect"] = round(1000 * (cpu_seconds(pid) - cpu0) / count, 2)
+        row["helpers_cpu_connect_s"] = round(cluster.helpers_cpu() - helpers0, 1)
         if connect is None:
             row["connected"] = cluster.status()["connected"]
         pings = []
@@ -244,8 +250,11 @@ def measure(count: int, args: argparse.Namespace) -> dict[str, Any]:
         cluster.start_master()
         assert cluster.master is not None
         spy = profile(args.spy, cluster.master.pid, f"recovery{count}")
+        cpu0, helpers0 = cpu_seconds(cluster.master.pid), cluster.helpers_cpu()
         recovery = cluster.wait_for("since_epoch", args.recovery_timeout, after=epoch)
         stop_profile(spy)
+        row["master_cpu_recovery_s"] = round(cpu_seconds(cluster.master.pid) - cpu0, 1)
+        row["helpers_cpu_recovery_s"] = round(cluster.helpers_cpu() - helpers0, 1)
         row["recovery_s"] = None if recovery is None else round(recovery, 1)
         if recovery is None:
             row["recovered"] = cluster.status(epoch)["since_epoch"]
