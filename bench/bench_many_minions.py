@@ -88,10 +88,12 @@ class Cluster:
         self.helper_count = helpers
         self.alive_period = alive_period
 
-    def start_master(self) -> None:
-        tool = Path(sys.executable).with_name("raetsalt-master")
+    def start_master(self, stats: Path | None = None) -> None:
+        tool = [str(Path(sys.executable).with_name("raetsalt-master"))]
+        if stats is not None:  # the road's counters into ``stats`` every second
+            tool = [sys.executable, str(HERE / "master_stats.py"), str(stats)]
         self.master = subprocess.Popen(
-            [str(tool), "-c", str(self.master_dir), "-l", "error"], text=True
+            [*tool, "-c", str(self.master_dir), "-l", "error"], text=True
         )
 
     def kill_master(self) -> None:
@@ -209,7 +211,8 @@ def measure(count: int, args: argparse.Namespace) -> dict[str, Any]:
     cluster = Cluster(count, helpers=helpers, alive_period=args.alive_period)
     row: dict[str, Any] = {"minions": count, "load_start": round(load(), 1)}
     try:
-        cluster.start_master()
+        stats = Path(args.stats) if args.stats else None
+        cluster.start_master(None if stats is None else stats / f"connect{count}.json")
         cluster.start_helpers()
         cluster.go(600.0)
         assert cluster.master is not None
@@ -222,6 +225,8 @@ def measure(count: int, args: argparse.Namespace) -> dict[str, Any]:
         row["connect_s"] = None if connect is None else round(connect, 1)
         row["ms_cpu_per_minion_connect"] = round(1000 * (cpu_seconds(pid) - cpu0) / count, 2)
         row["helpers_cpu_connect_s"] = round(cluster.helpers_cpu() - helpers0, 1)
+        if stats is not None:
+            shutil.copy(stats / f"connect{count}.json", stats / f"connect{count}.end.json")
         if connect is None:
             row["connected"] = cluster.status()["connected"]
         pings = []
@@ -247,7 +252,7 @@ def measure(count: int, args: argparse.Namespace) -> dict[str, Any]:
         epoch = time.time()
         (cluster.shm / "epoch").write_text(repr(epoch))
         cluster.kill_master()
-        cluster.start_master()
+        cluster.start_master(None if stats is None else stats / f"recovery{count}.json")
         assert cluster.master is not None
         spy = profile(args.spy, cluster.master.pid, f"recovery{count}")
         cpu0, helpers0 = cpu_seconds(cluster.master.pid), cluster.helpers_cpu()
@@ -255,6 +260,8 @@ def measure(count: int, args: argparse.Namespace) -> dict[str, Any]:
         stop_profile(spy)
         row["master_cpu_recovery_s"] = round(cpu_seconds(cluster.master.pid) - cpu0, 1)
         row["helpers_cpu_recovery_s"] = round(cluster.helpers_cpu() - helpers0, 1)
+        if stats is not None:
+            shutil.copy(stats / f"recovery{count}.json", stats / f"recovery{count}.end.json")
         row["recovery_s"] = None if recovery is None else round(recovery, 1)
         if recovery is None:
             row["recovered"] = cluster.status(epoch)["since_epoch"]
@@ -296,6 +303,7 @@ def main() -> int:
     parser.add_argument("--recovery-timeout", type=float, default=180.0)
     parser.add_argument("--ping-timeout", type=float, default=30.0)
     parser.add_argument("--no-ping", action="store_true", help="skip the test.ping phase")
+    parser.add_argument("--stats", metavar="DIR", help="the master road's counters, as JSON")
     parser.add_argument("--spy", metavar="DIR", help="py-spy the master's connect and recovery")
     parser.add_argument("--short", action="store_true", help="N=200, one ping, 5 s windows")
     args = parser.parse_args()
