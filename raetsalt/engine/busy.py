@@ -4,21 +4,31 @@ A main that takes more handshakes than it can serve answers late, its remotes ti
 and try again, and the load grows (congestive collapse: the measured master with 2,000
 minions never converged).  ``Admission`` decides, for each packet that would start a
 handshake (a join request, an allow hello), whether the road takes it now: at most
-``config.handshake_rate`` per second (a token bucket of ``handshake_burst``), and none
+``config.handshake_rate`` per second (a token bucket of ``handshake_burst``), none
 while the driver reports the road ``loaded`` (its socket had a backlog at the last
-read).  A refused packet gets a stateless ``BUSY`` answer at once, before any signature
-check or key work: the request's ids mirrored, unsigned, and never bigger than the
-request (anti-amplification; the guard's budget for unvalidated addresses applies too).
+read); while the join desk is three quarters full, new joins only at the rate its
+slots turn over (joins wait there for their joiners' acks; a full desk pushes out the
+oldest, and its joiner has to join again).  An admitted join takes its allow's token
+too and holds its allow's place, so a joiner is never refused between its join and its
+allow (and made to do the join again).
+
+A refused packet gets a stateless ``BUSY`` answer at once, before any signature check
+or key work: the request's ids mirrored, unsigned, and never bigger than the request
+(anti-amplification; the guard's budget for unvalidated addresses applies too), with a
+retry-after hint in its ``ml`` field (milliseconds, ``Admission.retry_after``): the
+refused are given successive places at the pace the main has been taking handshakes,
+so they come back spread out at the rate it can serve.
 Packets of working sessions (native frames, alives, messages) are never refused, so an
 overloaded main never tears down a session that works.
 
 On the other side, ``take_busy_untrusted`` honours a ``BUSY`` only as an answer to a
 join or allow this road started, from the address it sent it to; the handshake ends and
-the road tries again at a random time within a back-off that is ``config.busy_retry``
-the first time and doubles up to ``retry_max`` (0.1 to 1 times it: a crowd that was
-refused comes back spread out).
-A forged ``BUSY`` can therefore only delay a handshake, within the back-off's bounds,
-as dropping its packets could.  A raet 0.6.8 peer never
+the road tries again after the hint (plus up to 10 %), or, from a main that gives none,
+at a random time within a back-off that is ``config.busy_retry`` the first time and
+doubles up to ``retry_max`` (0.1 to 1 times it: a crowd that was refused comes back
+spread out).  A hint counts for at most ``retry_max``: a forged ``BUSY`` can therefore
+only delay a handshake of ours within the back-off's bounds, as dropping its packets
+could, and never touches a working session.  A raet 0.6.8 peer never
 sees one unless it joins a busy main, and ignores a packet kind it does not know (it
 retries on its own schedule).
 """
@@ -41,6 +51,7 @@ from raetsalt.wire.packet import pack_packet
 if TYPE_CHECKING:
     from raetsalt.engine.config import RoadConfig
     from raetsalt.engine.events import Event
+    from raetsalt.engine.joindesk import JoinDesk
     from raetsalt.engine.remote import Address, Remote
     from raetsalt.wire.packet import Packet
 
@@ -57,6 +68,10 @@ RESERVED_FOR = 10.0
 5 s by default, and the joiner allows at once after it)."""
 MAX_RESERVED = 4096
 """Allows held for admitted joins at most (the oldest are dropped first)."""
+DESK_SHARE = 0.75
+"""The join desk is crowded from this share of ``max_joins`` on: a join admitted when the
+desk is full pushes out one still waiting for its joiner's ack (that joiner is then told
+"unjoined" at its allow and joins again)."""
 PACE_MIN = 20.0
 """Handshakes a second a busy main assumes it takes at least, for its retry-after hints."""
 
@@ -68,6 +83,7 @@ class Screening(Protocol):
     stats: Counter[str]
     remotes: dict[int, Remote]
     admission: Admission
+    joins: JoinDesk
 
     def transmit_datagram(self, data: bytes, address: Address) -> None: ...
 
@@ -78,14 +94,37 @@ class Screening(Protocol):
     def service_remote(self, remote: Remote, now: float) -> None: ...
 
 
-class Admission:
-    """Which handshakes a road takes now (module docstring)."""
+class TokenBucket:
+    """``rate`` a second, at most ``burst`` at once (rate 0: no limit)."""
+
+    __slots__ = ("rate", "burst", "tokens", "refilled")
 
     def __init__(self, rate: float, burst: float) -> None:
         self.rate = rate
         self.burst = max(1.0, burst)
         self.tokens = self.burst
         self.refilled: float | None = None
+
+    def take(self, now: float, cost: float = 1.0) -> bool:
+        """Take ``cost`` tokens if one is there (the count may go below zero)."""
+        if self.rate <= 0:
+            return True
+        if self.refilled is not None and now > self.refilled:
+            self.tokens = min(self.burst, self.tokens + (now - self.refilled) * self.rate)
+        self.refilled = now
+        if self.tokens >= 1.0:
+            self.tokens -= cost
+            return True
+        return False
+
+
+class Admission:
+    """Which handshakes a road takes now (module docstring)."""
+
+    def __init__(self, rate: float, burst: float, *, crowded_rate: float = 0.0) -> None:
+        self.bucket = TokenBucket(rate, burst)
+        self.crowded = TokenBucket(crowded_rate, crowded_rate)
+        """New joins taken while the join desk is crowded (its turnover: ``for_config``)."""
         self.loaded = False
         """Set by the driver: the socket had a backlog at the last read."""
         self.reserved: OrderedDict[Address, float] = OrderedDict()
@@ -97,20 +136,18 @@ class Admission:
         self._second = 0.0
         self._taken = 0
 
+    @classmethod
+    def for_config(cls, config: RoadConfig) -> Admission:
+        """The admission of a road: while its join desk is crowded, new joins at the rate
+        its slots turn over if nobody answers (``max_joins`` per ``join_timeout``)."""
+        return cls(config.handshake_rate, config.handshake_burst,
+                   crowded_rate=config.max_joins / max(config.join_timeout, 0.1))
+
     def admit(self, now: float) -> bool:
-        if self.loaded:
+        if self.loaded or not self.bucket.take(now):
             return False
-        if self.rate <= 0:
-            self._count(now)
-            return True
-        if self.refilled is not None and now > self.refilled:
-            self.tokens = min(self.burst, self.tokens + (now - self.refilled) * self.rate)
-        self.refilled = now
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            self._count(now)
-            return True
-        return False
+        self._count(now)
+        return True
 
     def admit_handshake(self, kind: tuple[TransactionKind, PacketKind], address: Address,
                         now: float) -> bool:
@@ -129,8 +166,7 @@ class Admission:
                 self.reserved.popitem(last=False)
             self.reserved[address] = now + RESERVED_FOR
             self.reserved.move_to_end(address)
-            if self.rate > 0:
-                self.tokens -= 1.0  # the allow's token, taken now (may go below zero)
+            self.bucket.take(now, 1.0)  # the allow's token, taken now (may go below zero)
         return True
 
     def retry_after(self, now: float, least: float, cap: float) -> float:
@@ -166,7 +202,19 @@ def screen_untrusted(road: Screening, packet: Packet, address: Address, now: flo
     if header.flags & Flag.CF or kind not in HANDSHAKE_STARTS:
         return False
     admission = road.admission
-    if admission.admit_handshake(kind, address, now):
+    if kind == JOIN_REQUEST:
+        desk = road.joins.live
+        if (address, header.source_uid, header.transaction_id) in desk:
+            return False  # a retransmission: its correspondent answers it again, no new work
+        # A crowded desk takes new joins only as fast as its slots turn over, so that a
+        # crowd of joiners does not push out each other's joins before their acks come
+        # (a flood still cannot keep a real joiner out: it gets a slot in turn).
+        crowded = len(desk) >= road.config.max_joins * DESK_SHARE
+        if (not crowded or admission.crowded.take(now)) and admission.admit_handshake(
+            kind, address, now
+        ):
+            return False
+    elif admission.admit_handshake(kind, address, now):
         return False
     config = road.config
     hint = admission.retry_after(now, config.busy_retry / 2, config.retry_max)

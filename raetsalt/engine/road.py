@@ -174,7 +174,7 @@ class Road:
             factor=config.amplification, burst=config.new_ids_burst, rate=config.new_ids_per_second
         )
         self.joins = JoinDesk(self)
-        self.admission = Admission(config.handshake_rate, config.handshake_burst)
+        self.admission = Admission.for_config(config)
         self._correspondents: Mapping[tuple[int, int], Correspond] = {
             (TransactionKind.ALLOW, PacketKind.HELLO): self._start_allow_correspondent,
             (TransactionKind.ALIVE, PacketKind.REQUEST): self._answer_alive,

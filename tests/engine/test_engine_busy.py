@@ -11,7 +11,7 @@ from raetsalt.engine.busy import ALLOW_HELLO, JOIN_REQUEST, MAX_RESERVED, RESERV
 from raetsalt.engine.events import Allowed, Joined, PresenceChanged, TransactionFailed
 from raetsalt.engine.native import is_native
 from raetsalt.keep.store import MemoryKeep
-from raetsalt.testing.fakenet import FakeNet
+from raetsalt.testing.fakenet import Conditions, FakeNet
 from raetsalt.testing.pair import MAIN_HA, Peer, make_peer, road_pair
 from raetsalt.testing.tap import Tap
 from raetsalt.wire.enums import Flag, FootKind, PacketKind, TransactionKind
@@ -34,7 +34,7 @@ def test_an_admitted_join_holds_its_allows_place() -> None:
     gate = Admission(rate=1.0, burst=2.0)
     a, b = ("10.0.0.1", 1), ("10.0.0.2", 1)
     assert gate.admit_handshake(JOIN_REQUEST, a, 0.0)  # takes the allow's token too
-    assert gate.tokens == 0.0
+    assert gate.bucket.tokens == 0.0
     assert not gate.admit_handshake(ALLOW_HELLO, b, 0.0)  # no place held for b
     gate.loaded = True
     assert gate.admit_handshake(ALLOW_HELLO, a, 0.5)  # a's place: even while loaded
@@ -62,6 +62,23 @@ def test_a_joiner_admitted_once_is_not_refused_at_its_allow() -> None:
     late.road.connect(MAIN_HA, pair.net.now)
     pair.net.run_until(lambda: bool(late.of(TransactionFailed)), timeout=5.0)
     assert [(f.kind, f.reason) for f in late.of(TransactionFailed)] == [("join", "busy")]
+
+
+def test_a_crowd_of_joiners_does_not_push_out_each_others_joins() -> None:
+    """A small join desk and a crowd joining at once, over a slow link: the desk takes
+    new joins only as its slots turn over, so no join waiting for its ack is pushed out
+    (each minion joins once, never told "unjoined"), and all connect."""
+    pair = road_pair(main_config={"max_joins": 8})
+    assert pair.connect()
+    pair.net.conditions = Conditions(latency=0.2)
+    crowd = [_extra_minion(pair.net, 40 + i, busy_retry=1.0, retry_max=4.0) for i in range(30)]
+    for peer in crowd:
+        peer.road.connect(MAIN_HA, pair.net.now)
+    assert pair.until(lambda: all(p.of(Allowed) for p in crowd), timeout=60.0)
+    main = pair.main.road
+    assert main.stats["join_evicted"] == 0 and main.stats["tx_stale_unjoined"] == 0
+    assert main.stats["handshake_busy"] > 0
+    assert all(len(p.of(Joined)) == 1 for p in crowd)
 
 
 def test_busy_answers_carry_spread_retry_after_hints_within_bounds() -> None:

@@ -81,4 +81,7 @@ def test_a_join_flood_cannot_keep_a_real_minion_out() -> None:
     pair.minion.road.connect(MAIN_HA, pair.net.now)
     assert pair.until(lambda: bool(pair.minion.of(Allowed)), timeout=30)
     assert len(pair.main.road.joins) <= 64
-    assert pair.main.road.stats["join_evicted"] > 0
+    # Beyond three quarters of the slots the flood is taken only at the slots' turnover
+    # (engine/busy.py) and answered "busy" otherwise; what it does take churns.
+    stats = pair.main.road.stats
+    assert stats["handshake_busy"] > 4000 and stats["join_evicted"] + len(pair.main.road.joins) > 48
