@@ -143,8 +143,9 @@ class Admission:
         return cls(config.handshake_rate, config.handshake_burst,
                    crowded_rate=config.max_joins / max(config.join_timeout, 0.1))
 
-    def admit(self, now: float) -> bool:
-        if self.loaded or not self.bucket.take(now):
+    def admit(self, now: float, *, loaded_too: bool = False) -> bool:
+        """Take a handshake now?  (``loaded_too``: even while the socket has a backlog.)"""
+        if (self.loaded and not loaded_too) or not self.bucket.take(now):
             return False
         self._count(now)
         return True

@@ -7,7 +7,11 @@ probe it, which a main with 10,000 remotes asks them to do after up to 20 s of s
 remote its keep knows as joined, as soon as it starts, in the keep's order: at most
 ``config.recall_window`` of them at a time, each taking a token of the handshake
 admission (``busy.Admission``), so the main's own calls never take more handshakes than
-its rate and leave room for remotes that come on their own.  A remote that is connected
+its rate and leave room for remotes that come on their own.  A socket backlog does not
+stop the calls (it stops handshakes the remotes start): a restarted main's backlog is
+mostly its remotes' probes and alives, and one call is the cheapest way to answer them
+all (the alternative, per remote: probes, a signed alive, a signed "unallowed", a hello
+answered "busy", and the allow at last).  A remote that is connected
 or handshaking by the time its turn comes is skipped; one that does not answer (it is
 gone) costs its allow's retransmissions and time-out, and no retry: it comes back on its
 own schedule when it returns.
@@ -66,7 +70,9 @@ class Recall:
             ):
                 self.waiting.popleft()  # gone, back already, or on its way
                 continue
-            if len(self.calling) >= road.config.recall_window or not road.admission.admit(now):
+            if len(self.calling) >= road.config.recall_window or not road.admission.admit(
+                now, loaded_too=True
+            ):
                 break
             self.waiting.popleft()
             if not remote.trusted:

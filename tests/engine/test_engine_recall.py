@@ -64,6 +64,17 @@ def test_a_restarted_main_calls_its_minions_back_within_its_window_and_rate() ->
     assert main.stats["handshake_busy"] == 0  # nobody came on their own meanwhile
 
 
+def test_a_backlog_does_not_stop_the_calls() -> None:
+    pair, minions = _fleet(6)
+    before = [_allowed(p) for p in minions]
+    pair.restart_main(recall_window=2, **QUIET)
+    main = pair.main.road
+    main.admission.loaded = True  # its socket keeps a backlog (the minions' probes)
+    assert pair.until(lambda: all(_allowed(p) > b for p, b in zip(minions, before, strict=True)),
+                      timeout=10.0)
+    assert main.stats["recall_allow"] == len(minions)
+
+
 def test_a_gone_minion_costs_one_allow_and_no_retry() -> None:
     pair, minions = _fleet(3)
     gone = minions[-1]
