@@ -5,7 +5,8 @@ probe it, which a main with 10,000 remotes asks them to do after up to 20 s of s
 (``alive_native``), and then they all come at once.  ``Recall`` instead starts an allow
 (an authenticated handshake: only the real main can make a remote take it) towards every
 remote its keep knows as joined, as soon as it starts, in the keep's order: at most
-``config.recall_window`` of them at a time, each taking a token of the handshake
+``config.recall_window`` of them at a time (fewer while calls go unanswered:
+``Recall.window``), each taking a token of the handshake
 admission (``busy.Admission``), so the main's own calls never take more handshakes than
 its rate and leave room for remotes that come on their own.  A socket backlog does not
 stop the calls (it stops handshakes the remotes start): a restarted main's backlog is
@@ -29,18 +30,27 @@ if TYPE_CHECKING:
 
 TICK = 0.05
 """Seconds between looks at the window while remotes are waiting for their call."""
+WINDOW_START = 16.0
+WINDOW_MIN = 4.0
+"""Calls at a time to begin with, and at least (see ``Recall.window``)."""
 
 
 class Recall:
     """The remotes a restarted main still has to call (module docstring)."""
 
-    __slots__ = ("road", "waiting", "calling", "deadline")
+    __slots__ = ("road", "waiting", "calling", "deadline", "window", "_shrunk")
 
     def __init__(self, road: Road, uids: list[int]) -> None:
         self.road = road
         self.waiting: deque[int] = deque(uids)
         self.calling: set[int] = set()
         self.deadline: float | None = None
+        self.window = min(WINDOW_START, float(road.config.recall_window))
+        """Calls at a time: one more for each call answered, up to ``recall_window``, and
+        half as many (at most once a second) when one goes unanswered: remotes too busy
+        to answer within the allow's time-out would make every call wasted work on both
+        sides (the main's hello, their cookie, its nack)."""
+        self._shrunk = float("-inf")
 
     @classmethod
     def after_restart(cls, road: Road) -> Recall | None:
@@ -57,11 +67,20 @@ class Recall:
     def on_timer(self, now: float) -> None:
         road = self.road
         remotes = road.remotes
-        self.calling = {
+        still = {
             uid for uid in self.calling
             if uid in remotes and (txn := remotes[uid].in_progress(TransactionKind.ALLOW))
             is not None and txn.initiator
         }
+        for uid in self.calling - still:
+            remote = remotes.get(uid)
+            if remote is not None and remote.allowed:
+                self.window = min(self.window + 1.0, float(road.config.recall_window))
+            elif now - self._shrunk >= 1.0:
+                self.window = max(WINDOW_MIN, self.window / 2)
+                self._shrunk = now
+                road.stats["recall_window_halved"] += 1
+        self.calling = still
         while self.waiting:
             remote = remotes.get(self.waiting[0])
             if remote is None or remote.allowed or not remote.joined or any(
@@ -70,7 +89,7 @@ class Recall:
             ):
                 self.waiting.popleft()  # gone, back already, or on its way
                 continue
-            if len(self.calling) >= road.config.recall_window or not road.admission.admit(
+            if len(self.calling) >= self.window or not road.admission.admit(
                 now, loaded_too=True
             ):
                 break

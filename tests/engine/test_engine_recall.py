@@ -6,9 +6,9 @@ already are not called; and no working session is torn down."""
 from __future__ import annotations
 
 from raetsalt.engine.events import Allowed, Joined, TransactionFailed
-from raetsalt.engine.recall import Recall
+from raetsalt.engine.recall import WINDOW_MIN, WINDOW_START, Recall
 from raetsalt.keep.store import MemoryKeep
-from raetsalt.testing.fakenet import FakeNet
+from raetsalt.testing.fakenet import Conditions, FakeNet
 from raetsalt.testing.pair import MAIN_HA, Pair, Peer, make_peer, road_pair
 from raetsalt.wire.enums import TransactionKind
 
@@ -62,6 +62,36 @@ def test_a_restarted_main_calls_its_minions_back_within_its_window_and_rate() ->
     assert took >= (len(minions) - 5.0) / rate * 0.9  # within the rate (burst 5)
     assert [len(p.of(Joined)) for p in minions] == joins  # allows only, no join
     assert main.stats["handshake_busy"] == 0  # nobody came on their own meanwhile
+
+
+def test_answered_calls_widen_the_window_and_unanswered_ones_narrow_it() -> None:
+    pair, minions = _fleet(60)
+    pair.restart_main(recall_window=64, **QUIET)
+    main = pair.main.road
+    recall = main.recall
+    assert recall is not None and recall.window == WINDOW_START
+    assert pair.until(lambda: all(main.remote(p.road.name).allowed for p in minions),
+                      timeout=10.0)
+    assert recall.window > WINDOW_START  # one more per answered call
+    assert main.stats["recall_window_halved"] == 0
+    # Minions too slow to answer within an allow's time-out (4 s): the window halves,
+    # at most once a second, down to its least; the calls go on.
+    pair, minions = _fleet(60)
+    pair.net.conditions = Conditions(latency=2.5)
+    pair.restart_main(recall_window=64, **QUIET)
+    main = pair.main.road
+    recall = main.recall
+    assert recall is not None
+    most = 0
+
+    def watch() -> bool:
+        nonlocal most
+        most = max(most, len(recall.calling))
+        return False
+
+    pair.net.run_until(watch, timeout=12.0)
+    assert most <= WINDOW_START
+    assert recall.window == WINDOW_MIN and main.stats["recall_window_halved"] >= 2
 
 
 def test_a_backlog_does_not_stop_the_calls() -> None:
