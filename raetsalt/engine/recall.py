@@ -20,13 +20,18 @@ own schedule when it returns.
 
 from __future__ import annotations
 
-from collections import deque
-from typing import TYPE_CHECKING
+from collections import Counter, deque
+from typing import TYPE_CHECKING, Protocol
 
 from raetsalt.wire.enums import TransactionKind
 
 if TYPE_CHECKING:
-    from raetsalt.engine.road import Road
+    from raetsalt.engine.busy import Admission
+    from raetsalt.engine.config import RoadConfig
+    from raetsalt.engine.guard import Guard
+    from raetsalt.engine.identity import LocalEstate
+    from raetsalt.engine.remote import Remote
+    from raetsalt.engine.timers import Timed
 
 TICK = 0.05
 """Seconds between looks at the window while remotes are waiting for their call."""
@@ -35,12 +40,29 @@ WINDOW_MIN = 4.0
 """Calls at a time to begin with, and at least (see ``Recall.window``)."""
 
 
+class Caller(Protocol):
+    """What of the road this module uses (``Road`` implements it)."""
+
+    config: RoadConfig
+    stats: Counter[str]
+    remotes: dict[int, Remote]
+    admission: Admission
+    guard: Guard
+
+    @property
+    def local(self) -> LocalEstate: ...
+
+    def arm(self, owner: Timed, when: float | None) -> None: ...
+
+    def allow(self, uid: int, now: float) -> None: ...
+
+
 class Recall:
     """The remotes a restarted main still has to call (module docstring)."""
 
     __slots__ = ("road", "waiting", "calling", "deadline", "window", "_shrunk")
 
-    def __init__(self, road: Road, uids: list[int]) -> None:
+    def __init__(self, road: Caller, uids: list[int]) -> None:
         self.road = road
         self.waiting: deque[int] = deque(uids)
         self.calling: set[int] = set()
@@ -53,7 +75,7 @@ class Recall:
         self._shrunk = float("-inf")
 
     @classmethod
-    def after_restart(cls, road: Road) -> Recall | None:
+    def after_restart(cls, road: Caller) -> Recall | None:
         """The recall of a main restored with joined remotes (None: nothing to call)."""
         if not road.local.main or road.config.recall_window <= 0:
             return None
