@@ -76,13 +76,18 @@ PACE_MIN = 20.0
 """Handshakes a second a busy main assumes it takes at least, for its retry-after hints."""
 
 
-class Screening(Protocol):
-    """What of the road this module uses (``Road`` implements it)."""
+class Admitting(Protocol):
+    """A road with its handshake admission (``Road`` implements it)."""
 
     config: RoadConfig
     stats: Counter[str]
     remotes: dict[int, Remote]
     admission: Admission
+
+
+class Screening(Admitting, Protocol):
+    """What of the road this module uses."""
+
     joins: JoinDesk
 
     def transmit_datagram(self, data: bytes, address: Address) -> None: ...

@@ -20,17 +20,15 @@ own schedule when it returns.
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
+from raetsalt.engine.busy import Admitting
 from raetsalt.wire.enums import TransactionKind
 
 if TYPE_CHECKING:
-    from raetsalt.engine.busy import Admission
-    from raetsalt.engine.config import RoadConfig
     from raetsalt.engine.guard import Guard
     from raetsalt.engine.identity import LocalEstate
-    from raetsalt.engine.remote import Remote
     from raetsalt.engine.timers import Timed
 
 TICK = 0.05
@@ -40,13 +38,9 @@ WINDOW_MIN = 4.0
 """Calls at a time to begin with, and at least (see ``Recall.window``)."""
 
 
-class Caller(Protocol):
+class Caller(Admitting, Protocol):
     """What of the road this module uses (``Road`` implements it)."""
 
-    config: RoadConfig
-    stats: Counter[str]
-    remotes: dict[int, Remote]
-    admission: Admission
     guard: Guard
 
     @property
