@@ -21,6 +21,11 @@ of timers, jobs answered in process, at nice 10, their files on tmpfs), then
 * **per minion**: master CPU per minion to connect and per ping (ms, the keep and cache
   writer threads included) and idle CPU per minion (us/s).
 
+``--ping-only`` stops after the pings (no idle, steady or recovery windows);
+``--profile DIR`` records py-spy profiles of the master, of one helper and of each ping's
+CLI during the pings (py-spy must be in the venv), and the row gets the kernel's UDP
+counters' growth over the pings (``/proc/net/snmp``: receive-buffer errors are drops).
+
 ``--short`` is the ``make bench`` mode: N = 200, one ping, 5 s windows.  The load of the
 machine (load average) is printed with each row: the machine is shared.
 """
@@ -61,6 +66,22 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def udp_counters() -> dict[str, int]:
+    """The kernel's UDP counters (``/proc/net/snmp``), e.g. ``RcvbufErrors``."""
+    lines = [line.split() for line in Path("/proc/net/snmp").read_text().splitlines()
+             if line.startswith("Udp:")]
+    return {key: int(value) for key, value in zip(lines[0][1:], lines[1][1:], strict=True)}
+
+
+def py_spy(target: list[str], out: Path) -> subprocess.Popen[str]:
+    """``py-spy record`` of ``target`` (``--pid P`` or ``-- command``), to ``out``."""
+    tool = Path(sys.executable).with_name("py-spy")
+    return subprocess.Popen(
+        [str(tool), "record", "--format", "raw", "--rate", "200", "--nonblocking",
+         "-o", str(out), *target],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
 
 
 def load() -> float:
@@ -159,17 +180,22 @@ class Cluster:
             time.sleep(0.2)  # polling the helpers' status files
         return None
 
-    def ping(self, timeout: float) -> tuple[float, int]:
+    def ping(self, timeout: float, profile: Path | None = None) -> tuple[float, int]:
         salt = Path(sys.executable).with_name("raetsalt")
+        command = [str(salt), "-c", str(self.master_dir), "*", "test.ping", "--out", "json",
+                   "--static", "-t", str(int(timeout))]
+        if profile is not None:
+            tool = Path(sys.executable).with_name("py-spy")
+            command = [str(tool), "record", "--format", "raw", "--rate", "200",
+                       "--nonblocking", "-o", str(profile), "--", *command]
         start = time.perf_counter()
-        done = subprocess.run(
-            [str(salt), "-c", str(self.master_dir), "*", "test.ping", "--out", "json",
-             "--static", "-t", str(int(timeout))],
-            capture_output=True, text=True,
-        )
+        done = subprocess.run(command, capture_output=True, text=True)
         took = time.perf_counter() - start
+        # py-spy, when profiling, writes its own lines around the document.
+        text = "\n".join(line for line in done.stdout.splitlines()
+                         if not line.startswith("py-spy>"))
         try:
-            returns = json.loads(done.stdout) if done.stdout.strip() else {}
+            returns = json.loads(text) if text.strip() else {}
         except ValueError:
             returns = {}
         return took, sum(1 for value in returns.values() if value is True)
@@ -230,15 +256,30 @@ def measure(count: int, args: argparse.Namespace) -> dict[str, Any]:
         if connect is None:
             row["connected"] = cluster.status()["connected"]
         pings = []
-        for _ in range(0 if args.no_ping else args.runs):
+        spies: list[subprocess.Popen[str]] = []
+        if args.profile:
+            out = Path(args.profile)
+            out.mkdir(parents=True, exist_ok=True)
+            spies = [py_spy(["--pid", str(pid)], out / f"master{count}.txt"),
+                     py_spy(["--pid", str(cluster.helpers[0].pid)], out / f"helper{count}.txt")]
+        udp0 = udp_counters()
+        for run in range(0 if args.no_ping else args.runs):
             cpu0 = cpu_seconds(pid)
-            took, returned = cluster.ping(args.ping_timeout)
+            spy = Path(args.profile) / f"cli{count}-{run}.txt" if args.profile else None
+            took, returned = cluster.ping(args.ping_timeout, spy)
             pings.append((round(took, 2), returned, cpu_seconds(pid) - cpu0))
+        udp1 = udp_counters()
+        row["udp"] = {key: udp1[key] - udp0[key] for key in udp1 if udp1[key] != udp0[key]}
+        for spy_proc in spies:
+            spy_proc.send_signal(signal.SIGINT)
+            spy_proc.wait(60)
         row["ping"] = [(t, r) for t, r, _ in pings]
         if pings:
             cpu_per_ping = sorted(c for _, _, c in pings)[len(pings) // 2]
             row["ms_cpu_per_minion_per_ping"] = round(1000 * cpu_per_ping / count, 3)
         row["rss_mib"] = round(rss_mib(pid), 1)
+        if args.ping_only:
+            return row
         lost0 = cluster.status()["lost"]
         cpu0, start = cpu_seconds(pid), time.monotonic()
         time.sleep(args.idle)  # the measurement window itself
@@ -267,7 +308,7 @@ def measure(count: int, args: argparse.Namespace) -> dict[str, Any]:
             row["recovered"] = cluster.status(epoch)["since_epoch"]
     finally:
         cluster.stop()
-    row["load_end"] = round(load(), 1)
+        row["load_end"] = round(load(), 1)
     return row
 
 
@@ -305,6 +346,9 @@ def main() -> int:
     parser.add_argument("--no-ping", action="store_true", help="skip the test.ping phase")
     parser.add_argument("--stats", metavar="DIR", help="the master road's counters, as JSON")
     parser.add_argument("--spy", metavar="DIR", help="py-spy the master's connect and recovery")
+    parser.add_argument("--ping-only", action="store_true",
+                        help="stop after the pings (no idle, steady or recovery windows)")
+    parser.add_argument("--profile", help="directory for py-spy profiles of the pings")
     parser.add_argument("--short", action="store_true", help="N=200, one ping, 5 s windows")
     args = parser.parse_args()
     if args.short:
@@ -316,7 +360,8 @@ def main() -> int:
         row = measure(count, args)
         rows.append(row)
         print(json.dumps({"bench": "many_minions", **row}), flush=True)
-        failed |= row.get("connect_s") is None or row.get("recovery_s") is None
+        failed |= row.get("connect_s") is None or (
+            not args.ping_only and row.get("recovery_s") is None)
     print_table(rows)
     return 1 if failed else 0
 

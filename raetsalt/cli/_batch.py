@@ -99,16 +99,16 @@ def run_batch(client: MasterClient, args: argparse.Namespace, command: Command,
         wake = min([*active.values(), *(cooling if pending else [])], default=now)
         bodies, stash = stash or client.receive(max(0.0, wake - now)), []
         for body in bodies:
-            who, ret = body.get("id"), body.get("ret")
             if str(body.get("req")) not in jobs or p.share_of(body) != p.SHARE_JOB_RET:
                 continue
-            if not isinstance(ret, dict) or not isinstance(who, str) or who not in active:
-                continue
-            del active[who]
-            code = retcode_of(ret)
-            worst = max(worst, code)
-            printer.show({who: ret.get("return")}, ret.get("out"), code)
-            cooling.append(time.monotonic() + wait)
+            for who, ret in p.job_returns(body):
+                if who not in active:
+                    continue
+                del active[who]
+                code = retcode_of(ret)
+                worst = max(worst, code)
+                printer.show({who: ret.get("return")}, ret.get("out"), code)
+                cooling.append(time.monotonic() + wait)
         now = time.monotonic()
         for minion in [m for m, until in active.items() if until <= now]:
             del active[minion]  # its time is up: nothing is printed, as in Salt's batch mode

@@ -69,10 +69,10 @@ class Publication:
             for body in bodies:
                 if body.get("req") != self.req or p.share_of(body) != p.SHARE_JOB_RET:
                     continue
-                minion, ret = body.get("id"), body.get("ret")
-                if isinstance(minion, str) and isinstance(ret, dict) and minion not in seen:
-                    seen.add(minion)
-                    yield minion, ret
+                for minion, ret in p.job_returns(body):
+                    if minion not in seen:
+                        seen.add(minion)
+                        yield minion, ret
 
 
 class Refused(Exception):

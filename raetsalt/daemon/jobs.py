@@ -34,6 +34,7 @@ from raetsalt.engine.events import Allowed, MessageReceived
 from raetsalt.errors import LocalError
 from raetsalt.execution.grains import core_grains
 from raetsalt.execution.loader import Context, Loader
+from raetsalt.lane.page import MAX_PAGE_SIZE
 from raetsalt.manor import LocalMessage
 from raetsalt.node import Node, NodeEvent
 from raetsalt.services import protocol as p
@@ -41,6 +42,7 @@ from raetsalt.services.jids import new_jid
 from raetsalt.services.master import (
     Fire,
     MasterJobs,
+    Sink,
     ToMinion,
 )
 from raetsalt.services.minion import (
@@ -58,6 +60,12 @@ from raetsalt.services.peer import PeerRelay
 from raetsalt.services.protocol import ToClient
 
 log = logging.getLogger("raetsalt.daemon")
+
+CLIENT_ROOM = 8
+"""Pages (lane) or page sizes (command socket) still queued for a client below which it
+gets the returns that waited (``MasterJobs.answer_returns``)."""
+RETURNS_RECHECK = 0.005
+"""Seconds before the master looks again at a client that was behind."""
 
 NOT_AUTHENTICATED = (
     "Minion failed to authenticate with the master, has the minion key been accepted?"
@@ -169,6 +177,8 @@ class MasterService:
     def timeout(self) -> float | None:
         timers = [t for t in (self.jobs.get_timer(), self.gate.get_timer()) if t is not None]
         waits = [w for w in (self.salt.timeout(),) if w is not None]
+        if self.jobs.returns_waiting():
+            waits.append(RETURNS_RECHECK)  # a client was behind: look again soon
         if timers:
             waits.append(max(0.0, min(timers) - self.node.clock()))
         return min(waits, default=None)
@@ -278,9 +288,20 @@ class MasterService:
         if timer is not None and timer <= now:
             actions.extend(self.jobs.handle_timer(now))
         actions.extend(self._announce_alive())
+        actions.extend(self.jobs.answer_returns(self._keeping_up))
         if isinstance(self.jobs.cache, QueuedJobCache):
             self.jobs.cache.writer.commit_now()  # this pass's returns: one batch, two syncs
         return actions
+
+    def _keeping_up(self, sink: Sink) -> bool:
+        """The client of ``sink`` has read (nearly) all we sent it: more may go.  A peer
+        minion's answers go over the road, which has its own flow control."""
+        if sink.yard is None:
+            return True
+        if self.gate.owns(sink.yard):
+            assert self.gate.server is not None
+            return self.gate.server.backlog(sink.yard) < CLIENT_ROOM * MAX_PAGE_SIZE
+        return self.node.manor.lane.backlog(sink.yard) < CLIENT_ROOM
 
     def _announce_alive(self) -> list[Any]:
         """When the silence we ask of minions grew by a quarter (more minions), tell the
@@ -354,9 +375,17 @@ class MasterService:
             if not self.gate.server.send(yard, body):
                 self.jobs.forget_client(yard)
             return False
+        lane = self.node.manor.lane
         try:
-            self.node.manor.lane.send(body, yard)
+            if not lane.send(body, yard):
+                log.debug("client %s: its queue is full, a reply is dropped", yard)
         except LocalError as exc:
+            returns = body.get("returns")
+            if lane.has_yard(yard) and isinstance(returns, list) and len(returns) > 1:
+                # Too large for one message (big returns): half of them in each.
+                half = len(returns) // 2
+                self._to_client(yard, {**body, "returns": returns[:half]})
+                return self._to_client(yard, {**body, "returns": returns[half:]})
             log.debug("client %s gone: %s", yard, exc)
             self.jobs.forget_client(yard)
         return True

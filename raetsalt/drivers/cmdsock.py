@@ -298,6 +298,11 @@ class CommandServer:
         self._flush(conn)
         return conn.id in self._conns
 
+    def backlog(self, conn_id: str) -> int:
+        """Bytes queued for connection ``conn_id`` and not yet taken by the kernel."""
+        conn = self._conns.get(conn_id)
+        return len(conn.outbuf) if conn is not None else 0
+
     def close(self) -> None:
         for conn in list(self._conns.values()):
             self._drop(conn)

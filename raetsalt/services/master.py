@@ -20,9 +20,11 @@ the client is told at once which expected minions are not connected.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from raetsalt import acl
@@ -65,6 +67,14 @@ class Fire:
 Action = ToMinion | ToClient | Fire
 
 
+class ReturnDrop(StrEnum):
+    """Why a minion's return went no further than it did (``MasterJobs.stats``)."""
+
+    MALFORMED = "return_malformed"  # no usable jid, fun or fun_args: dropped
+    UNKNOWN_JOB = "return_unknown_job"  # not a job of this master (or too old): dropped
+    REPEATED = "return_repeated"  # a second return for one job: stored, not sent again
+
+
 @dataclass(frozen=True, slots=True)
 class Sink:
     """Where the answers to one request go: the client yard ``yard`` on the lane, or
@@ -93,6 +103,8 @@ class _Watch:
     expected: set[str]
     expires: float
     returned: set[str] = field(default_factory=set)
+    pending: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Returns not sent to the client yet (``MasterJobs.answer_returns``)."""
 
 
 @dataclass(slots=True)
@@ -164,6 +176,8 @@ class MasterJobs:
         """Minion id -> the pillar the master compiled for it (pillar targeting; kept by
         ``raetsalt.saltbridge.service.SaltRequests``)."""
         self.last_jid: str | None = None
+        self.stats: Counter[str] = Counter()
+        """Returns dropped or not sent again, by ``ReturnDrop``."""
         self._watches: dict[str, _Watch] = {}
         self._gatherings: dict[str, _Gathering] = {}
         self._jobs: dict[str, float] = {}
@@ -214,6 +228,7 @@ class MasterJobs:
             fun = p.text_untrusted(body, "fun", default="")
             fun_args = p.list_untrusted(body, "fun_args")
         except BadPacket as exc:
+            self.stats[ReturnDrop.MALFORMED] += 1
             log.debug("bad return from %s: %s", minion, exc)
             return []
         gathering = self._gatherings.get(jid)
@@ -229,6 +244,7 @@ class MasterJobs:
                 "user": minion, "minions": [minion], "missing": [],
             })
         elif not is_jid(jid) or (jid not in self._jobs and self.cache.get_load(jid) is None):
+            self.stats[ReturnDrop.UNKNOWN_JOB] += 1
             log.debug("return from %s for unknown job %r dropped", minion, jid)
             return []
         ret = {k: body[k] for k in _RETURN_KEYS if k in body}
@@ -238,18 +254,41 @@ class MasterJobs:
             self.cache.save_return(jid, minion, {**ret, "fun": fun, "fun_args": fun_args})
         except (OSError, KeepError) as exc:
             log.error("return of %s for %s not stored: %s", minion, jid, exc)
-        actions: list[Action] = []
         watch = self._watches.get(jid)
         if watch is not None:
-            watch.returned.add(minion)
-            actions.append(watch.sink.answer(self.estate, p.SHARE_JOB_RET, jid=jid, id=minion,
-                                             ret=ret))
-            if watch.expected <= watch.returned:
-                del self._watches[jid]
+            if minion in watch.returned:
+                self.stats[ReturnDrop.REPEATED] += 1  # stored and fired, sent once
+            else:
+                watch.returned.add(minion)
+                watch.pending[minion] = ret
         load = {"id": minion, "jid": jid, **ret, "fun": fun, "fun_args": fun_args,
                 "cmd": "_return", "_stamp": salt_stamp(self.utcnow())}
-        actions.append(Fire(f"salt/job/{jid}/ret/{minion}", load))
+        return [Fire(f"salt/job/{jid}/ret/{minion}", load)]
+
+    def answer_returns(self, room: Callable[[Sink], bool] = lambda sink: True
+                       ) -> list[Action]:
+        """Send each waiting client the returns that came for it since the last call, many
+        to a message, but only to a client ``room`` says is keeping up (the daemon looks at
+        what is still queued for it): while it is not, its returns wait here, so a slow
+        reader gets fewer, larger messages, and nothing is dropped for want of room.  The
+        daemon calls this once per pass of its loop."""
+        actions: list[Action] = []
+        for jid, watch in list(self._watches.items()):
+            if watch.pending and room(watch.sink):
+                waiting = list(watch.pending.items())
+                watch.pending.clear()
+                for start in range(0, len(waiting), p.RETURNS_PER_MESSAGE):
+                    returns = [list(item) for item in
+                               waiting[start:start + p.RETURNS_PER_MESSAGE]]
+                    actions.append(watch.sink.answer(self.estate, p.SHARE_JOB_RET, jid=jid,
+                                                     returns=returns))
+            if not watch.pending and watch.expected <= watch.returned:
+                del self._watches[jid]
         return actions
+
+    def returns_waiting(self) -> bool:
+        """Some client has returns ``answer_returns`` has not sent yet."""
+        return any(watch.pending for watch in self._watches.values())
 
     # -- lane and peers -----------------------------------------------------------------
 

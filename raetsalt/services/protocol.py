@@ -23,9 +23,11 @@ master ``publish`` ``{req, tgt, tgt_type, fun, arg, delimiter, preview}``: publi
                    the expected returners, listed ids without an accepted key, expected
                    minions that are not answering now); or ``{req, error}``.  With
                    ``preview`` only ``{req, minions}``, nothing is published.
-    -> ``job_ret``  ``{req, jid, id, ret: {return, retcode, success[, out]}}``, one per
-                   minion return, as they arrive (also from minions that were not
-                   expected).  The client decides when it has waited enough.
+    -> ``job_ret``  ``{req, jid, returns: [[id, {return, retcode, success[, out]}],
+                   ...]}``: the minions' returns as they arrive (also from minions that
+                   were not expected), many per message (what came in since the last one
+                   while the client was reading, at most ``RETURNS_PER_MESSAGE``), each
+                   minion once.  The client decides when it has waited enough.
 master ``runner``  ``{req, fun, arg}``: run a runner on the master (``arg`` as above).
     -> ``run_ret``  ``{req, return}`` or ``{req, error}``.
 minion ``call``    ``{req, fun, arg}``: ``raetsalt-call`` without ``--local``; the minion
@@ -183,6 +185,9 @@ SHARE_CLOCK = "clock"
 SHARE_FUN = "fun"
 SHARE_RETURN = "return"
 
+RETURNS_PER_MESSAGE = 512
+"""The most minion returns one ``job_ret`` message carries."""
+
 MAX_JOB_TTL = 86400.0
 """The longest time-to-live a publication may carry (a day; ``-t`` beyond is cut)."""
 
@@ -273,6 +278,20 @@ def list_untrusted(body: Mapping[str, Any], key: str) -> list[Any]:
     if not isinstance(value, list):
         raise BadPacket(f"field {key!r} must be a list", DropReason.BODY)
     return value
+
+
+def job_returns(body: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The ``(minion, return)`` pairs of a ``job_ret`` message; malformed entries (and
+    anything past ``RETURNS_PER_MESSAGE``) are left out."""
+    returns = body.get("returns")
+    if not isinstance(returns, list):
+        return []
+    pairs = []
+    for entry in returns[:RETURNS_PER_MESSAGE]:
+        if (isinstance(entry, list | tuple) and len(entry) == 2
+                and isinstance(entry[0], str) and isinstance(entry[1], dict)):
+            pairs.append((entry[0], entry[1]))
+    return pairs
 
 
 def target_untrusted(body: Mapping[str, Any]) -> tuple[Any, str, str]:

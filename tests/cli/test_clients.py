@@ -216,8 +216,8 @@ class FakeMaster:
         for minion in minions:
             ret = {"return": True if fun == "test.ping" else minion, "retcode": 0}
             self.queue.append((now + (0 if fun == "test.ping" else self.delay),
-                               p.lane_reply(None, "cl", p.SHARE_JOB_RET, req=req, id=minion,
-                                            ret=ret)))
+                               p.lane_reply(None, "cl", p.SHARE_JOB_RET, req=req,
+                                            returns=[[minion, ret]])))
         return req
 
     def receive(self, timeout: float | None) -> list[dict[str, Any]]:

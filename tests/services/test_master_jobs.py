@@ -9,12 +9,14 @@ from typing import Any
 
 import pytest
 
+from raetsalt.daemon.cachewriter import QueuedJobCache
 from raetsalt.daemon.datacache import MinionDataCache
 from raetsalt.daemon.jobcache import JobCache
 from raetsalt.services import protocol as p
 from raetsalt.services.master import (
     Fire,
     MasterJobs,
+    ReturnDrop,
     ToClient,
     ToMinion,
     minion_target,
@@ -192,16 +194,64 @@ def test_returns_are_stored_fired_and_forwarded_with_the_road_id(master: MasterJ
     body = {"jid": jid, "fun": "test.ping", "fun_args": [], "return": True, "retcode": 0,
             "success": True, "id": "forged"}
     actions = master.on_return("minion1", body)
-    fwd = next(a for a in actions if isinstance(a, ToClient))
-    assert fwd.yard == "clyard" and fwd.body["id"] == "minion1" and fwd.body["req"] == "r1"
-    assert fwd.body["ret"] == {"return": True, "retcode": 0, "success": True}
     event = next(a for a in actions if isinstance(a, Fire))
     assert event.tag == f"salt/job/{jid}/ret/minion1"
     assert event.data["id"] == "minion1" and event.data["cmd"] == "_return"
     assert master.cache.get_returns(jid)["minion1"]["return"] is True
-    # Returns for jobs the master never published are dropped.
+    # The client gets it with the next batch of returns.
+    [fwd] = master.answer_returns()
+    assert isinstance(fwd, ToClient)
+    assert fwd.yard == "clyard" and fwd.body["req"] == "r1" and fwd.body["jid"] == jid
+    assert p.job_returns(fwd.body) == [
+        ("minion1", {"return": True, "retcode": 0, "success": True})]
+    assert master.answer_returns() == []
+    # Returns for jobs the master never published are dropped, and counted.
     assert master.on_return("minion1", {**body, "jid": "20000101000000000000"}) == []
     assert master.on_return("minion1", {**body, "jid": "../../etc"}) == []
+    assert master.stats[ReturnDrop.UNKNOWN_JOB] == 2
+    assert master.answer_returns() == []
+
+
+def test_returns_go_in_batches_and_wait_while_the_client_is_behind(tmp_path: Path) -> None:
+    many = [f"m{i:04d}" for i in range(1200)]
+    # The master's own cache, not committed here: reads see what is queued.
+    master = MasterJobs({"timeout": 5}, QueuedJobCache(tmp_path / "jobs", threaded=False),
+                        FakeRoster(many), estate="themaster", utcnow=Clock())
+    jid = ack(publish(master, ",".join(many), "list"))["jid"]
+    body = {"jid": jid, "fun": "test.ping", "fun_args": [], "return": True}
+    for minion in many[:1100]:
+        master.on_return(minion, body)
+    # The client is behind: nothing is sent, nothing is lost.
+    assert master.answer_returns(lambda sink: False) == []
+    assert master.returns_waiting()
+    batches = master.answer_returns(lambda sink: sink.yard == "clyard")
+    sent = [pair for action in batches for pair in p.job_returns(action.body)]
+    assert [len(p.job_returns(a.body)) for a in batches] == [512, 512, 76]
+    assert [m for m, _ in sent] == many[:1100]
+    assert not master.returns_waiting()
+    # A minion that returns twice is stored again but sent once; the rest follow.
+    master.on_return(many[0], {**body, "return": False})
+    assert master.stats[ReturnDrop.REPEATED] == 1
+    assert master.cache.get_returns(jid)[many[0]]["return"] is False
+    for minion in many[1100:]:
+        master.on_return(minion, body)
+    [last] = master.answer_returns()
+    assert [m for m, _ in p.job_returns(last.body)] == many[1100:]
+    # Every expected minion returned: the watch is gone, later returns go nowhere.
+    master.on_return(many[5], body)
+    assert master.answer_returns() == [] and not master.returns_waiting()
+
+
+def test_a_flood_of_returns_for_unknown_jobs_is_counted_and_sends_nothing(
+        master: MasterJobs) -> None:
+    body = {"fun": "test.ping", "fun_args": [], "return": "x" * 1000}
+    for index in range(5000):
+        assert master.on_return("minion1", {**body, "jid": f"2000010100000{index:07d}"}) == []
+    for bad in ({"jid": 5}, {"jid": "1" * 10_000}, {"fun": "x"}, {**body, "jid": None}):
+        assert master.on_return("minion1", bad) == []
+    assert master.stats[ReturnDrop.UNKNOWN_JOB] == 5001
+    assert master.stats[ReturnDrop.MALFORMED] == 3
+    assert master.cache.jids() == [] and not master.returns_waiting()
 
 
 def test_a_call_return_gets_a_jid_and_a_load(master: MasterJobs) -> None:

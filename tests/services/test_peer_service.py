@@ -66,9 +66,10 @@ def test_allowed_publish_answers_the_minion_with_its_rid(master: MasterJobs) -> 
     assert set(publications(actions)) == {"minion2", "minion3"}
     assert publications(actions)["minion2"]["user"] == "minion1"
     assert not [a for a in actions if isinstance(a, ToClient)]
-    ret = master.on_return("minion2", {"jid": ack["jid"], "fun": "test.ping", "return": True})
-    [fwd] = answers(ret, "minion1", p.SHARE_PEER_RET)
-    assert fwd["rid"] == "7" and fwd["id"] == "minion2" and fwd["ret"]["return"] is True
+    master.on_return("minion2", {"jid": ack["jid"], "fun": "test.ping", "return": True})
+    [fwd] = answers(master.answer_returns(), "minion1", p.SHARE_PEER_RET)
+    [(minion, ret)] = p.job_returns(fwd)
+    assert fwd["rid"] == "7" and minion == "minion2" and ret["return"] is True
 
 
 def test_forged_payload_id_is_ignored(master: MasterJobs) -> None:
@@ -169,10 +170,10 @@ def test_relay_forwards_and_maps_answers_back() -> None:
     [ack] = relay.on_answer(p.SHARE_PEER_ACK, {"rid": rid, "jid": "1", "minions": ["m2"]})
     assert isinstance(ack, MinionToClient) and ack.yard == "cl1"
     assert p.share_of(ack.body) == p.SHARE_PUB_ACK and ack.body["req"] == "c-1"
-    [ret] = relay.on_answer(p.SHARE_PEER_RET, {"rid": rid, "id": "m2", "ret": {}})
-    assert p.share_of(ret.body) == p.SHARE_JOB_RET
+    [ret] = relay.on_answer(p.SHARE_PEER_RET, {"rid": rid, "returns": [["m2", {}]]})
+    assert p.share_of(ret.body) == p.SHARE_JOB_RET and p.job_returns(ret.body) == [("m2", {})]
     relay.forget_client("cl1")
-    assert relay.on_answer(p.SHARE_PEER_RET, {"rid": rid, "id": "m3", "ret": {}}) == []
+    assert relay.on_answer(p.SHARE_PEER_RET, {"rid": rid, "returns": [["m3", {}]]}) == []
 
 
 def test_relay_refuses_when_not_connected_and_expires() -> None:
@@ -227,8 +228,9 @@ def ctx() -> Iterator[Context]:
 def test_module_publish_and_full_data(ctx: Context) -> None:
     client = FakeClient([
         lane(p.SHARE_PUB_ACK, jid="1", minions=["b", "a"]),
-        lane(p.SHARE_JOB_RET, jid="1", id="a", ret={"return": 1, "retcode": 0}),
-        lane(p.SHARE_JOB_RET, jid="1", id="b", ret={"return": 2, "retcode": 3, "out": "txt"}),
+        lane(p.SHARE_JOB_RET, jid="1", returns=[["a", {"return": 1, "retcode": 0}]]),
+        lane(p.SHARE_JOB_RET, jid="1", returns=[["b", {"return": 2, "retcode": 3, "out": "txt"}],
+                                                ["junk", 5], "junk"]),
     ])
     ctx.master_client = lambda: client
     out = publish_mod.full_data("*", "test.arg", "[x, k=v]", expr_form="compound", ctx=ctx)

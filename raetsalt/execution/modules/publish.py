@@ -91,9 +91,7 @@ def _publish(ctx: Context, tgt: Any, fun: str, arg: Any, tgt_type: str, returner
             body = answers.next(p.SHARE_JOB_RET)
             if body is None:
                 break
-            minion, ret = body.get("id"), body.get("ret")
-            if isinstance(minion, str) and isinstance(ret, dict):
-                returns[minion] = ret
+            returns.update(p.job_returns(body))
         return returns
     finally:
         client.close()
