@@ -30,6 +30,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from raetsalt.daemon.cacheproc import ProcessWriter
 from raetsalt.daemon.datacache import MinionDataCache
 from raetsalt.daemon.jobcache import LOAD, JobCache, encode_entry
 from raetsalt.drivers.keepwriter import KeepWriter
@@ -44,14 +45,20 @@ Entry = tuple[str, str, bytes]
 class QueuedJobCache(JobCache):
     """A job cache written in the background (module docstring)."""
 
-    def __init__(self, root: str | os.PathLike[str], *, threaded: bool = True) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, threaded: bool = True,
+                 process: bool = False) -> None:
         super().__init__(root)
         self._lock = threading.Lock()
-        self._queued: dict[tuple[str, str], bytes] = {}
-        # Unthreaded: queued until ``flush`` (the daemon's loop calls it once per pass).
-        self.writer: KeepWriter[Entry] = KeepWriter(
-            self, threaded=threaded, window=WINDOW, deferred=not threaded
-        )
+        self._queued: dict[str, dict[str, bytes]] = {}
+        """jid -> file name -> JSON text, until it is written."""
+        self.writer: KeepWriter[Entry] | ProcessWriter
+        if process:
+            # A child process writes; the loop hands it each pass's batch (cacheproc).
+            self.writer = ProcessWriter(self.root, self._written)
+        else:
+            # Unthreaded: queued until ``commit_now`` (a loop calls it once per pass).
+            self.writer = KeepWriter(self, threaded=threaded, window=WINDOW,
+                                     deferred=not threaded)
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -65,7 +72,7 @@ class QueuedJobCache(JobCache):
 
     def _queue(self, jid: str, name: str, text: bytes) -> None:
         with self._lock:
-            self._queued[(jid, name)] = text
+            self._queued.setdefault(jid, {})[name] = text
         self.writer.submit([(jid, name, text)])
 
     def commit(self, entries: list[Entry]) -> None:
@@ -74,10 +81,17 @@ class QueuedJobCache(JobCache):
         for jid, name, text in entries:
             latest[(jid, name)] = text  # a file saved twice in one batch: the last wins
         super().commit([(jid, name, text) for (jid, name), text in latest.items()])
+        self._written([(jid, name, text) for (jid, name), text in latest.items()])
+
+    def _written(self, entries: list[Entry]) -> None:
+        """``entries`` are on disk: readers find them there now (unless saved again)."""
         with self._lock:
-            for key, text in latest.items():
-                if self._queued.get(key) is text:
-                    del self._queued[key]
+            for jid, name, text in entries:
+                files = self._queued.get(jid)
+                if files is not None and files.get(name) is text:
+                    del files[name]
+                    if not files:
+                        del self._queued[jid]
 
     def flush(self, timeout: float = 10.0) -> bool:
         return self.writer.flush(timeout)
@@ -89,7 +103,7 @@ class QueuedJobCache(JobCache):
 
     def _queued_of(self, jid: str) -> dict[str, bytes]:
         with self._lock:
-            return {name: text for (j, name), text in self._queued.items() if j == jid}
+            return dict(self._queued.get(jid, {}))
 
     def get_load(self, jid: str) -> dict[str, Any] | None:
         text = self._queued_of(jid).get(LOAD)
@@ -109,7 +123,7 @@ class QueuedJobCache(JobCache):
 
     def jids(self) -> list[str]:
         with self._lock:
-            queued = {jid for jid, _ in self._queued}
+            queued = set(self._queued)
         return sorted(set(super().jids()) | queued)
 
 

@@ -97,9 +97,13 @@ class JobCache:
                 finally:
                     os.close(fd)
             sync_filesystem(self.root)
-            while staged:
-                tmp, path = staged.pop(0)
-                os.replace(tmp, path)
+            for done, (tmp, path) in enumerate(staged):
+                try:
+                    os.replace(tmp, path)
+                except BaseException:
+                    del staged[:done]  # those are in place: nothing to remove
+                    raise
+            staged.clear()
             sync_filesystem(self.root)
         finally:
             for tmp, _ in staged:

@@ -145,7 +145,7 @@ class MasterService:
         self.roster = RoadRoster(node)
         self.jobs = MasterJobs(
             opts,
-            QueuedJobCache(os.path.join(opts["cachedir"], "jobs"), threaded=False),
+            QueuedJobCache(os.path.join(opts["cachedir"], "jobs"), process=True),
             self.roster,
             estate=node.stack.road.name,
             data_cache=QueuedDataCache(os.path.join(opts["cachedir"], "minions")),
@@ -290,7 +290,7 @@ class MasterService:
         actions.extend(self._announce_alive())
         actions.extend(self.jobs.answer_returns(self._keeping_up))
         if isinstance(self.jobs.cache, QueuedJobCache):
-            self.jobs.cache.writer.commit_now()  # this pass's returns: one batch, two syncs
+            self.jobs.cache.writer.commit_now()  # this pass's returns, to the writer process
         return actions
 
     def _keeping_up(self, sink: Sink) -> bool:

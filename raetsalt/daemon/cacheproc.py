@@ -1,0 +1,283 @@
+"""The master's job cache written by a child process, on the other core.
+
+With ten thousand minions answering a ``test.ping``, writing their returns (a file each:
+open, write, close, rename, plus two file-system syncs per batch) took 40 % of the
+master's loop.  A writer thread would take it off the loop but not off the interpreter
+lock: its stream of small system calls convoys with the busy loop (two timing tests of
+local attacks failed under load that way, see issue 12).  A process shares no lock.
+
+``ProcessWriter`` is the master's side.  ``submit`` queues entries; ``commit_now`` (the
+loop calls it once per pass) sends what was queued as one numbered batch down a pipe and
+reads which batches the child reports committed, never blocking: while the pipe is full
+(the child is behind) batches wait in memory, where the job cache's readers see them
+anyway (``QueuedJobCache``).  The child (``python -m raetsalt.daemon.cacheproc ROOT``)
+takes every batch that has arrived, writes them together with ``JobCache.commit`` (group
+commit: a crash leaves each file old or new, never torn) and then reports the highest
+batch number, so what it reported is on disk.  A child that dies is started again (at
+most once every ``RETRY`` seconds) and gets every batch it had not reported, in order
+(rewriting a file with the same text is harmless); a failing disk is the child's to
+retry, logged there once per interval.
+
+Frames both ways: a 4-byte big-endian length, then msgpack: ``[sequence, [[jid, name,
+text], ...]]`` down, ``sequence`` up.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import signal
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+
+from raetsalt.drivers.clock import monotonic
+from raetsalt.errors import KeepError
+from raetsalt.log import Throttle
+
+log = logging.getLogger(__name__)
+
+Entry = tuple[str, str, bytes]
+"""(jid, file name, JSON text)."""
+
+RETRY = 1.0
+"""Seconds between restarts of a child that died (and between the child's retries)."""
+MAX_OUTPUT = 16 << 20
+"""Bytes sent to the pipe but not yet taken by the child, above which new entries wait."""
+_LENGTH = struct.Struct(">I")
+MAX_FRAME = 1 << 30
+"""The longest frame either side accepts."""
+
+
+def _frame(payload: object) -> bytes:
+    data: bytes = msgpack.packb(payload, use_bin_type=True)
+    return _LENGTH.pack(len(data)) + data
+
+
+class ProcessWriter:
+    """The loop's side of the writer process (module docstring).  ``on_committed`` is
+    called, in the caller's thread, with each batch the child reported."""
+
+    def __init__(self, root: str | os.PathLike[str],
+                 on_committed: Callable[[list[Entry]], None] = lambda batch: None, *,
+                 clock: Callable[[], float] = monotonic) -> None:
+        self.root = os.fspath(root)
+        self.on_committed = on_committed
+        self.clock = clock
+        self.sequence = 0
+        self.committed = 0
+        """The highest batch the child reported on disk."""
+        self.restarts = 0
+        self._pending: list[Entry] = []
+        self._unreported: dict[int, list[Entry]] = {}
+        self._output = bytearray()
+        self._input = bytearray()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._start_at = 0.0
+        self._failures = Throttle(60.0)
+
+    # -- the loop's calls -----------------------------------------------------------------
+
+    def submit(self, entries: list[Entry]) -> None:
+        self._pending.extend(entries)
+
+    def commit_now(self) -> bool:
+        """Hand over what is queued, take the child's reports; never blocks.  True when
+        everything submitted is reported committed."""
+        self._read_reports()
+        if not self._pending and not self._unreported:
+            return True
+        if self._proc is None and not self._start():  # started with the first batch
+            return False
+        if self._pending and len(self._output) < MAX_OUTPUT:
+            self.sequence += 1
+            self._unreported[self.sequence] = self._pending
+            self._output += _frame([self.sequence, [list(e) for e in self._pending]])
+            self._pending = []
+        self._write_output()
+        return not self._pending and not self._unreported
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until everything submitted so far is reported committed."""
+        deadline = time.monotonic() + timeout
+        while not self.commit_now():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            proc = self._proc
+            if proc is None or proc.stdout is None:
+                time.sleep(min(remaining, 0.05))  # waiting for the next restart
+                continue
+            writable = [proc.stdin] if self._output and proc.stdin is not None else []
+            select.select([proc.stdout], writable, [], min(remaining, 0.5))
+        return True
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Commit what is queued (waiting at most ``timeout``), then stop the child."""
+        if not self.flush(timeout):
+            log.error("job cache: %d batch(es) not written before stopping",
+                      len(self._unreported) + bool(self._pending))
+        proc = self._proc
+        self._proc = None
+        if proc is not None:
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe is not None:
+                    pipe.close()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _start(self) -> bool:
+        now = self.clock()
+        if now < self._start_at:
+            return False
+        self._start_at = now + RETRY
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "raetsalt.daemon.cacheproc", self.root],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+        except OSError as exc:
+            self._failed(f"cannot start the job cache writer: {exc}")
+            return False
+        assert proc.stdin is not None and proc.stdout is not None
+        os.set_blocking(proc.stdin.fileno(), False)
+        os.set_blocking(proc.stdout.fileno(), False)
+        self._proc = proc
+        self._input.clear()
+        self._output.clear()
+        for sequence, batch in self._unreported.items():  # in order: older first
+            self._output += _frame([sequence, [list(e) for e in batch]])
+        return True
+
+    def _lost(self, why: str) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe is not None:
+                    pipe.close()
+            proc.kill()
+            proc.wait()
+            self.restarts += 1
+        self._failed(f"the job cache writer stopped ({why}); starting it again")
+
+    def _failed(self, message: str) -> None:
+        times = self._failures.note("writer", self.clock())
+        if times:
+            log.error("%s (%d time(s))", message, times)
+
+    def _write_output(self) -> None:
+        proc = self._proc
+        if proc is None or proc.stdin is None or not self._output:
+            return
+        try:
+            sent = os.write(proc.stdin.fileno(), self._output)
+        except BlockingIOError:
+            return
+        except OSError as exc:  # EPIPE: the child is gone
+            self._lost(str(exc))
+            return
+        del self._output[:sent]
+
+    def _read_reports(self) -> None:
+        proc = self._proc
+        if proc is None or proc.stdout is None:
+            return
+        while True:
+            try:
+                data = os.read(proc.stdout.fileno(), 65536)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                self._lost(str(exc))
+                return
+            if not data:
+                self._lost("end of its output")
+                return
+            self._input += data
+        try:
+            reports = _frames(self._input)
+        except ValueError as exc:
+            self._lost(str(exc))
+            return
+        for sequence in reports:
+            assert isinstance(sequence, int)
+            for done in [s for s in self._unreported if s <= sequence]:
+                self.on_committed(self._unreported.pop(done))
+            self.committed = max(self.committed, sequence)
+
+
+# -- the child ----------------------------------------------------------------------------
+
+def _frames(buffer: bytearray) -> list[Any]:
+    """The whole frames at the start of ``buffer`` (taken out of it)."""
+    out = []
+    while len(buffer) >= _LENGTH.size:
+        (size,) = _LENGTH.unpack_from(buffer)
+        if size > MAX_FRAME:
+            raise ValueError(f"a frame of {size} bytes")
+        if len(buffer) < _LENGTH.size + size:
+            break
+        out.append(msgpack.unpackb(bytes(buffer[_LENGTH.size:_LENGTH.size + size])))
+        del buffer[:_LENGTH.size + size]
+    return out
+
+
+def serve(root: str, source: int = 0, sink: int = 1) -> int:
+    """The child's loop: read batches, commit all that arrived together, report."""
+    from raetsalt.daemon.jobcache import JobCache  # the child's own import
+
+    cache = JobCache(root)
+    failures = Throttle(60.0)
+    buffer = bytearray()
+    entries: list[Entry] = []
+    highest = 0
+    done = False
+    while not done or entries:
+        # Wait for input only when there is nothing to write; then take what else came.
+        while not done and (not entries or select.select([source], [], [], 0)[0]):
+            data = os.read(source, 1 << 20)
+            if not data:
+                done = True
+                break
+            buffer += data
+            for frame in _frames(buffer):
+                sequence, batch = frame
+                entries.extend((str(j), str(n), bytes(t)) for j, n, t in batch)
+                highest = max(highest, int(sequence))
+            if buffer:
+                continue  # the rest of a frame is on its way
+            if not select.select([source], [], [], 0)[0]:
+                break
+        if not entries:
+            continue
+        try:
+            cache.commit(entries)
+        except (KeepError, OSError) as exc:
+            if failures.note("commit", time.monotonic()):
+                log.error("the job cache cannot be written: %s", exc)
+            time.sleep(RETRY)  # the child's only job: nothing else waits for it
+            continue
+        entries = []
+        try:
+            os.write(sink, _frame(highest))  # a few bytes: the pipe takes them whole
+        except OSError:
+            pass  # the master is gone: write the rest, then stop at the end of the input
+    return 0
+
+
+if __name__ == "__main__":
+    # The master stops it by closing the pipe: a terminal's Ctrl-C is the master's.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    logging.basicConfig(level=logging.ERROR, format="raetsalt-master job cache: %(message)s")
+    sys.exit(serve(sys.argv[1]))

@@ -1,0 +1,156 @@
+"""The master's job cache written by a child process (``raetsalt.daemon.cacheproc``): the
+loop hands over a batch per pass and never waits; the child reports what is on disk; a
+killed child is started again and nothing is lost; what it reported survives its death
+mid-batch, and no file is torn."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from raetsalt.daemon.cachewriter import QueuedJobCache
+from raetsalt.daemon.cacheproc import ProcessWriter
+from raetsalt.daemon.jobcache import JobCache
+
+JID = "20261124000000000001"
+
+
+def _check_files(root: Path) -> None:
+    """Every visible file of the job parses (no torn file; temporary names are dotted)."""
+    for path in (root / JID).iterdir():
+        if not path.name.startswith("."):
+            json.loads(path.read_text())
+
+
+def test_each_pass_hands_over_a_batch_without_waiting_and_the_child_reports_it(
+        tmp_path: Path) -> None:
+    cache = QueuedJobCache(tmp_path / "jobs", process=True)
+    writer = cache.writer
+    assert isinstance(writer, ProcessWriter)
+    try:
+        cache.save_load(JID, {"fun": "test.ping", "minions": []})
+        started = time.monotonic()
+        for n in range(2000):
+            cache.save_return(JID, f"m{n:04d}", {"return": True, "retcode": 0})
+            if n % 100 == 99:
+                writer.commit_now()  # a pass of the loop
+        assert time.monotonic() - started < 5.0  # nothing waited for the disk
+        assert writer.sequence >= 20
+        assert len(cache.get_returns(JID)) == 2000  # readable at once, queued or written
+        assert cache.flush(30)
+        assert writer.committed == writer.sequence and cache._queued == {}
+        on_disk = JobCache(tmp_path / "jobs")
+        assert len(on_disk.get_returns(JID)) == 2000
+        assert on_disk.get_load(JID) == {"fun": "test.ping", "minions": [], "jid": JID}
+        # A file saved again later is written again (the newest wins).
+        cache.save_return(JID, "m0000", {"return": False, "retcode": 1})
+        assert cache.flush(30)
+        assert on_disk.get_returns(JID)["m0000"] == {"return": False, "retcode": 1}
+    finally:
+        cache.close()
+    assert writer._proc is None
+
+
+def test_a_giant_return_goes_through_and_an_idle_writer_starts_no_process(
+        tmp_path: Path) -> None:
+    cache = QueuedJobCache(tmp_path / "jobs", process=True)
+    writer = cache.writer
+    assert isinstance(writer, ProcessWriter)
+    try:
+        assert writer.commit_now() and writer._proc is None  # nothing to write: no child
+        cache.save_load(JID, {"fun": "cmd.run"})
+        giant = "x" * (24 << 20)  # over MAX_OUTPUT alone: it goes, the rest waits its turn
+        cache.save_return(JID, "big", {"return": giant})
+        writer.commit_now()
+        for n in range(50):
+            cache.save_return(JID, f"m{n:02d}", {"return": n})
+            writer.commit_now()
+        assert cache.flush(60)
+        returns = JobCache(tmp_path / "jobs").get_returns(JID)
+        assert returns["big"]["return"] == giant and returns["m49"] == {"return": 49}
+    finally:
+        cache.close()
+
+
+def test_a_killed_writer_is_started_again_and_gets_what_it_had_not_reported(
+        tmp_path: Path) -> None:
+    cache = QueuedJobCache(tmp_path / "jobs", process=True)
+    writer = cache.writer
+    assert isinstance(writer, ProcessWriter)
+    try:
+        cache.save_load(JID, {"fun": "test.ping"})
+        for n in range(3000):
+            cache.save_return(JID, f"m{n:04d}", {"return": n, "pad": "y" * 300})
+            if n % 50 == 49:
+                writer.commit_now()
+            if n == 1500:
+                assert writer._proc is not None
+                os.kill(writer._proc.pid, signal.SIGKILL)  # whatever it was writing
+        assert cache.flush(30)
+        assert writer.restarts == 1
+        returns = JobCache(tmp_path / "jobs").get_returns(JID)
+        assert [returns[f"m{n:04d}"]["return"] for n in range(3000)] == list(range(3000))
+        _check_files(tmp_path / "jobs")
+    finally:
+        cache.close()
+
+
+_MASTER = r"""
+import sys
+from raetsalt.daemon.cachewriter import QueuedJobCache
+
+cache = QueuedJobCache(sys.argv[1], process=True)
+jid = "20261124000000000001"
+cache.save_load(jid, {"fun": "test.ping"})
+print("child", flush=True)
+batches = []
+told = 0
+n = 0
+while True:
+    for _ in range(20):  # a pass of the loop: some returns, then the hand-over
+        n += 1
+        cache.save_return(jid, f"m{n:06d}", {"return": n, "pad": "x" * 200})
+    cache.writer.commit_now()
+    if cache.writer._proc is not None and told == 0 and not batches:
+        print("pid", cache.writer._proc.pid, flush=True)
+    batches.append((cache.writer.sequence, n))
+    while batches and cache.writer.committed >= batches[0][0]:
+        told = batches.pop(0)[1]
+        print(told, flush=True)  # acknowledged: on disk
+    if len(batches) > 100:
+        cache.writer.flush(30)  # back-pressure
+"""
+
+
+def test_what_the_writer_reported_survives_its_death_mid_batch(tmp_path: Path) -> None:
+    master = subprocess.Popen([sys.executable, "-c", _MASTER, str(tmp_path / "jobs")],
+                              stdout=subprocess.PIPE, text=True)
+    acknowledged = 0
+    writer_pid = 0
+    try:
+        assert master.stdout is not None
+        deadline = time.monotonic() + 60
+        while acknowledged < 2000 and time.monotonic() < deadline:
+            line = master.stdout.readline()
+            if not line:
+                break
+            if line.startswith("pid"):
+                writer_pid = int(line.split()[1])
+            elif line.strip().isdigit():
+                acknowledged = int(line)
+        assert writer_pid
+        os.kill(writer_pid, signal.SIGKILL)  # the writer, in the middle of a batch
+        os.kill(master.pid, signal.SIGKILL)
+    finally:
+        master.kill()
+        master.wait(10)
+    assert acknowledged >= 2000
+    returns = JobCache(tmp_path / "jobs").get_returns(JID)
+    for n in range(1, acknowledged + 1):
+        assert returns[f"m{n:06d}"] == {"return": n, "pad": "x" * 200}
+    _check_files(tmp_path / "jobs")
