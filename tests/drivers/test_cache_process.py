@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from raetsalt.daemon.cachewriter import QueuedJobCache
 from raetsalt.daemon.cacheproc import ProcessWriter
+from raetsalt.daemon.cachewriter import QueuedJobCache
 from raetsalt.daemon.jobcache import JobCache
 
 JID = "20261124000000000001"

@@ -193,6 +193,13 @@ def test_thousands_of_pipelined_allowed_requests_do_not_starve_another_user(
     assert flooder.collect() > 0
     assert (code, json_docs(out)) == (0, {"minion1": True}), err
     assert took < 5.0, f"daemon waited {took:.1f} s behind nobody's flood"
+    # The flood's publications are real jobs: minion1 forks one per test.ping, hundreds
+    # of them when the master hands them out fast (its job cache is written off its
+    # loop).  The next tests need minion1 answering again, not still working through them.
+    deadline = time.monotonic() + 90
+    while cluster.world.cli("salt", cluster.master_conf, "minion1", "test.ping", "-t", "3",
+                            timeout=20).returncode != 0:
+        assert time.monotonic() < deadline, "minion1 never worked through the flood"
 
 
 def brute_force(path: str, username: str, seconds: float, lanes: int = 8
