@@ -103,6 +103,13 @@ def road_config(opts: Mapping[str, Any], node: str) -> RoadConfig:
     return config
 
 
+MASTER_SOCKET_BUFFER = 16 * 1024 * 1024
+"""The master's road socket buffers: ten thousand minions answering a publication at once
+are about 12 MiB of kernel buffers (a small datagram costs about 1.2 KiB there); what
+does not fit is dropped and waits for a retransmission (seconds).  Above the system's
+cap (``net.core.rmem_max``) only for a master that may (CAP_NET_ADMIN, e.g. root)."""
+
+
 def open_node(opts: Mapping[str, Any], node: str) -> Node:
     """Bind the road on ``(interface, raet_port)``, open the keep and the manor yard.
 
@@ -112,7 +119,8 @@ def open_node(opts: Mapping[str, Any], node: str) -> Node:
     minion whose key file is corrupt is refused until it is fixed or deleted.
     """
     datagram = int(opts.get("max_datagram_size", 1024))
-    buffer_size = max(SOCKET_BUFFER, int(opts.get("raet_road_bufcnt", 2)) * datagram)
+    least = MASTER_SOCKET_BUFFER if node == "master" else SOCKET_BUFFER
+    buffer_size = max(least, int(opts.get("raet_road_bufcnt", 2)) * datagram)
     stack = RoadStack(
         keep_dir(opts),
         (opts["interface"], int(opts["raet_port"])),

@@ -24,8 +24,9 @@ as commands (``change_key``), never by re-reading files.
 Socket choices and why:
 
 * no ``SO_REUSEADDR``: two processes must not silently share a port (raet set it);
-* ``SO_RCVBUF``/``SO_SNDBUF`` ask for 4 MiB (Linux caps it at ``[rw]mem_max`` and
-  doubles it); the receive buffer absorbs scheduling gaps (perf-anchors.md section 2);
+* ``SO_RCVBUF``/``SO_SNDBUF`` ask for 4 MiB, a master for more (Linux caps it at
+  ``[rw]mem_max`` unless the process may force it, and doubles it); the receive buffer
+  absorbs scheduling gaps (perf-anchors.md section 2) and bursts of answers;
 * an IPv6 socket is ``IPV6_V6ONLY``, so peer addresses are never IPv4-mapped and
   always compare equal to the addresses the road stores;
 * OS errors of a single ``recvfrom``/``sendto`` (ICMP-reported ECONNREFUSED,
@@ -44,6 +45,7 @@ import os
 import select
 import selectors
 import socket
+import sys
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
@@ -65,6 +67,12 @@ log = logging.getLogger(__name__)
 
 SOCKET_BUFFER = 4 * 1024 * 1024
 """Bytes asked for SO_RCVBUF and SO_SNDBUF; the kernel may grant less (or double it)."""
+_BUFFER_OPTIONS = (
+    (socket.SO_RCVBUF, getattr(socket, "SO_RCVBUFFORCE", 33)),
+    (socket.SO_SNDBUF, getattr(socket, "SO_SNDBUFFORCE", 32)),
+) if sys.platform.startswith("linux") else (
+    (socket.SO_RCVBUF, socket.SO_RCVBUF), (socket.SO_SNDBUF, socket.SO_SNDBUF))
+"""(option, its variant that ignores the system's cap for a privileged process)."""
 RECEIVE_BUFFER = 65536
 """Largest datagram read whole; anything bigger is truncated and then refused by the parser."""
 MAX_DRAIN = 4096
@@ -265,11 +273,16 @@ class RoadStack:
         try:
             if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            for option in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+            for option, forced in _BUFFER_OPTIONS:
                 try:
-                    sock.setsockopt(socket.SOL_SOCKET, option, self.buffer_size)
-                except OSError:  # some kernels refuse instead of capping: keep the default
-                    pass
+                    # Past net.core.[rw]mem_max where we may (CAP_NET_ADMIN): a master
+                    # that many minions answer at once needs more than the usual cap.
+                    sock.setsockopt(socket.SOL_SOCKET, forced, self.buffer_size)
+                except OSError:
+                    try:
+                        sock.setsockopt(socket.SOL_SOCKET, option, self.buffer_size)
+                    except OSError:  # some kernels refuse instead of capping: the default
+                        pass
             sock.bind(addr)
         except OSError as exc:
             sock.close()

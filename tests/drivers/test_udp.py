@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import selectors
 import socket
 from collections.abc import Callable, Iterator
@@ -242,3 +243,16 @@ def test_parse_ha(text: str, ha: tuple[str, int]) -> None:
 def test_parse_ha_refuses(text: str) -> None:
     with pytest.raises(ValueError):
         parse_ha(text)
+
+
+def test_a_privileged_stack_gets_buffers_past_the_system_cap(tmp_path: Path) -> None:
+    """A master asks for 16 MiB; root may have it past net.core.rmem_max (the kernel
+    doubles what it grants), anyone else gets the cap, and the stack still opens."""
+    cap = int(Path("/proc/sys/net/core/rmem_max").read_text())
+    asked = max(16 << 20, cap + (1 << 20))
+    with RoadStack(tmp_path / "big", ("127.0.0.1", 0), name="big", main=True,
+                   buffer_size=asked) as stack:
+        if os.geteuid() == 0:
+            assert stack.rcvbuf >= 2 * asked > 2 * cap and stack.sndbuf >= 2 * asked
+        else:
+            assert stack.rcvbuf <= 2 * cap
