@@ -4,12 +4,10 @@
 record (so a record that cannot be stored still fails in the caller, as before) and
 return at once; everything queued is then written as one batch (``JobCache.commit``: two
 file-system syncs per batch, however many returns: group commit), by a ``KeepWriter``
-thread (``threaded=True``) or, as the master does, once per pass of its loop
-(``writer.commit_now()``).  With ten thousand minions answering a ``test.ping``, that is
-a sync or two per pass instead of ten thousand fsyncs.  (The master does not use the
-thread yet: with it, two timing tests of local attacks, eauth brute force and pipelined
-requests, failed under load, reproducibly, for a reason not found yet; see the report of
-issue 12.)
+thread (``threaded=True``), in the caller's thread at ``writer.commit_now()``
+(``threaded=False``), or, as the master does, by a child process the loop hands each
+pass's batch to (``process=True``, ``raetsalt.daemon.cacheproc``): the writing is off
+the loop and off its interpreter lock, on the other core.
 
 Reads see what is queued and not yet written (a ``jobs.lookup_jid`` right after a return
 finds it).  Failures are the writer's: logged once per interval, retried, nothing lost
