@@ -179,6 +179,8 @@ class MasterJobs:
         self.stats: Counter[str] = Counter()
         """Returns dropped or not sent again, by ``ReturnDrop``."""
         self._watches: dict[str, _Watch] = {}
+        self._answering: set[str] = set()
+        """The jids of the watches with returns to send (``answer_returns``)."""
         self._gatherings: dict[str, _Gathering] = {}
         self._jobs: dict[str, float] = {}
         """jid -> when it was published (jobs whose returns are accepted)."""
@@ -261,6 +263,7 @@ class MasterJobs:
             else:
                 watch.returned.add(minion)
                 watch.pending[minion] = ret
+                self._answering.add(jid)
         load = {"id": minion, "jid": jid, **ret, "fun": fun, "fun_args": fun_args,
                 "cmd": "_return", "_stamp": salt_stamp(self.utcnow())}
         return [Fire(f"salt/job/{jid}/ret/{minion}", load)]
@@ -273,8 +276,13 @@ class MasterJobs:
         reader gets fewer, larger messages, and nothing is dropped for want of room.  The
         daemon calls this once per pass of its loop."""
         actions: list[Action] = []
-        for jid, watch in list(self._watches.items()):
-            if watch.pending and room(watch.sink):
+        for jid in list(self._answering):
+            watch = self._watches.get(jid)
+            if watch is None:  # expired, or its client went away
+                self._answering.discard(jid)
+                continue
+            if room(watch.sink):
+                self._answering.discard(jid)
                 waiting = list(watch.pending.items())
                 watch.pending.clear()
                 for start in range(0, len(waiting), p.RETURNS_PER_MESSAGE):
@@ -288,7 +296,7 @@ class MasterJobs:
 
     def returns_waiting(self) -> bool:
         """Some client has returns ``answer_returns`` has not sent yet."""
-        return any(watch.pending for watch in self._watches.values())
+        return bool(self._answering)
 
     # -- lane and peers -----------------------------------------------------------------
 

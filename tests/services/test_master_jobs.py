@@ -240,6 +240,12 @@ def test_returns_go_in_batches_and_wait_while_the_client_is_behind(tmp_path: Pat
     # Every expected minion returned: the watch is gone, later returns go nowhere.
     master.on_return(many[5], body)
     assert master.answer_returns() == [] and not master.returns_waiting()
+    # A client that went away with returns still waiting for it: nothing is sent.
+    jid = ack(publish(master, ",".join(many), "list"))["jid"]
+    master.on_return(many[0], {**body, "jid": jid})
+    assert master.returns_waiting()
+    master.forget_client("clyard")
+    assert master.answer_returns() == [] and not master.returns_waiting()
 
 
 def test_a_flood_of_returns_for_unknown_jobs_is_counted_and_sends_nothing(
