@@ -10,7 +10,7 @@ local attacks failed under load that way, see issue 12).  A process shares no lo
 loop calls it once per pass) sends what was queued as one numbered batch down a pipe and
 reads which batches the child reports committed, never blocking: while the pipe is full
 (the child is behind) batches wait in memory, where the job cache's readers see them
-anyway (``QueuedJobCache``).  The child (``python -m raetsalt.daemon.cacheproc ROOT``)
+anyway (``QueuedJobCache``).  The child (``main``, run from this very ``raetsalt``)
 takes every batch that has arrived, writes them together with ``JobCache.commit`` (group
 commit: a crash leaves each file old or new, never torn) and then reports the highest
 batch number, so what it reported is on disk.  A child that dies is started again (at
@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -45,6 +46,12 @@ log = logging.getLogger(__name__)
 
 Entry = tuple[str, str, bytes]
 """(jid, file name, JSON text)."""
+
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+"""Where this ``raetsalt`` is: the child imports the same one, whatever its working
+directory holds (``python -m`` would look there first)."""
+_CHILD = ("import sys; sys.path.insert(0, sys.argv[1]); "
+          "from raetsalt.daemon.cacheproc import main; sys.exit(main(sys.argv[2]))")
 
 RETRY = 1.0
 """Seconds between restarts of a child that died (and between the child's retries)."""
@@ -143,9 +150,9 @@ class ProcessWriter:
             return False
         self._start_at = now + RETRY
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "raetsalt.daemon.cacheproc", self.root],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+            proc = subprocess.Popen([sys.executable, "-c", _CHILD, _PACKAGE_ROOT, self.root],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    close_fds=True)
         except OSError as exc:
             self._failed(f"cannot start the job cache writer: {exc}")
             return False
@@ -275,9 +282,10 @@ def serve(root: str, source: int = 0, sink: int = 1) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def main(root: str) -> int:
+    """The child process (``ProcessWriter`` starts it)."""
     # The master stops it by closing the pipe: a terminal's Ctrl-C is the master's.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(level=logging.ERROR, format="raetsalt-master job cache: %(message)s")
-    sys.exit(serve(sys.argv[1]))
+    return serve(root)

@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from raetsalt.daemon.cacheproc import ProcessWriter
 from raetsalt.daemon.cachewriter import QueuedJobCache
 from raetsalt.daemon.jobcache import JobCache
@@ -154,3 +156,22 @@ def test_what_the_writer_reported_survives_its_death_mid_batch(tmp_path: Path) -
     for n in range(1, acknowledged + 1):
         assert returns[f"m{n:06d}"] == {"return": n, "pad": "x" * 200}
     _check_files(tmp_path / "jobs")
+
+
+def test_the_writer_is_this_raetsalt_whatever_the_working_directory_holds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A master started in a checkout of another raetsalt (one without this module) still
+    starts its own writer (``python -m`` would have looked in the working directory)."""
+    other = tmp_path / "elsewhere"
+    (other / "raetsalt" / "daemon").mkdir(parents=True)
+    (other / "raetsalt" / "__init__.py").write_text("")
+    (other / "raetsalt" / "daemon" / "__init__.py").write_text("")
+    monkeypatch.chdir(other)
+    cache = QueuedJobCache(tmp_path / "jobs", process=True)
+    try:
+        cache.save_return(JID, "m1", {"return": True})
+        assert cache.flush(30)
+        assert cache.writer.restarts == 0  # type: ignore[union-attr]
+        assert JobCache(tmp_path / "jobs").get_returns(JID) == {"m1": {"return": True}}
+    finally:
+        cache.close()

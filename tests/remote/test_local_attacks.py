@@ -166,7 +166,9 @@ def test_thousands_of_pipelined_allowed_requests_do_not_starve_another_user(
         cluster: Cluster) -> None:
     """F4 with requests nobody may make: 3,000 test.ping publishes written at once on
     one connection kept daemon waiting over 10 s; each connection now gets a few
-    requests per pass."""
+    requests per pass.  The flood's target matches no minion: what is measured is the
+    master's reading and answering; a user allowed to run jobs on minion1 can keep it
+    busy (as in Salt), and the tests after this one need it answering."""
 
     def flood(ready: Callable[[], None], wait_go: Callable[[], None]) -> int:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -174,7 +176,7 @@ def test_thousands_of_pipelined_allowed_requests_do_not_starve_another_user(
         sock.setblocking(False)
         frames = b"".join(encode_frame({
             "route": {"src": [None, None, None], "dst": [None, "manor", "publish"]},
-            "req": str(i), "tgt": "minion1", "tgt_type": "glob", "fun": "test.ping",
+            "req": str(i), "tgt": "flood*", "tgt_type": "glob", "fun": "test.ping",
             "arg": []}) for i in range(3000))
         try:
             sent = sock.send(frames)  # as much as the kernel takes; the rest is held back
@@ -193,13 +195,6 @@ def test_thousands_of_pipelined_allowed_requests_do_not_starve_another_user(
     assert flooder.collect() > 0
     assert (code, json_docs(out)) == (0, {"minion1": True}), err
     assert took < 5.0, f"daemon waited {took:.1f} s behind nobody's flood"
-    # The flood's publications are real jobs: minion1 forks one per test.ping, hundreds
-    # of them when the master hands them out fast (its job cache is written off its
-    # loop).  The next tests need minion1 answering again, not still working through them.
-    deadline = time.monotonic() + 90
-    while cluster.world.cli("salt", cluster.master_conf, "minion1", "test.ping", "-t", "3",
-                            timeout=20).returncode != 0:
-        assert time.monotonic() < deadline, "minion1 never worked through the flood"
 
 
 def brute_force(path: str, username: str, seconds: float, lanes: int = 8
