@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,16 @@ from raetsalt.daemon.jobcache import JobCache
 JID = "20261124000000000001"
 
 
+@pytest.fixture
+def cache(tmp_path: Path) -> Iterator[QueuedJobCache]:
+    """The master's job cache: written by a child process."""
+    queued = QueuedJobCache(tmp_path / "jobs", process=True)
+    assert isinstance(queued.writer, ProcessWriter)
+    yield queued
+    queued.close()
+    assert queued.writer._proc is None  # type: ignore[union-attr]
+
+
 def _check_files(root: Path) -> None:
     """Every visible file of the job parses (no torn file; temporary names are dotted)."""
     for path in (root / JID).iterdir():
@@ -30,76 +41,63 @@ def _check_files(root: Path) -> None:
 
 
 def test_each_pass_hands_over_a_batch_without_waiting_and_the_child_reports_it(
-        tmp_path: Path) -> None:
-    cache = QueuedJobCache(tmp_path / "jobs", process=True)
+        cache: QueuedJobCache, tmp_path: Path) -> None:
     writer = cache.writer
     assert isinstance(writer, ProcessWriter)
-    try:
-        cache.save_load(JID, {"fun": "test.ping", "minions": []})
-        started = time.monotonic()
-        for n in range(2000):
-            cache.save_return(JID, f"m{n:04d}", {"return": True, "retcode": 0})
-            if n % 100 == 99:
-                writer.commit_now()  # a pass of the loop
-        assert time.monotonic() - started < 5.0  # nothing waited for the disk
-        assert writer.sequence >= 20
-        assert len(cache.get_returns(JID)) == 2000  # readable at once, queued or written
-        assert cache.flush(30)
-        assert writer.committed == writer.sequence and cache._queued == {}
-        on_disk = JobCache(tmp_path / "jobs")
-        assert len(on_disk.get_returns(JID)) == 2000
-        assert on_disk.get_load(JID) == {"fun": "test.ping", "minions": [], "jid": JID}
-        # A file saved again later is written again (the newest wins).
-        cache.save_return(JID, "m0000", {"return": False, "retcode": 1})
-        assert cache.flush(30)
-        assert on_disk.get_returns(JID)["m0000"] == {"return": False, "retcode": 1}
-    finally:
-        cache.close()
-    assert writer._proc is None
+    cache.save_load(JID, {"fun": "test.ping", "minions": []})
+    started = time.monotonic()
+    for n in range(2000):
+        cache.save_return(JID, f"m{n:04d}", {"return": True, "retcode": 0})
+        if n % 100 == 99:
+            writer.commit_now()  # a pass of the loop
+    assert time.monotonic() - started < 5.0  # nothing waited for the disk
+    assert writer.sequence >= 20
+    assert len(cache.get_returns(JID)) == 2000  # readable at once, queued or written
+    assert cache.flush(30)
+    assert writer.committed == writer.sequence and cache._queued == {}
+    on_disk = JobCache(tmp_path / "jobs")
+    assert len(on_disk.get_returns(JID)) == 2000
+    assert on_disk.get_load(JID) == {"fun": "test.ping", "minions": [], "jid": JID}
+    # A file saved again later is written again (the newest wins).
+    cache.save_return(JID, "m0000", {"return": False, "retcode": 1})
+    assert cache.flush(30)
+    assert on_disk.get_returns(JID)["m0000"] == {"return": False, "retcode": 1}
 
 
 def test_a_giant_return_goes_through_and_an_idle_writer_starts_no_process(
-        tmp_path: Path) -> None:
-    cache = QueuedJobCache(tmp_path / "jobs", process=True)
+        cache: QueuedJobCache, tmp_path: Path) -> None:
     writer = cache.writer
     assert isinstance(writer, ProcessWriter)
-    try:
-        assert writer.commit_now() and writer._proc is None  # nothing to write: no child
-        cache.save_load(JID, {"fun": "cmd.run"})
-        giant = "x" * (24 << 20)  # over MAX_OUTPUT alone: it goes, the rest waits its turn
-        cache.save_return(JID, "big", {"return": giant})
+    assert writer.commit_now() and writer._proc is None  # nothing to write: no child
+    cache.save_load(JID, {"fun": "cmd.run"})
+    giant = "x" * (24 << 20)  # over MAX_OUTPUT alone: it goes, the rest waits its turn
+    cache.save_return(JID, "big", {"return": giant})
+    writer.commit_now()
+    for n in range(50):
+        cache.save_return(JID, f"m{n:02d}", {"return": n})
         writer.commit_now()
-        for n in range(50):
-            cache.save_return(JID, f"m{n:02d}", {"return": n})
-            writer.commit_now()
-        assert cache.flush(60)
-        returns = JobCache(tmp_path / "jobs").get_returns(JID)
-        assert returns["big"]["return"] == giant and returns["m49"] == {"return": 49}
-    finally:
-        cache.close()
+    assert cache.flush(60)
+    returns = JobCache(tmp_path / "jobs").get_returns(JID)
+    assert returns["big"]["return"] == giant and returns["m49"] == {"return": 49}
 
 
 def test_a_killed_writer_is_started_again_and_gets_what_it_had_not_reported(
-        tmp_path: Path) -> None:
-    cache = QueuedJobCache(tmp_path / "jobs", process=True)
+        cache: QueuedJobCache, tmp_path: Path) -> None:
     writer = cache.writer
     assert isinstance(writer, ProcessWriter)
-    try:
-        cache.save_load(JID, {"fun": "test.ping"})
-        for n in range(3000):
-            cache.save_return(JID, f"m{n:04d}", {"return": n, "pad": "y" * 300})
-            if n % 50 == 49:
-                writer.commit_now()
-            if n == 1500:
-                assert writer._proc is not None
-                os.kill(writer._proc.pid, signal.SIGKILL)  # whatever it was writing
-        assert cache.flush(30)
-        assert writer.restarts == 1
-        returns = JobCache(tmp_path / "jobs").get_returns(JID)
-        assert [returns[f"m{n:04d}"]["return"] for n in range(3000)] == list(range(3000))
-        _check_files(tmp_path / "jobs")
-    finally:
-        cache.close()
+    cache.save_load(JID, {"fun": "test.ping"})
+    for n in range(3000):
+        cache.save_return(JID, f"m{n:04d}", {"return": n, "pad": "y" * 300})
+        if n % 50 == 49:
+            writer.commit_now()
+        if n == 1500:
+            assert writer._proc is not None
+            os.kill(writer._proc.pid, signal.SIGKILL)  # whatever it was writing
+    assert cache.flush(30)
+    assert writer.restarts == 1
+    returns = JobCache(tmp_path / "jobs").get_returns(JID)
+    assert [returns[f"m{n:04d}"]["return"] for n in range(3000)] == list(range(3000))
+    _check_files(tmp_path / "jobs")
 
 
 _MASTER = r"""
@@ -136,15 +134,12 @@ def test_what_the_writer_reported_survives_its_death_mid_batch(tmp_path: Path) -
     writer_pid = 0
     try:
         assert master.stdout is not None
-        deadline = time.monotonic() + 60
-        while acknowledged < 2000 and time.monotonic() < deadline:
-            line = master.stdout.readline()
-            if not line:
-                break
+        for line in iter(master.stdout.readline, ""):  # until the child's output ends
             if line.startswith("pid"):
                 writer_pid = int(line.split()[1])
-            elif line.strip().isdigit():
+            elif line.strip().isdigit() and int(line) >= 2000:
                 acknowledged = int(line)
+                break
         assert writer_pid
         os.kill(writer_pid, signal.SIGKILL)  # the writer, in the middle of a batch
         os.kill(master.pid, signal.SIGKILL)
@@ -152,10 +147,11 @@ def test_what_the_writer_reported_survives_its_death_mid_batch(tmp_path: Path) -
         master.kill()
         master.wait(10)
     assert acknowledged >= 2000
+    _check_files(tmp_path / "jobs")  # first: nothing torn; then all acknowledged, intact
     returns = JobCache(tmp_path / "jobs").get_returns(JID)
-    for n in range(1, acknowledged + 1):
-        assert returns[f"m{n:06d}"] == {"return": n, "pad": "x" * 200}
-    _check_files(tmp_path / "jobs")
+    intact = {"return": 0, "pad": "x" * 200}
+    assert all(returns[f"m{n:06d}"] == {**intact, "return": n}
+               for n in range(1, acknowledged + 1))
 
 
 def test_the_writer_is_this_raetsalt_whatever_the_working_directory_holds(
