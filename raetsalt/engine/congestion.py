@@ -37,9 +37,20 @@ trip is within ``clamp(min/8, 4 ms, 16 ms)`` of the lowest (no queue to overflow
 while at most one byte in ``RANDOM_LOSS_SHARE`` of the last two round trips was lost
 does not reduce the window at all (counted as ``native_random_loss``): with a sender
 measuring its own rate, each such reduction would otherwise shave the bandwidth
-estimate, and the window would settle below the path's.  More losses than that count
-as congestion even without a queue (a policer drops without queueing), so on a path
-with almost no buffer the loss rate stays at a few percent.
+estimate, and the window would settle below the path's.  More losses than that without
+a queue are either a lossy line (10 % on a radio link, a relay) or a policer or tiny
+queue the sender overruns: the loss count alone cannot tell them apart, what happens
+when the sender slows down can.  So the window is reduced and the next round trip (at
+least ``PROBE_DATAGRAMS``) is a probe, paced at ``PROBE_PACING`` of the measured
+bandwidth: below what the path delivers, so a policer drops nothing, while a lossy line
+goes on losing its share.  If the probe still loses more than one byte in
+``RANDOM_LOSS_SHARE`` (and at least a quarter of the share before, at most
+``MAX_LINE_SHARE``), the reduction is undone and the line's share is learned: from then
+on losses up to ``LINE_SHARE_MARGIN`` times it (plus the one in ``RANDOM_LOSS_SHARE``)
+are the line's.  A probe that loses less confirms congestion and forgets the share.  On
+a line that loses ``p`` at random a policer can so see up to about ``p / 2 + 5 %`` more
+before the window falls; without random loss it sees a few percent
+(``tests/engine/test_congestion.py``).
 
 Delivery rate is measured per acknowledged packet as the bytes acknowledged between
 its sending and its acknowledgement over the longer of the two intervals (send and ack),
@@ -78,6 +89,16 @@ CSS_DIVISOR = 4
 CSS_ROUNDS = 5
 RANDOM_LOSS_SHARE = 20
 """Losses of at most one byte in this many acknowledged (in two round trips) can be random."""
+LINE_SHARE_MARGIN = 1.5
+"""Once a probe found the line losing a share at random, losses up to this times that
+share (plus the above) can be random too."""
+MAX_LINE_SHARE = 0.25
+"""The most a line is believed to lose at random; more is congestion."""
+PROBE_DATAGRAMS = 32
+"""The probe after a reduction lasts a window, and at least this many datagrams."""
+PROBE_PACING = 0.9
+"""The probe's pacing rate, times the measured bandwidth: below what the path delivers,
+so a policer or a tiny queue drops nothing while it runs, and a lossy line still does."""
 _NEVER = float("inf")
 
 
@@ -131,6 +152,12 @@ class Controller:
         "_acked_last",
         "_lost_round",
         "_lost_last",
+        "_probe_window",
+        "_probe_share",
+        "_probe_acked",
+        "_probe_lost",
+        "_undo",
+        "_line_share",
     )
 
     def __init__(self, mss: int, limit: int, response: LossResponse = LossResponse.BANDWIDTH):
@@ -165,6 +192,15 @@ class Controller:
         # Bytes acknowledged and declared lost in this round trip and the one before.
         self._acked_round = self._acked_last = 0
         self._lost_round = self._lost_last = 0
+        # The round after a reduction for losses without a queue (the probe, see
+        # ``_verdict``): its window (0: none), the loss share that prompted it, what of
+        # it was acknowledged and lost, and the window and threshold before it.
+        self._probe_window = 0
+        self._probe_share = 0.0
+        self._probe_acked = self._probe_lost = 0
+        self._undo = (0, _NEVER)
+        self._line_share = 0.0
+        """The share of bytes the line loses at random, as a probe found it (0: none)."""
 
     # -- what the path is measured to be ------------------------------------------------
 
@@ -217,6 +253,10 @@ class Controller:
             self._acked_last, self._acked_round = self._acked_round, 0
             self._lost_last, self._lost_round = self._lost_round, 0
         self._acked_round += acked
+        if self._probe_window and sent_at > self.recovery_start:
+            self._probe_acked += acked
+            if self._probe_acked + self._probe_lost >= self._probe_window:
+                self._verdict()
         delivered, delivered_at, first_sent = snapshot
         interval = now - delivered_at
         if sent_at - first_sent > interval:
@@ -298,45 +338,91 @@ class Controller:
     ) -> bool | None:
         """``lost`` bytes were declared lost, the newest of them sent at ``sent_at``, when
         the latest round trip was ``rtt``.  True: the window was reduced; None: that was
-        still the last reduction's episode (one reduction per round trip); False: taken
-        for random loss, not congestion (below)."""
+        still the last reduction's episode (one reduction per round trip, or the round
+        that probes a reduction); False: taken for random loss, not congestion (below)."""
         self._lost_round += lost
         if sent_at <= self.recovery_start:
             return None
-        if self.response is LossResponse.BANDWIDTH and self._random(rtt):
-            return False
+        queue_free = False
+        if self.response is LossResponse.BANDWIDTH:
+            if self._probe_window:
+                self._probe_lost += lost
+                if self._probe_acked + self._probe_lost < self._probe_window:
+                    return None
+                if self._verdict():
+                    return False
+            queue_free = self._queue_free(rtt)
+            if queue_free and self._few_lost():
+                return False
+        cwnd, ssthresh = self.cwnd, self.ssthresh
         self.recovery_start = now
         self._css_baseline = 0.0
-        target = int(self.cwnd * LOSS_REDUCTION)
+        target = int(cwnd * LOSS_REDUCTION)
         if self.response is LossResponse.BANDWIDTH:
             bdp = self.bdp()
             if bdp > target:
-                target = bdp if bdp < self.cwnd else self.cwnd
+                target = bdp if bdp < cwnd else cwnd
         floor = MIN_DATAGRAMS * self.mss
         self.cwnd = self.ssthresh = target if target > floor else floor
+        if queue_free:  # many losses without a queue: does the smaller window lose less?
+            self._probe_window = max(self.cwnd, PROBE_DATAGRAMS * self.mss)
+            acked = self._acked_round + self._acked_last
+            self._probe_share = (self._lost_round + self._lost_last) / acked if acked else 1.0
+            self._probe_acked = self._probe_lost = 0
+            self._undo = (cwnd, ssthresh)
         self._set_pacing()
         return True
 
-    def _random(self, rtt: float) -> bool:
-        """A loss with (almost) no queue in front of it, and few losses lately, is the
-        line's, not congestion's (a queue that overflows is full, so the round trip is
-        well above the path's lowest).  Too many losses at once never count as random:
-        a policer that drops without queueing still makes the window fall."""
+    def _queue_free(self, rtt: float) -> bool:
+        """Whether the latest round trip is within ``clamp(min/8, 4 ms, 16 ms)`` of the
+        lowest: (almost) no queue in front of the loss, so no queue overflowed."""
         if self.min_rtt == _NEVER or not rtt:
             return False
         allowed = self.min_rtt / 8
         allowed = HYSTART_MIN_RISE if allowed < HYSTART_MIN_RISE else allowed
         allowed = HYSTART_MAX_RISE if allowed > HYSTART_MAX_RISE else allowed
-        if rtt - self.min_rtt >= allowed:
-            return False
+        return rtt - self.min_rtt < allowed
+
+    def _few_lost(self) -> bool:
+        """Whether the losses of the last two round trips are few enough to be the line's
+        (a queue-free loss with these does not reduce the window): at most one byte in
+        ``RANDOM_LOSS_SHARE``, or up to half as much again as a probe found the line to
+        lose.  Too many losses at once never count as random: a policer that drops
+        without queueing still makes the window fall."""
         acked = self._acked_round + self._acked_last
-        return (self._lost_round + self._lost_last) * RANDOM_LOSS_SHARE <= acked
+        lost = self._lost_round + self._lost_last
+        allowed = 1 / RANDOM_LOSS_SHARE + LINE_SHARE_MARGIN * self._line_share
+        return lost <= allowed * acked
+
+    def _verdict(self) -> bool:
+        """The probe is over: True if the line loses at random, which undoes the
+        reduction and teaches ``_few_lost`` the line's share; False if the reduction
+        stopped the losses (congestion: a policer, a tiny queue).  At random means the
+        smaller window still lost more than one byte in ``RANDOM_LOSS_SHARE``, at least a
+        quarter of the share before the reduction (which, from two short round trips,
+        is noisy) and at most ``MAX_LINE_SHARE``."""
+        seen = self._probe_acked + self._probe_lost
+        lost = self._probe_lost
+        self._probe_window = 0
+        share = lost / seen
+        if 1 / RANDOM_LOSS_SHARE < share <= MAX_LINE_SHARE and 4 * share >= self._probe_share:
+            self._line_share = share
+            cwnd, self.ssthresh = self._undo
+            if cwnd > self.cwnd:
+                self.cwnd = cwnd
+            self._set_pacing()
+            return True
+        self._line_share = 0.0
+        self._set_pacing()
+        return False
 
     def on_persistent_congestion(self) -> None:
         """Everything sent over three probe time-outs was lost: start over (RFC 9002 7.6)."""
         self.cwnd = MIN_DATAGRAMS * self.mss
         self.recovery_start = -_NEVER
         self.min_rtt = _NEVER
+        self._probe_window = 0
+        self._line_share = 0.0
         self._bandwidth.clear()
         self._measured()
         self._set_pacing()
@@ -353,7 +439,10 @@ class Controller:
             self._rate = _NEVER
             return
         gain = SLOW_START_PACING if self.cwnd < self.ssthresh else AVOIDANCE_PACING
-        self._rate = rate = gain * self.cwnd / self.srtt
+        rate = gain * self.cwnd / self.srtt
+        if self._probe_window and rate > PROBE_PACING * self._max_rate > 0.0:
+            rate = PROBE_PACING * self._max_rate  # the probe sends below the path's rate
+        self._rate = rate
         burst = rate * PACING_QUANTUM
         self._burst = burst if burst > 2 * self.mss else 2.0 * self.mss
 

@@ -17,7 +17,7 @@ from raetsalt.engine.congestion import Controller, LossResponse
 from raetsalt.engine.events import Allowed, MessageDelivered, MessageReceived
 from raetsalt.engine.flow import SendWindow
 from raetsalt.keep.store import MemoryKeep
-from raetsalt.testing.fakenet import Bottleneck, FakeNet, Link
+from raetsalt.testing.fakenet import Bottleneck, Conditions, FakeNet, Link
 from raetsalt.testing.pair import MAIN_HA, Peer, make_peer
 
 RATE = 20e6 / 8
@@ -357,3 +357,65 @@ def test_a_link_that_drops_without_queueing_still_makes_the_window_fall() -> Non
     assert down.dropped <= 0.06 * (down.forwarded + down.dropped)
     assert path.main.road.stats["native_congestion"] > 0
     assert goodput(8, path.net.now - start) >= 0.5
+
+
+def fast_transfer(loss: float, seed: int) -> tuple[float, dict[str, int]]:
+    """8 x 1 MiB from the main to a minion over a fast link with no delay of its own (300
+    MB/s, 0.1 ms each way: loopback with a lossy relay, bench_road's case E); returns the
+    seconds and the sender's counters."""
+    net = FakeNet(Conditions(latency=0.0001), seed=seed)
+    main = make_peer(MemoryKeep(), MAIN_HA, "main", main=True, seed=seed + 1)
+    minion = make_peer(MemoryKeep(), ("10.0.1.1", 4510), "minion0", seed=seed + 2)
+    net.attach(MAIN_HA, main.road)
+    net.attach(("10.0.1.1", 4510), minion.road)
+    net.add_link(Link(300e6, 0.0, 256, loss), sources=[MAIN_HA])
+    net.add_link(Link(300e6, 0.0, 256, loss), destinations=[MAIN_HA])
+    minion.road.connect(MAIN_HA, net.now)
+    assert net.run_until(lambda: bool(minion.of(Allowed)) and bool(main.of(Allowed)))
+    start = net.now
+    main.road.send_messages("minion0", [BODY] * 8, start)
+    assert net.run_until(lambda: sum(e.count for e in main.of(MessageDelivered)) == 8, timeout=60)
+    assert len(minion.received()) == 8
+    return net.now - start, dict(main.road.stats)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_ten_percent_random_loss_on_a_fast_link_keeps_half_the_rate(seed: int) -> None:
+    # bench_road's case E in virtual time: 10 % random loss each way, no queue building.
+    # The window falls once, a probe finds the smaller window losing as much (the line's
+    # loss, not congestion), and the reduction is undone.  Plain loss counting kept a
+    # third (each round's losses halved the window again).
+    clean, _ = fast_transfer(0.0, seed)
+    lossy, stats = fast_transfer(0.10, seed)
+    assert stats["native_retransmit"] > 200  # the loss really happened
+    assert stats["native_random_loss"] > stats["native_congestion"]
+    assert clean / lossy >= 0.5
+
+
+def test_a_probe_that_still_loses_undoes_the_reduction_one_that_does_not_keeps_it() -> None:
+    def lossy_round(cc: Controller, at: float = 1.0) -> bool | None:
+        """A round trip at the path's lowest round trip losing 10 % of the window."""
+        cc.on_acked(
+            100 * MSS, 100 * MSS, at, (0, at - 0.05, at - 0.05), BASE_RTT, BASE_RTT, at + 0.05
+        )
+        return cc.on_congestion(at + 0.04, at + 0.06, 10 * MSS, BASE_RTT)
+
+    cc = Controller(MSS, 10 * MiB)
+    cc.cwnd = cc.ssthresh = 200 * MSS
+    assert lossy_round(cc) is True  # too many losses for the line: reduce, then probe
+    reduced = cc.cwnd
+    assert reduced < 200 * MSS
+    assert cc.pacing_rate() <= 0.9 * cc.bandwidth()  # the probe sends below the path
+    # The probe's window loses 10 % again: the line's loss; the reduction is undone.
+    cc.on_acked(reduced - reduced // 10, reduced, 1.1, cc.snapshot, BASE_RTT, BASE_RTT, now=1.15)
+    assert cc.on_congestion(1.1, 1.16, reduced // 10, BASE_RTT) is False
+    assert cc.cwnd >= 200 * MSS  # (and the growth of the round before it)
+    assert lossy_round(cc, 2.0) is False  # and later losses at that share are the line's too
+    # A probe that loses nothing (a policer: the smaller window fits) keeps the reduction.
+    cc = Controller(MSS, 10 * MiB)
+    cc.cwnd = cc.ssthresh = 200 * MSS
+    assert lossy_round(cc) is True
+    reduced = cc.cwnd
+    cc.on_acked(reduced, reduced, 1.1, cc.snapshot, BASE_RTT, BASE_RTT, now=1.15)
+    assert cc.cwnd < 200 * MSS
+    assert cc.pacing_rate() > cc.bandwidth()  # the probe is over
