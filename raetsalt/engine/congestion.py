@@ -158,6 +158,7 @@ class Controller:
         "_probe_lost",
         "_undo",
         "_line_share",
+        "_pacing_stale",
     )
 
     def __init__(self, mss: int, limit: int, response: LossResponse = LossResponse.BANDWIDTH):
@@ -188,6 +189,7 @@ class Controller:
         self._css_baseline = 0.0  # > 0: in conservative slow start
         self._css_rounds = 0
         self._tokens = float(self.cwnd)
+        self._pacing_stale = False
         self._stamp = 0.0
         # Bytes acknowledged and declared lost in this round trip and the one before.
         self._acked_round = self._acked_last = 0
@@ -257,23 +259,30 @@ class Controller:
             self._probe_acked += acked
             if self._probe_acked + self._probe_lost >= self._probe_window:
                 self._verdict()
-        delivered, delivered_at, first_sent = snapshot
-        interval = now - delivered_at
-        if sent_at - first_sent > interval:
-            interval = sent_at - first_sent
-        if interval > 0.0 and delivered_at > 0.0:
-            self._sample_rate((self.delivered - delivered) / interval)
         # The window grows only while in use (a sender with little to send does not
         # build a window it never tested), and not from acks of what was sent before
         # the last reduction.
         in_use = 2 * in_flight >= self.cwnd
-        if rtt is not None:
-            if rtt < self.min_rtt:
-                self.min_rtt = rtt
-                self._measured()
-            if in_use and self.cwnd < self.ssthresh:
-                self._hystart(rtt, new_round)
-        if in_use and sent_at > self.recovery_start:
+        delivered, delivered_at, first_sent = snapshot
+        if delivered_at > 0.0:
+            interval = now - delivered_at
+            if sent_at - first_sent > interval:
+                interval = sent_at - first_sent
+            if interval > 0.0:
+                rate = (self.delivered - delivered) / interval
+                # A sender not using its window measures its own pace, not the path's:
+                # such a sample counts only above the estimate (as BBR's app-limited ones).
+                if in_use or rate > self._max_rate:
+                    self._sample_rate(rate)
+        if rtt is not None and rtt < self.min_rtt:
+            self.min_rtt = rtt
+            self._measured()
+        if not in_use:  # (request/response: the window and the pacer wait, nearly free)
+            self._pacing_stale = True  # srtt moved: worked out when the pacer is next asked
+            return
+        if rtt is not None and self.cwnd < self.ssthresh:
+            self._hystart(rtt, new_round)
+        if sent_at > self.recovery_start:
             if self.cwnd < self.ssthresh:
                 self.cwnd += acked // CSS_DIVISOR if self._css_baseline else acked
             else:
@@ -435,6 +444,7 @@ class Controller:
 
     def _set_pacing(self) -> None:
         """Work out the pacing rate and burst again (the window or round trip changed)."""
+        self._pacing_stale = False
         if self.srtt <= 0.0:
             self._rate = _NEVER
             return
@@ -448,6 +458,8 @@ class Controller:
 
     def paced(self, now: float) -> float:
         """Bytes the pacer lets go now (may be below zero after express frames)."""
+        if self._pacing_stale:
+            self._set_pacing()
         rate = self._rate
         if rate == _NEVER:
             return _NEVER

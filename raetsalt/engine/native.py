@@ -303,7 +303,7 @@ class Channel:
                     ):
                         break
                     express_only = True
-                elif paced(now) < self.datagram_size and not scheduler.express_first():
+                elif not scheduler.express_first() and paced(now) < self.datagram_size:
                     # Room in the window but not yet in time: wake when the pacer allows.
                     self._pacing_wait = True
                     break
@@ -350,15 +350,19 @@ class Channel:
         """The pieces of a bulk transfer, one per datagram, sealed in one call (a train):
         what ``flush`` does for them one by one, without its per-datagram choices (nothing
         else is waiting and no ack is owed; ``Scheduler.burst`` checks).  False: not now."""
+        item, count = self.scheduler.burst(self._flush_most)
+        if item is None or count < 2:  # (first: small messages never pay for the rest)
+            return False
         size = trains.OVERHEAD + self.scheduler.chunk  # a datagram with one whole piece
         room = self.flow.allowance(self.bytes_in_flight, now)
-        most = min(-(-room // size) if room > 0 else 0, self._flush_most)
+        most = -(-room // size) if room > 0 else 0
         paced = self.cc.paced(now)
         if paced < most * self.datagram_size:
             most = int(paced // self.datagram_size)
-        item, count = self.scheduler.burst(most)
-        if item is None or count < 2:
-            return False
+        if most < count:
+            count = most
+            if count < 2:
+                return False
         sent = self._sent
         idle = self._head >= len(sent)  # nothing in flight: the head moves to the burst
         # A slot for every counter up to the last one sealed (seal_packet leaves none),
