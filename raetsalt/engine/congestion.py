@@ -96,6 +96,9 @@ MAX_LINE_SHARE = 0.25
 """The most a line is believed to lose at random; more is congestion."""
 PROBE_DATAGRAMS = 32
 """The probe after a reduction lasts a window, and at least this many datagrams."""
+PROBE_LAG = 4
+"""Datagrams acknowledged beyond the probe's window before its verdict: a loss is
+declared when three later packets are acknowledged (``native.PACKET_THRESHOLD``)."""
 PROBE_PACING = 0.9
 """The probe's pacing rate, times the measured bandwidth: below what the path delivers,
 so a policer or a tiny queue drops nothing while it runs, and a lossy line still does."""
@@ -374,7 +377,8 @@ class Controller:
         floor = MIN_DATAGRAMS * self.mss
         self.cwnd = self.ssthresh = target if target > floor else floor
         if queue_free:  # many losses without a queue: does the smaller window lose less?
-            self._probe_window = max(self.cwnd, PROBE_DATAGRAMS * self.mss)
+            # (PROBE_LAG more: losses are declared a few acks late, and must count)
+            self._probe_window = max(self.cwnd, PROBE_DATAGRAMS * self.mss) + PROBE_LAG * self.mss
             acked = self._acked_round + self._acked_last
             self._probe_share = (self._lost_round + self._lost_last) / acked if acked else 1.0
             self._probe_acked = self._probe_lost = 0

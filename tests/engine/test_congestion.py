@@ -407,8 +407,9 @@ def test_a_probe_that_still_loses_undoes_the_reduction_one_that_does_not_keeps_i
     assert reduced < 200 * MSS
     assert cc.pacing_rate() <= 0.9 * cc.bandwidth()  # the probe sends below the path
     # The probe's window loses 10 % again: the line's loss; the reduction is undone.
-    cc.on_acked(reduced - reduced // 10, reduced, 1.1, cc.snapshot, BASE_RTT, BASE_RTT, now=1.15)
-    assert cc.on_congestion(1.1, 1.16, reduced // 10, BASE_RTT) is False
+    probe = reduced + 4 * MSS  # a window, and the acks that reveal its last losses
+    cc.on_acked(probe - probe // 10, reduced, 1.1, cc.snapshot, BASE_RTT, BASE_RTT, now=1.15)
+    assert cc.on_congestion(1.1, 1.16, probe // 10, BASE_RTT) is False
     assert cc.cwnd >= 200 * MSS  # (and the growth of the round before it)
     assert lossy_round(cc, 2.0) is False  # and later losses at that share are the line's too
     # A probe that loses nothing (a policer: the smaller window fits) keeps the reduction.
@@ -416,6 +417,6 @@ def test_a_probe_that_still_loses_undoes_the_reduction_one_that_does_not_keeps_i
     cc.cwnd = cc.ssthresh = 200 * MSS
     assert lossy_round(cc) is True
     reduced = cc.cwnd
-    cc.on_acked(reduced, reduced, 1.1, cc.snapshot, BASE_RTT, BASE_RTT, now=1.15)
+    cc.on_acked(reduced + 4 * MSS, reduced, 1.1, cc.snapshot, BASE_RTT, BASE_RTT, now=1.15)
     assert cc.cwnd < 200 * MSS
     assert cc.pacing_rate() > cc.bandwidth()  # the probe is over
