@@ -4,15 +4,54 @@ the rest of the channel, to keep it under the size limit)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from raetsalt.drops import DropReason
 from raetsalt.engine import trains
-from raetsalt.engine.remote import Address, Receive
+from raetsalt.engine.reassembly import Reassembly
+from raetsalt.engine.rekey import KeyRing
+from raetsalt.engine.remote import Address, Receive, SessionChannel
+from raetsalt.engine.replay import ReplayWindow
 from raetsalt.errors import BadPacket
 
-Channel = Any
-"""``engine.native.Channel`` (not imported: the package has no import circles)."""
+if TYPE_CHECKING:
+    from raetsalt.engine.port import RoadPort
+    from raetsalt.engine.remote import Remote
+
+
+class Channel(SessionChannel, Protocol):
+    """What the train receive path uses of ``engine.native.Channel`` (which imports this
+    module, so it is described here rather than imported: no import circles)."""
+
+    port: RoadPort
+    remote: Remote
+    keys: KeyRing
+    rx_window: ReplayWindow
+    inboxes: list[Reassembly]
+    ack_ranges: list[list[int]]
+    ack_pending: int
+    ack_due: bool
+    ack_deadline: float | None
+    _kernel: trains.Kernel
+    _key: bytes
+    _rx_nonce: bytes
+    _path_answer: bytes
+
+    def _arm(self) -> None: ...
+
+    def _drop_bad(self, exc: BadPacket, address: Address) -> None: ...
+
+    def _opened(self, counter: int, plain: bytearray, now: float) -> None: ...
+
+    def _heard(self, now: float) -> None: ...
+
+    def _on_new_source(self, source: Address, newest: bool, now: float) -> None: ...
+
+    def _forget_below(self, least: int) -> None: ...
+
+    def _record(self, counter: int, ack_eliciting: bool, now: float) -> None: ...
+
+    def _add_range(self, first: int, last: int) -> None: ...
 
 ACK_DELAY = 0.001
 """A lone data packet's ack waits this long for a reply to ride on (two are acked at once)."""
