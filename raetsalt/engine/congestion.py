@@ -277,7 +277,9 @@ class Controller:
                 # such a sample counts only above the estimate (as BBR's app-limited ones).
                 if in_use or rate > self._max_rate:
                     self._sample_rate(rate)
-        if rtt is not None and rtt < self.min_rtt:
+        # (a sample of 0 says only that the driver's clock did not move between the send
+        # and the ack, on loopback: as the lowest it would make the path hold nothing)
+        if rtt is not None and 0.0 < rtt < self.min_rtt:
             self.min_rtt = rtt
             self._measured()
         if not in_use:  # (request/response: the window and the pacer wait, nearly free)
