@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from raetsalt.crypto import KeyPair, Signer
@@ -64,11 +64,13 @@ def open_estate(
     main: bool,
     kind: int,
     ha: tuple[str, int],
-) -> tuple[LocalRecord, LocalEstate, bool]:
-    """Our estate from its keep record, or a new one with fresh keys: (record, estate,
-    whether it is new and must be saved).  ``main`` and ``kind`` come from the caller
-    (the daemon's role), the rest from the record."""
-    created = record is None
+    epoch: int = 0,
+) -> tuple[LocalRecord, LocalEstate]:
+    """Our estate from its keep record, or a new one with fresh keys: (the record to
+    save at once, estate).  ``main`` and ``kind`` come from the caller (the daemon's
+    role), the rest from the record; the record's ``epoch`` becomes one more than the
+    later of its own and ``epoch`` (the latest a remote's record holds): this start's
+    session-id reservation (``raetsalt.engine.remote.SID_BLOCK``)."""
     if record is None:
         if not valid_name(name):
             raise LocalError(f"a new road needs a valid estate name, got {clip(name)}")
@@ -85,6 +87,7 @@ def open_estate(
         )
     elif name and name != record.name:
         raise LocalError(f"the keep belongs to estate {record.name!r}, not {name!r}")
+    record = replace(record, epoch=max(record.epoch, epoch) + 1)
     estate = LocalEstate(
         name=record.name,
         role=record.role,
@@ -93,7 +96,7 @@ def open_estate(
         signer=Signer(bytes.fromhex(record.sighex)),
         long_keys=KeyPair(bytes.fromhex(record.prihex)),
     )
-    return record, estate, created
+    return record, estate
 
 
 @dataclass(frozen=True, slots=True)

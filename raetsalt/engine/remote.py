@@ -25,8 +25,17 @@ if TYPE_CHECKING:
 ID_WRAP = 1 << 32
 _ID_HALF = 1 << 31
 SID_BLOCK = 1024
-"""Session ids reserved in the keep at a time: the keep records ``sid + SID_BLOCK`` and a
-restart continues from there, so a re-allow writes nothing until the block is used up."""
+"""Session ids reserved at a time, so that a restart never repeats one a remote may hold.
+
+A remote's keep record holds ``sid``, reserved in our start ``epoch`` (``LocalRecord``),
+and each start first raises our epoch (one write of our own record, durable before
+anything is sent: ``Road`` emits it with the estate, the driver commits it at open).
+Every epoch reserves one more block for every remote: in epoch E a record (R, e) lets
+the remote's sids go from R + (E-1-e) blocks up to R + (E-e) blocks, so neither a
+re-allow nor a restart rewrites its record; only using up a block in one run does (then
+the record becomes (sid + SID_BLOCK, E)).  2**21 starts without such a rewrite would
+move a remote's sids past raet's half-window (``sid_valid``): a remote silent that long
+would refuse our allow and must start its own."""
 
 Address = tuple[str, int]
 Receive = Callable[[bytes, Address, float], None]
@@ -135,10 +144,11 @@ class Remote:
 
     ``uid`` is our id for it (raet's *nuid*) and ``fuid`` its id for us (0 until a join
     tells us).  ``sid`` is our session id for transactions we start, ``rsid`` the last one
-    it used for transactions it started; the keep stores ``sid_reserved`` (see
-    ``SID_BLOCK``).  Keys: ``verify_key`` (Ed25519) and ``long_public`` (Curve25519) from
-    the join; ``session`` is the box of the current allow.  ``ha`` changes only when we
-    choose an address (``Road.connect``) or an allow from the new address completes.
+    it used for transactions it started; the keep stores ``sid_reserved`` and the
+    ``sid_epoch`` it was reserved in (see ``SID_BLOCK``).  Keys: ``verify_key``
+    (Ed25519) and ``long_public`` (Curve25519) from the join; ``session`` is the box of
+    the current allow.  ``ha`` changes only when we choose an address (``Road.connect``)
+    or an allow from the new address completes.
     """
 
     uid: int
@@ -152,6 +162,7 @@ class Remote:
     long_public: bytes = b""
     sid: int = 0
     sid_reserved: int = 0
+    sid_epoch: int = 0
     rsid: int = 0
     tid: int = 0
     link: Link = Link.UNJOINED
@@ -192,8 +203,9 @@ class Remote:
         return "native" if self.channel is not None else "raet"
 
     @classmethod
-    def restore(cls, saved: RemoteRecord, keys: RoleRecord) -> Remote:
-        """A remote as the keep recorded it, with its role's keys."""
+    def restore(cls, saved: RemoteRecord, keys: RoleRecord, epoch: int) -> Remote:
+        """A remote as the keep recorded it, with its role's keys, in our start ``epoch``
+        (later than ``saved.epoch``)."""
         remote = cls(
             uid=saved.uid,
             name=saved.name,
@@ -203,8 +215,9 @@ class Remote:
             main=saved.main,
             kind=saved.kind,
             # The keep holds a reserved sid: sessions never repeat across restarts.
-            sid=saved.sid,
+            sid=(saved.sid + (epoch - 1 - saved.epoch) * SID_BLOCK) % ID_WRAP,
             sid_reserved=saved.sid,
+            sid_epoch=saved.epoch,
             link=Link.JOINED if saved.joined else Link.UNJOINED,
         )
         remote.set_keys(bytes.fromhex(keys.verhex), bytes.fromhex(keys.pubhex))
@@ -222,7 +235,21 @@ class Remote:
             main=self.main,
             kind=self.kind,
             joined=self.joined,
+            epoch=self.sid_epoch,
         )
+
+    def sid_ceiling(self, epoch: int) -> int:
+        """The first session id not reserved in our start ``epoch`` (``SID_BLOCK``)."""
+        return (self.sid_reserved + (epoch - self.sid_epoch) * SID_BLOCK) % ID_WRAP
+
+    def next_sid_reserved(self, epoch: int) -> bool:
+        """Take the next session id in our start ``epoch``; True if it needed a new
+        reservation (the keep must record it before a restart)."""
+        sid = self.next_sid()
+        if self.sid_reserved != 0 and id_after(self.sid_ceiling(epoch), sid):
+            return False
+        self.sid_reserved, self.sid_epoch = (sid + SID_BLOCK - 1) % ID_WRAP + 1, epoch
+        return True
 
     def next_tid(self) -> int:
         self.tid = next_id(self.tid)

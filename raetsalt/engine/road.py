@@ -73,14 +73,12 @@ from raetsalt.engine.native import MAGIC, Channel, Datagram, is_native, parse_pr
 from raetsalt.engine.reassembly import ReassemblyBudget
 from raetsalt.engine.recall import Recall
 from raetsalt.engine.remote import (
-    SID_BLOCK,
     Address,
     Exchange,
     Link,
     Outgoing,
     Remote,
     SessionChannel,
-    id_after,
     next_id,
     sid_valid,
 )
@@ -128,8 +126,9 @@ class Road:
     """The engine of one estate on the road.  See the module docstring for the calls.
 
     ``state`` is what the keep held at start (``Keep.load_state``); a new estate (no
-    local record) is created with ``name`` and the other arguments, and reported as
-    ``LocalChanged``.  ``policy`` decides key acceptance (default: ``config.auto``).
+    local record) is created with ``name`` and the other arguments; either is reported
+    as ``LocalChanged`` (each start raises its epoch: ``identity.open_estate``).
+    ``policy`` decides key acceptance (default: ``config.auto``).
     """
 
     def __init__(
@@ -188,18 +187,18 @@ class Road:
     def _restore(
         self, state: KeepState, *, ha: Address, name: str, role: str, main: bool, kind: int
     ) -> None:
-        record, self._local, created = open_estate(
-            state.local, name=name, role=role, main=main, kind=kind, ha=ha
+        record, self._local = open_estate(
+            state.local, name=name, role=role, main=main, kind=kind, ha=ha,
+            epoch=max((saved.epoch for saved in state.remotes), default=0),
         )
-        if created:
-            self.emit(LocalChanged(record))
         self._local_record = record
+        self.emit(LocalChanged(record))  # a new estate, or this start's epoch
         self.puid = record.puid
         for saved in state.remotes:
             keys = self.keys.roles.get(saved.role)
             if keys is None:
                 continue  # keys deleted by an operator (or unreadable): it must join afresh
-            self._add(Remote.restore(saved, keys))
+            self._add(Remote.restore(saved, keys, record.epoch))
             self._persisted[saved.name] = saved
 
     @property
@@ -629,6 +628,7 @@ class Road:
         # Our session ids must continue from the known estate's (the other side checks
         # them), and so must the messages queued for it.
         placeholder.sid, placeholder.sid_reserved = known.sid, known.sid_reserved
+        placeholder.sid_epoch = known.sid_epoch
         placeholder.rsid = known.rsid
         placeholder.outbox.extendleft(reversed(known.outbox))
         known.outbox.clear()
@@ -657,9 +657,7 @@ class Road:
             self.emit(PresenceChanged(remote.name, alive))
 
     def _bump_sid(self, remote: Remote) -> None:
-        sid = remote.next_sid()
-        if remote.sid_reserved == 0 or not id_after(remote.sid_reserved, sid):
-            remote.sid_reserved = (sid + SID_BLOCK - 1) % (1 << 32) + 1
+        if remote.next_sid_reserved(self._local_record.epoch):
             self.remote_changed(remote)
 
     def _move(self, remote: Remote, ha: Address, *, trusted: bool) -> None:

@@ -69,12 +69,14 @@ class LocalRecord:
     prihex: str
     ha: tuple[str, int]
     puid: int
+    epoch: int = 0
 
 
 @dataclass
 class RemoteRecord:
     """A remote estate as seen from here: ``uid`` is our id for it (raet ``nuid``), ``fuid``
-    its id for us, ``sid`` our session id towards it.  Keys live in its role's record."""
+    its id for us, ``sid`` our session id towards it, reserved in our start ``epoch``.
+    Keys live in its role's record."""
 
     name: str
     role: str
@@ -85,6 +87,7 @@ class RemoteRecord:
     main: bool
     kind: int
     joined: bool
+    epoch: int = 0
 
 
 @dataclass

@@ -110,6 +110,12 @@ def _check_int(value: Any) -> int:
     return value
 
 
+def _check_count(value: Any) -> int:
+    if _check_int(value) < 0 or value >= 1 << 63:
+        raise ValueError("must be a count (0 to 2**63 - 1)")
+    return int(value)
+
+
 def _check_bool(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError("must be true or false")
@@ -152,6 +158,7 @@ _LOCAL_SCHEMA: _Schema = {
     "prihex": _check_str,
     "ha": _check_ha,
     "puid": _check_int,
+    "epoch": _check_count,
 }
 _REMOTE_SCHEMA: _Schema = {
     "name": _check_name,
@@ -163,6 +170,7 @@ _REMOTE_SCHEMA: _Schema = {
     "main": _check_bool,
     "kind": _check_int,
     "joined": _check_bool,
+    "epoch": _check_count,
 }
 _ROLE_SCHEMA: _Schema = {
     "role": _check_name,
@@ -172,6 +180,8 @@ _ROLE_SCHEMA: _Schema = {
 }
 
 
+_OPTIONAL = frozenset({"epoch"})
+"""Fields added after the format's first version: a document without them still loads."""
 _SCHEMAS = {_LOCAL: _LOCAL_SCHEMA, _REMOTE: _REMOTE_SCHEMA, _ROLE: _ROLE_SCHEMA}
 
 
@@ -184,6 +194,8 @@ def _parse_fields(doc: Any, schema: _Schema, where: str) -> dict[str, Any]:
         raise KeepError(f"{where}: unsupported format {version!r} (expected {FORMAT_VERSION})")
     out: dict[str, Any] = {}
     for field, check in schema.items():
+        if field in _OPTIONAL and field not in doc:
+            continue  # written by an older version: the record's default
         if field not in doc:
             raise KeepError(f"{where}: missing required field {field!r}")
         try:
