@@ -16,6 +16,14 @@ answered "busy", and the allow at last).  A remote that is connected
 or handshaking by the time its turn comes is skipped; one that does not answer (it is
 gone) costs its allow's retransmissions and time-out, and no retry: it comes back on its
 own schedule when it returns.
+
+A remote that notices first (its probe unanswered, it sends its signed alive) is called
+next (``Recall.hurry``) instead of being answered "unallowed": the call is the answer,
+and the remote neither starts an allow of its own nor costs the main a signed answer
+and a hello refused as "busy".  Only an alive that verifies with the remote's key and
+comes from the address the keep holds moves it, and only forward in a queue it is in
+already (to the address the call would go to anyway), so a replayed alive at best makes
+the main call a remote now that it would have called later.
 """
 
 from __future__ import annotations
@@ -54,11 +62,16 @@ class Caller(Admitting, Protocol):
 class Recall:
     """The remotes a restarted main still has to call (module docstring)."""
 
-    __slots__ = ("road", "waiting", "calling", "deadline", "window", "_shrunk")
+    __slots__ = ("road", "waiting", "urgent", "queued", "calling", "deadline", "window",
+                 "_shrunk")
 
     def __init__(self, road: Caller, uids: list[int]) -> None:
         self.road = road
         self.waiting: deque[int] = deque(uids)
+        self.urgent: deque[int] = deque()
+        """Remotes that asked (``hurry``): called before ``waiting``."""
+        self.queued: dict[int, bool] = dict.fromkeys(uids, False)
+        """The remotes not called yet (True: in ``urgent`` too)."""
         self.calling: set[int] = set()
         self.deadline: float | None = None
         self.window = min(WINDOW_START, float(road.config.recall_window))
@@ -97,19 +110,22 @@ class Recall:
                 self._shrunk = now
                 road.stats["recall_window_halved"] += 1
         self.calling = still
-        while self.waiting:
-            remote = remotes.get(self.waiting[0])
+        while line := self.urgent or self.waiting:
+            remote = remotes.get(line[0])
+            if line[0] not in self.queued:
+                line.popleft()  # called already (from ``urgent``)
+                continue
             if remote is None or remote.allowed or not remote.joined or any(
                 t.kind in (TransactionKind.JOIN, TransactionKind.ALLOW)
                 for t in remote.transactions.values()
             ):
-                self.waiting.popleft()  # gone, back already, or on its way
+                del self.queued[line.popleft()]  # gone, back already, or on its way
                 continue
             if len(self.calling) >= self.window or not road.admission.admit(
                 now, loaded_too=True
             ):
                 break
-            self.waiting.popleft()
+            del self.queued[line.popleft()]
             if not remote.trusted:
                 # The address its last session validated, kept: we call it as a minion
                 # calls the main it was configured with (the guard's budget is for
@@ -122,3 +138,16 @@ class Recall:
         if not self.waiting:
             self.calling.clear()  # the last calls finish on their own
         road.arm(self, now + TICK if self.waiting else None)
+
+    def hurry(self, uid: int, now: float) -> bool:
+        """Call ``uid`` before the others waiting (its authenticated alive says it is
+        there: module docstring); False if it is not waiting for its call."""
+        hurried = self.queued.get(uid)
+        if hurried is None:
+            return False
+        if not hurried:
+            self.queued[uid] = True
+            self.urgent.append(uid)
+        if self.deadline is None or self.deadline > now:
+            self.road.arm(self, now)
+        return True

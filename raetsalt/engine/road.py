@@ -921,6 +921,9 @@ class Road:
         if not remote.joined:
             kind = PacketKind.UNJOINED
         elif not remote.allowed:
+            if address == remote.ha and self.recall and self.recall.hurry(remote.uid, now):
+                self.stats["recall_hurried"] += 1
+                return  # its call, next, is the answer (engine/recall.py)
             kind = PacketKind.UNALLOWED
         else:
             kind = PacketKind.ACK

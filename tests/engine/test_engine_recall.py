@@ -6,11 +6,14 @@ already are not called; and no working session is torn down."""
 from __future__ import annotations
 
 from raetsalt.engine.events import Allowed, Joined, TransactionFailed
+from raetsalt.engine.native import is_native
 from raetsalt.engine.recall import WINDOW_MIN, WINDOW_START, Recall
 from raetsalt.keep.store import MemoryKeep
 from raetsalt.testing.fakenet import Conditions, FakeNet
 from raetsalt.testing.pair import MAIN_HA, Pair, Peer, make_peer, road_pair
-from raetsalt.wire.enums import TransactionKind
+from raetsalt.testing.tap import Tap
+from raetsalt.wire.enums import PacketKind, TransactionKind
+from raetsalt.wire.packet import parse_packet_untrusted
 
 QUIET = {"presence_period": 30.0}
 """Minions that would not probe their main for 30 s: only the call-back brings them."""
@@ -153,3 +156,74 @@ def test_a_minion_main_or_a_fresh_main_calls_nobody() -> None:
     assert pair.minion.road.recall is None  # a minion's main is not its to call back
     pair.restart_main(recall_window=0, **QUIET)
     assert pair.main.road.recall is None
+
+
+def _kinds(datagrams: list[bytes]) -> list[tuple[int, int]]:
+    return [(h.transaction_kind, h.packet_kind) for h in
+            (parse_packet_untrusted(d).header for d in datagrams if not is_native(d))]
+
+
+SLOW_CALLS = {"recall_window": 1, "handshake_rate": 2.0, "handshake_burst": 1.0, **QUIET}
+"""One call at a time, two a second: the last of 30 minions would wait about 15 s."""
+
+
+def test_a_minion_that_asks_first_is_called_next_and_not_told_unallowed() -> None:
+    pair, minions = _fleet(29)
+    pair.restart_main(**SLOW_CALLS)
+    main = pair.main.road
+    tap = Tap(main)
+    pair.net.attach(MAIN_HA, tap)
+    last, before_last = minions[-1], minions[-2]
+    allows = _allowed(last)
+    last.road.alive(last.road.remote("main").uid, pair.net.now)  # its probe, then its alive
+    restarted = pair.net.now
+    assert pair.until(lambda: main.remote(last.road.name).allowed, timeout=30.0)
+    assert pair.net.now - restarted < 5.0  # not after the 28 before it
+    assert not main.remote(before_last.road.name).allowed  # nobody else moved
+    assert main.stats["recall_hurried"] >= 1
+    assert (TransactionKind.ALIVE, PacketKind.UNALLOWED) not in _kinds(tap.sent)
+    assert _allowed(last) == allows + 1  # one allow: the main's call, not one of its own
+    assert pair.until(lambda: all(main.remote(p.road.name).allowed for p in minions),
+                      timeout=30.0)
+    assert main.stats["recall_allow"] == len(minions)  # each called once, the last too
+
+
+def test_a_replayed_alive_from_another_address_moves_nothing_and_costs_what_it_did() -> None:
+    pair, minions = _fleet(5)
+    last = minions[-1]
+    tap = Tap(last.road)
+    pair.net.attach(last.road.ha, tap)
+    pair.net.detach(MAIN_HA)  # (the main is down: the minion's alive goes unanswered)
+    last.road.alive(last.road.remote("main").uid, pair.net.now)
+    assert pair.net.run_until(
+        lambda: (TransactionKind.ALIVE, PacketKind.REQUEST) in _kinds(tap.sent), timeout=30.0)
+    [alive] = [d for d in tap.sent if _kinds([d]) == [(TransactionKind.ALIVE,
+                                                       PacketKind.REQUEST)]][-1:]
+    pair.restart_main(**SLOW_CALLS)
+    main = pair.main.road
+    now = pair.net.now
+    main.handle_timer(now)  # the recall's first call goes out
+    main.datagrams_to_send(now)
+    recall = main.recall
+    assert recall is not None
+    order = list(recall.waiting)
+    known = main.remote(last.road.name).ha
+    forged = alive[:-1] + bytes([alive[-1] ^ 1])
+    spoofed = ("10.66.0.1", 4510)
+    for data, source in ((alive, spoofed), (forged, known)):
+        main.receive_datagram(data, source, now)
+        assert main.datagrams_to_send(now) == []
+        assert not recall.urgent and list(recall.waiting) == order
+        assert main.stats["recall_hurried"] == 0
+    # As before: the replay was answered "unallowed" towards the keep's address (held
+    # back there by the guard's budget for an address not validated since the restart),
+    # nothing to the spoofed one; the forged one was dropped on its signature.
+    assert main.stats["tx_stale_unallowed"] == 1
+    assert main.stats["drop_signature"] == 1
+    # The genuine alive from the keep's address: called next, nothing answered now.
+    main.receive_datagram(alive, known, now)
+    assert main.datagrams_to_send(now) == []
+    assert list(recall.urgent) == [main.remote(last.road.name).uid]
+    for _ in range(3):  # its retransmissions change nothing more
+        main.receive_datagram(alive, known, now)
+    assert len(recall.urgent) == 1 and main.stats["recall_hurried"] == 4
