@@ -513,10 +513,11 @@ class Channel:
                 self.srtt = 0.875 * self.srtt + 0.125 * sample
         self.cc.on_acked(freed, in_flight, newest.at, newest.delivery, sample, self.srtt, now)
         self._pto = self._compute_pto()
-        # Below the lowest range this ack reports, it says nothing (the receiver keeps
-        # only so many ranges): those packets are left to later acks or the probe.
+        # The ranges reach down to the LEAST we sent (at or below our oldest packet in
+        # flight) unless the receiver cut them (it keeps MAX_ACK_RANGES): below the lowest
+        # range a cut ack says nothing, those packets are left to later acks or the probe.
         if self._head < len(self._sent):
-            floor = min(first for first, _ in ranges)
+            floor = min(first for first, _ in ranges) if len(ranges) >= MAX_ACK_RANGES else 0
             self._detect_lost(now, floor=floor, quiet=(quiet_since, oldest_at))
         if self.scheduler.has_data():  # the window opened: send more at the next flush
             self.port.want_flush(self)
