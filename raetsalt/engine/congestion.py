@@ -388,6 +388,18 @@ class Controller:
         self._set_pacing()
         return True
 
+    def on_timeout(self, lost: int, sent_at: float) -> None:
+        """``lost`` bytes, the newest of them sent at ``sent_at``, went unacknowledged for
+        a probe time-out and are sent again.  Not a congestion event (RFC 9002 reduces
+        the window on declared losses only), but lost all the same: they count in the
+        loss share of ``_few_lost`` and of a running probe, which with a small window
+        would otherwise see only the few losses that later acks reveal."""
+        self._lost_round += lost
+        if self._probe_window and sent_at > self.recovery_start:
+            self._probe_lost += lost
+            if self._probe_acked + self._probe_lost >= self._probe_window:
+                self._verdict()
+
     def _queue_free(self, rtt: float) -> bool:
         """Whether the latest round trip is within ``clamp(min/8, 4 ms, 16 ms)`` of the
         lowest: (almost) no queue in front of the loss, so no queue overflowed."""
@@ -403,9 +415,13 @@ class Controller:
         (a queue-free loss with these does not reduce the window): at most one byte in
         ``RANDOM_LOSS_SHARE``, or up to half as much again as a probe found the line to
         lose.  Too many losses at once never count as random: a policer that drops
-        without queueing still makes the window fall."""
+        without queueing still makes the window fall.  Losses among fewer than
+        ``PROBE_DATAGRAMS`` datagrams (the first round trips, of 64 KB datagrams on
+        loopback) are too few to tell a share and do not reduce either."""
         acked = self._acked_round + self._acked_last
         lost = self._lost_round + self._lost_last
+        if acked + lost < PROBE_DATAGRAMS * self.mss:
+            return True
         allowed = 1 / RANDOM_LOSS_SHARE + LINE_SHARE_MARGIN * self._line_share
         return lost <= allowed * acked
 

@@ -680,6 +680,7 @@ class Channel:
         # The same expression as in _arm, so float rounding cannot leave a due timer idle.
         pto, probed_at = self._pto, self._probed_at
         probes = []
+        timed_out, newest_at = 0, 0.0
         sent, base = self._sent, self._sent_base
         for index in range(self._head, len(sent)):  # oldest first
             record = sent[index]
@@ -688,12 +689,15 @@ class Channel:
             if (record.at if record.at > probed_at else probed_at) + pto > now:
                 break
             probes.append(base + index)
+            timed_out += record.size
+            newest_at = record.at
             if len(probes) == PROBE_PACKETS:
                 break
         if probes:
             self.pto_count += 1
             self._pto = self._compute_pto()
             self._probed_at = now
+            self.cc.on_timeout(timed_out, newest_at)  # (lost, to its loss share)
             self._requeue(probes)
         self._queue_control(self.keys.on_timer(now, self._pto), None)
         path = self.path
