@@ -3,8 +3,9 @@
 **The controller** is NewReno as RFC 9002 (section 7) specifies it, with the loss signal
 only (no ECN):
 
-* *slow start* from an initial window of ten datagrams (at least 14,720 bytes, at most
-  two datagrams beyond it); the window grows by every byte acknowledged;
+* *slow start* from an initial window of ten datagrams, at most 14,720 bytes unless
+  that is fewer than ``LOSS_DETECTION_DATAGRAMS``; the window grows by every byte
+  acknowledged;
 * *slow start exit* before the first loss, as HyStart++ (RFC 9406) does: when the
   round trip of a round rises by ``clamp(min/8, 4 ms, 16 ms)`` over the previous round's,
   the window grows four times slower for up to ``CSS_ROUNDS`` rounds (conservative slow
@@ -72,6 +73,10 @@ from collections import deque
 INITIAL_DATAGRAMS = 10
 MIN_INITIAL = 14720
 MIN_DATAGRAMS = 2
+LOSS_DETECTION_DATAGRAMS = 8
+"""The initial window holds at least this many datagrams, however large: with fewer, a
+loss has too few later packets acknowledged to be declared (``native.PACKET_THRESHOLD``)
+and waits for the probe time-out (RFC 9002 has 2 of the 64 KB datagrams of loopback)."""
 """The smallest window, in datagrams (after persistent congestion)."""
 LOSS_REDUCTION = 0.5
 PERSISTENT_PTOS = 3
@@ -173,7 +178,7 @@ class Controller:
         self.limit = max(limit, MIN_DATAGRAMS * mss)
         self.response = response
         # RFC 9002: min(10 datagrams, max(14,720 bytes, 2 datagrams))
-        initial = min(INITIAL_DATAGRAMS * mss, max(MIN_INITIAL, MIN_DATAGRAMS * mss))
+        initial = min(INITIAL_DATAGRAMS * mss, max(MIN_INITIAL, LOSS_DETECTION_DATAGRAMS * mss))
         self.cwnd = min(self.limit, initial)
         self.ssthresh = _NEVER
         self.recovery_start = -_NEVER
