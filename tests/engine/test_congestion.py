@@ -420,3 +420,29 @@ def test_a_probe_that_still_loses_undoes_the_reduction_one_that_does_not_keeps_i
     cc.on_acked(reduced + 4 * MSS, reduced, 1.1, cc.snapshot, BASE_RTT, BASE_RTT, now=1.15)
     assert cc.cwnd < 200 * MSS
     assert cc.pacing_rate() > cc.bandwidth()  # the probe is over
+
+
+def test_a_probe_counts_what_its_time_out_sent_again_as_lost() -> None:
+    # With a window of a few datagrams most losses are recovered by the probe time-out,
+    # not declared: the probe must still see them, or it judges a lossy line congested.
+    cc = Controller(MSS, 10 * MiB)
+    cc.cwnd = cc.ssthresh = 200 * MSS
+    cc.on_acked(100 * MSS, 100 * MSS, 1.0, (0, 0.95, 0.95), BASE_RTT, BASE_RTT, 1.05)
+    assert cc.on_congestion(1.04, 1.06, 10 * MSS, BASE_RTT) is True
+    reduced = cc.cwnd
+    probe = reduced + 4 * MSS
+    cc.on_acked(probe - probe // 10, reduced, 1.1, cc.snapshot, BASE_RTT, BASE_RTT, now=1.15)
+    assert cc.cwnd < 200 * MSS  # the probe is not over yet
+    cc.on_timeout(probe // 10, 1.1)  # its last tenth timed out: the line's loss
+    assert cc.cwnd >= 200 * MSS  # the reduction is undone
+
+
+def test_losses_among_a_few_datagrams_tell_no_share_many_do() -> None:
+    big = 65000  # loopback's datagrams
+    cc = Controller(big, 2 * MiB)
+    assert cc.cwnd == 8 * big  # enough later packets to declare a loss
+    assert Controller(MSS, 2 * MiB).cwnd == 10 * MSS  # RFC 9002's for 1,400 B
+    cc.on_acked(3 * big, 4 * big, 1.0, (0, 0.99, 0.99), BASE_RTT, BASE_RTT, 1.0 + BASE_RTT)
+    assert cc.on_congestion(1.0, 1.001, big, BASE_RTT) is False  # 1 of 4: no share yet
+    cc.on_acked(20 * big, 24 * big, 1.01, cc.snapshot, BASE_RTT, BASE_RTT, 1.01 + BASE_RTT)
+    assert cc.on_congestion(1.01, 1.02, 5 * big, BASE_RTT) is True  # 6 of 29: too many
