@@ -513,9 +513,8 @@ class Channel:
                 self.srtt = 0.875 * self.srtt + 0.125 * sample
         self.cc.on_acked(freed, in_flight, newest.at, newest.delivery, sample, self.srtt, now)
         self._pto = self._compute_pto()
-        # The ranges reach down to the LEAST we sent (at or below our oldest packet in
-        # flight) unless the receiver cut them (it keeps MAX_ACK_RANGES): below the lowest
-        # range a cut ack says nothing, those packets are left to later acks or the probe.
+        # The ranges reach down to the LEAST we sent unless the receiver cut them to
+        # MAX_ACK_RANGES: below a cut ack's lowest range, left to later acks or the probe.
         if self._head < len(self._sent):
             floor = min(first for first, _ in ranges) if len(ranges) >= MAX_ACK_RANGES else 0
             self._detect_lost(now, floor=floor, quiet=(quiet_since, oldest_at))
@@ -557,8 +556,7 @@ class Channel:
                 declared.pop(counter, None)
             self.reorder_threshold = min(self.reorder_threshold * 2, MAX_REORDER)
             self.port.stats["native_spurious_retransmit"] += len(late)
-        # Below our oldest packet in flight the receiver keeps no ranges (LEAST): no ack
-        # can come for those any more.
+        # Below our oldest packet in flight the receiver keeps no ranges (LEAST): no ack comes.
         least = self._oldest_counter()
         while declared and next(iter(declared)) < least:
             del declared[next(iter(declared))]
@@ -619,10 +617,9 @@ class Channel:
             self.port.want_flush(self)
 
     def _compute_pto(self) -> float:
-        # srtt + max(4 rttvar, MIN_PTO) + the receiver's ack delay (RFC 9002 6.2.1: ours
-        # is ACK_DELAY, but a busy host adds to it, so an eighth of srtt if that is more),
-        # at least MIN_PTO, doubled per unanswered probe (at most 2**10 times), at most
-        # MAX_PTO; spelled without builtins (once per ack).
+        # srtt + max(4 rttvar, MIN_PTO) + the receiver's ack delay (RFC 9002 6.2.1: ours is
+        # ACK_DELAY, but a busy host adds to it, so an eighth of srtt if that is more), at
+        # least MIN_PTO, doubled per unanswered probe (at most 2**10), at most MAX_PTO.
         variance = 4 * self.rttvar
         srtt = self.srtt
         delay = srtt / 8
@@ -689,8 +686,7 @@ class Channel:
             if (record.at if record.at > probed_at else probed_at) + pto > now:
                 break
             probes.append(base + index)
-            timed_out += record.size
-            newest_at = record.at
+            timed_out, newest_at = timed_out + record.size, record.at
             if len(probes) == PROBE_PACKETS:
                 break
         if probes:
