@@ -10,6 +10,7 @@ import pytest
 from raetsalt.engine.busy import ALLOW_HELLO, JOIN_REQUEST, MAX_RESERVED, RESERVED_FOR, Admission
 from raetsalt.engine.events import Allowed, Joined, PresenceChanged, TransactionFailed
 from raetsalt.engine.native import is_native
+from raetsalt.engine.road import Road
 from raetsalt.keep.store import MemoryKeep
 from raetsalt.testing.fakenet import Conditions, FakeNet
 from raetsalt.testing.pair import MAIN_HA, Peer, make_peer, road_pair
@@ -240,7 +241,7 @@ class Stalled:
     """A road whose loop stops for a while (a slow disk, a long GC, a busy CPU): what
     arrives meanwhile waits in its socket, and its timers wait too."""
 
-    def __init__(self, road: object) -> None:
+    def __init__(self, road: Road) -> None:
         self.road = road
         self.until = 0.0
         self.queue: list[tuple[bytes, tuple[str, int]]] = []
@@ -253,23 +254,23 @@ class Stalled:
     def _drain(self, now: float) -> None:
         queue, self.queue = self.queue, []
         for data, address in queue:
-            self.road.receive_datagram(data, address, now)  # type: ignore[attr-defined]
+            self.road.receive_datagram(data, address, now)
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes | bytearray, tuple[str, int]]]:
         if now < self.until:
             return []
-        return self.road.datagrams_to_send(now)  # type: ignore[attr-defined, no-any-return]
+        return self.road.datagrams_to_send(now)
 
     def get_timer(self) -> float | None:
-        when = self.road.get_timer()  # type: ignore[attr-defined]
+        when = self.road.get_timer()
         if self.queue or (when is not None and when < self.until):
             return max(self.until, when if when is not None else self.until)
-        return when  # type: ignore[no-any-return]
+        return when
 
     def handle_timer(self, now: float) -> None:
         if now >= self.until:
             self._drain(now)
-            self.road.handle_timer(now)  # type: ignore[attr-defined]
+            self.road.handle_timer(now)
 
 
 @pytest.mark.parametrize("stall", [1.5, 6.0])
