@@ -272,6 +272,9 @@ def serve(root: str, source: int = 0, sink: int = 1) -> int:
         except (KeepError, OSError) as exc:
             if failures.note("commit", time.monotonic()):
                 log.error("the job cache cannot be written: %s", exc)
+            if done:  # the master is gone: nobody would ever see this child stop trying
+                log.error("the master has stopped: %d record(s) left unwritten", len(entries))
+                return 1
             time.sleep(RETRY)  # the child's only job: nothing else waits for it
             continue
         entries = []

@@ -171,3 +171,24 @@ def test_the_writer_is_this_raetsalt_whatever_the_working_directory_holds(
         assert JobCache(tmp_path / "jobs").get_returns(JID) == {"m1": {"return": True}}
     finally:
         cache.close()
+
+
+def test_a_writer_whose_master_is_gone_stops_when_it_cannot_write(tmp_path: Path) -> None:
+    """With its input closed and a batch it cannot commit (the job's directory is a
+    file), the child gives up instead of retrying for ever as an orphan."""
+    from raetsalt.daemon.cacheproc import _frame, serve
+
+    root = tmp_path / "cache"
+    root.mkdir()
+    jid = "20261124052900123456"
+    (root / jid).write_text("not a directory")
+    source, feed = os.pipe()
+    reports, sink = os.pipe()
+    os.write(feed, _frame([1, [[jid, "minion1.p", b"{}"]]]))
+    os.close(feed)
+    started = time.monotonic()
+    assert serve(str(root), source, sink) == 1
+    assert time.monotonic() - started < 5.0
+    assert (root / jid).read_text() == "not a directory"
+    for fd in (source, sink, reports):
+        os.close(fd)
