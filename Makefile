@@ -2,20 +2,45 @@
 #   make demo   - master + minions on loopback, step by step
 #   make test   - create .venv, install with test extras, lint (ruff), type-check
 #                 (mypy --strict) and run the suite; any finding fails it
+# Every test, lint, type, bench and oracle tool is pinned in constraints.txt:
+#   make pins        - resolve everything anew in a scratch venv and rewrite the pins
+#   make test-latest - the oracle tests against the newest Salt and friends, with the drift
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test demo bench lint type clean
+.PHONY: venv test demo bench lint type clean pins test-latest
 
 venv: $(STAMP)
 
 # setup.py and the C source: the optional compiled kernel is rebuilt in place when they change
-$(STAMP): setup.cfg pyproject.toml setup.py raetsalt/_trains.c
+$(STAMP): setup.cfg pyproject.toml setup.py raetsalt/_trains.c constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench,lint,salt]'
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt \
+		-e '.[test,bench,lint,salt]'
 	touch $(STAMP)
+
+# the tests that compare with Salt itself (the oracle)
+ORACLE_TESTS := tests/execution/test_args_oracle.py tests/execution/test_grains_oracle.py \
+	tests/test_output_oracle.py tests/test_config_salt_keys.py tests/test_targeting_pillar.py \
+	tests/saltbridge tests/cli/test_clients.py tests/remote/test_salt.py
+
+pins:
+	rm -rf .venv-pins
+	$(PYTHON) -m venv .venv-pins
+	.venv-pins/bin/python -m pip install -q --disable-pip-version-check \
+		-e '.[test,bench,lint,salt]'
+	.venv-pins/bin/python .ci/pins.py freeze
+	rm -rf .venv-pins
+
+test-latest:
+	rm -rf .venv-latest
+	$(PYTHON) -m venv .venv-latest
+	.venv-latest/bin/python -m pip install -q --disable-pip-version-check --upgrade \
+		-e '.[test,salt]'
+	.venv-latest/bin/python .ci/pins.py drift
+	.venv-latest/bin/python -m pytest -q -p no:cacheprovider $(ORACLE_TESTS)
 
 test: lint type
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
@@ -27,11 +52,11 @@ bench: $(STAMP)
 	$(PY) -m bench
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check raetsalt tests bench
+	$(VENV)/bin/ruff check raetsalt tests bench .ci
 
 # strict mode and the per-module exceptions are in setup.cfg [mypy]
 type: $(STAMP)
 	$(VENV)/bin/mypy raetsalt
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) .venv-latest .venv-pins build *.egg-info

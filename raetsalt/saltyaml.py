@@ -8,7 +8,8 @@ ways that change what a user's text means:
   1.1 would read octal 15).  ``0x``/``0b`` keep their base, and a sign turns the rule
   off, so ``-017`` is still octal -15, as in Salt;
 * a key given twice in one mapping is an error, and a merge key (``<<``) never brings in
-  a key the mapping sets itself;
+  a key the mapping sets itself; a key that two mappings of one merge list both bring
+  is given twice (an error), and a merge list's mappings come in reverse order;
 * ``!!python/unicode x`` is the string ``x``.
 
 libyaml's parser is used when PyYAML has it, as Salt does: the pure-Python parser
@@ -34,6 +35,8 @@ _INDICATORS = re.compile(r"(?:[-?:](?:[ \t]+|$))+")
 
 _INT_TAG = "tag:yaml.org,2002:int"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_VALUE_TAG = "tag:yaml.org,2002:value"
+_STR_TAG = "tag:yaml.org,2002:str"
 
 _Base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -62,15 +65,42 @@ class SaltLoader(_Base):  # type: ignore[misc]  # PyYAML ships no type stubs
         return result
 
     def flatten_mapping(self, node: yaml.MappingNode) -> None:
-        # PyYAML puts the merged pairs in front of the mapping's own pairs; drop the
-        # merged ones whose key the mapping also sets, so that only real duplicates
-        # remain for construct_mapping to refuse.
-        own = [key.value for key, _ in node.value if key.tag != _MERGE_TAG]
-        super().flatten_mapping(node)
-        merged = len(node.value) - len(own)
-        node.value = [
-            pair for pair in node.value[:merged] if pair[0].value not in own
-        ] + node.value[merged:]
+        # Salt's merge rules, whatever PyYAML's version does (6.0.4 started dropping
+        # repeated keys among the merged mappings): the pairs of every merged mapping
+        # come first, those of a merge list in reverse order, each list keeping its
+        # repeats (a key merged from two mappings is a duplicate, refused below); a
+        # merged pair whose key the mapping sets itself is left out.
+        merged: list[tuple[yaml.Node, yaml.Node]] = []
+        own: list[tuple[yaml.Node, yaml.Node]] = []
+        for key_node, value_node in node.value:
+            if key_node.tag != _MERGE_TAG:
+                if key_node.tag == _VALUE_TAG:
+                    key_node.tag = _STR_TAG
+                own.append((key_node, value_node))
+            elif isinstance(value_node, yaml.MappingNode):
+                self.flatten_mapping(value_node)
+                merged.extend(value_node.value)
+            elif isinstance(value_node, yaml.SequenceNode):
+                parts: list[list[tuple[yaml.Node, yaml.Node]]] = []
+                for part in value_node.value:
+                    if not isinstance(part, yaml.MappingNode):
+                        raise ConstructorError(
+                            "while constructing a mapping", node.start_mark,
+                            f"expected a mapping for merging, found {part.id}",
+                            part.start_mark)
+                    self.flatten_mapping(part)
+                    parts.append(part.value)
+                for pairs in reversed(parts):
+                    merged.extend(pairs)
+            else:
+                raise ConstructorError(
+                    "while constructing a mapping", node.start_mark,
+                    f"expected a mapping or a list of mappings to merge, found {value_node.id}",
+                    value_node.start_mark)
+        if merged:
+            set_here = [key.value for key, _ in own]
+            own = [pair for pair in merged if pair[0].value not in set_here] + own
+        node.value = own
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         text = node.value

@@ -49,6 +49,9 @@ CASES = [
     "1 ...", "", "   ", "a\tb", "a\nb", "a=b\n", "a=\nb", "k==v", "=x", "1=2", "a b=c",
     "x.y=1", "a-b=2", "é=1", "_x=1", "cmd=ls -l /tmp", "name=a=b", "foo,1020,1020",
     "'a' b", '"\\u00e9"', "!!timestamp 2024-01-01", "[2024-01-01]", "{d: 2024-01-01}",
+    # merge lists as Salt's own loader reads them, whatever PyYAML's version
+    "{<<: [{a: 1}, {b: 2}]}", "{<<: [{a: 1}, {b: 2}], b: 3}", "{<<: [1]}", "{<<: 1}",
+    "{<<: {<<: {x: 1}, y: 2}, z: 3}", "{<<: [{a: 1}, {<<: {c: 1}}], c: 3}",
 ]
 
 
