@@ -5,7 +5,7 @@ A key here that raetsalt does not use is ignored with one warning; a key in
 neither this list nor raetsalt's schema is an error.
 """
 
-SALT_VERSION = "3008.3"
+SALT_VERSION = "3008.4"
 
 SALT_KEYS: frozenset[str] = frozenset((
     'acceptance_wait_time', 'acceptance_wait_time_max', 'add_proxymodule_to_opts',
