@@ -101,7 +101,7 @@ from typing import Any
 
 from raetsalt.errors import TargetError
 from raetsalt.log import clip
-from raetsalt.services.protocol import KWARG_MARK, pack_args
+from raetsalt.protocol import KWARG_MARK, pack_args
 from raetsalt.targeting import (
     MinionTable,
     Nodegroups,

@@ -54,8 +54,9 @@ from raetsalt.manor import (
     SHARE_SUBSCRIBE,
     SHARE_UNSUBSCRIBE,
     Manor,
+    manor_path,
 )
-from raetsalt.paths import lane_name_for, manor_path, resolve_group
+from raetsalt.paths import lane_name_for, resolve_group
 from raetsalt.routing import Route, YardAddress
 from raetsalt.timefmt import salt_stamp
 

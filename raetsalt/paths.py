@@ -12,7 +12,10 @@ Layout under ``pki_dir`` (master and minion alike)::
                           (role/ for accepted/pending/rejected, denied/ for denied)
 
 Sockets under ``sock_dir``: each node's yards live on one lane (``lane_name_for``), its
-manor yard at ``manor_path``; ``resolve_group`` turns ``sock_dir_group`` into a gid.
+manor yard at ``raetsalt.manor.manor_path``; every socket path must fit ``sun_path``
+(``check_socket_path``); ``resolve_group`` turns ``sock_dir_group`` into a gid.
+
+This module imports nothing of the package but its errors: every layer may use it.
 
 The keep sits in a sub-directory rather than in ``pki_dir`` itself so ``pki_dir`` can
 later hold other key material (signing keys, a master key chain for rotation) without
@@ -27,14 +30,15 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from raetsalt.drivers.uxd import check_socket_path
 from raetsalt.errors import ConfigError, LocalError
-from raetsalt.lane.engine import yard_file_name
-from raetsalt.manor import MANOR
 
-__all__ = ["KEEP_SUBDIR", "keep_dir", "lane_name_for", "manor_path", "resolve_group"]
+__all__ = ["KEEP_SUBDIR", "MAX_SOCKET_PATH", "check_socket_path", "keep_dir", "lane_name_for",
+           "resolve_group"]
 
 KEEP_SUBDIR = "road"
+
+MAX_SOCKET_PATH = 107
+"""Longest socket path: ``struct sockaddr_un.sun_path`` is 108 bytes with its NUL."""
 
 
 def keep_dir(opts: Mapping[str, Any]) -> str:
@@ -44,11 +48,6 @@ def keep_dir(opts: Mapping[str, Any]) -> str:
     absolute (joined to ``root_dir``).  Nothing is created here.
     """
     return os.path.join(opts["pki_dir"], KEEP_SUBDIR)
-
-
-# Longest client yard name ("ev" + 8 hex), used to reject a sock_dir that is too long up
-# front rather than at the first client.
-_CLIENT_YARD_EXAMPLE = "ev00000000"
 
 
 def lane_name_for(node: str, node_id: str | None) -> str:
@@ -66,11 +65,15 @@ def lane_name_for(node: str, node_id: str | None) -> str:
     return f"minion-{digest}"
 
 
-def manor_path(sock_dir: str, node: str, node_id: str | None) -> str:
-    """Socket path of the node's manor yard (checked against the sun_path limit)."""
-    lane = lane_name_for(node, node_id)
-    check_socket_path(os.path.join(sock_dir, yard_file_name(lane, _CLIENT_YARD_EXAMPLE)), sock_dir)
-    return os.path.join(sock_dir, yard_file_name(lane, MANOR))
+def check_socket_path(path: str, sock_dir: str | None = None) -> str:
+    """Return ``path`` if it fits ``sun_path``, else raise ConfigError naming sock_dir."""
+    size = len(os.fsencode(path))
+    if size > MAX_SOCKET_PATH:
+        where = f"sock_dir {sock_dir!r} is too long: " if sock_dir is not None else ""
+        raise ConfigError(
+            f"{where}socket path {path!r} is {size} bytes, the limit is {MAX_SOCKET_PATH}"
+        )
+    return path
 
 
 def resolve_group(group: str | int | None) -> int | None:

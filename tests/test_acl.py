@@ -30,7 +30,7 @@ from raetsalt.acl_config import (
     validate_peer_run_config,
 )
 from raetsalt.errors import ConfigError
-from raetsalt.services.protocol import unpack_args
+from raetsalt.protocol import unpack_args
 
 MINIONS: dict[str, dict[str, Any] | None] = {
     "web1.example.com": {"os": "RedHat", "roles": ["web"]},

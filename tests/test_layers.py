@@ -225,3 +225,58 @@ def test_no_import_circle_in_the_package() -> None:
 def test_the_circle_finder_finds_circles() -> None:
     assert find_circle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert find_circle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def _room(module: str) -> str:
+    """The folder or top-level module of ``raetsalt`` that ``module`` stands in."""
+    return ".".join(module.split(".")[:2])
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """The imports between rooms (``_room``) that run back up: from a room to one that
+    imports it back, directly or through others.  With none, the rooms stand in floors,
+    each importing only rooms below it."""
+    rooms: dict[str, set[str]] = {}
+    where: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for module, targets in graph.items():
+        for target in targets:
+            a, b = _room(module), _room(target)
+            if a != b and "." in a and "." in b:  # the package's face is no room
+                rooms.setdefault(a, set()).add(b)
+                where.setdefault((a, b), []).append((module, target))
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = {start}, [start]
+        while todo:
+            for nxt in rooms.get(todo.pop(), ()):
+                if nxt == goal:
+                    return True
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return False
+
+    return sorted(pair for (a, b), pairs in where.items() if reaches(b, a) for pair in pairs)
+
+
+def test_imports_run_one_way_between_folders() -> None:
+    """protocol.py is the vocabulary acl, execution, services and the CLIs share; the
+    lane client and the job children are drivers; the daemons' process entry is a CLI:
+    no folder imports one above it."""
+    upward = upward_imports(package_imports())
+    assert upward == [], "\n".join(f"{a} -> {b}" for a, b in upward)
+
+
+def test_the_upward_import_finder_finds_them() -> None:
+    graph = {"raetsalt.a.x": {"raetsalt.b.y"}, "raetsalt.b.y": {"raetsalt.c"},
+             "raetsalt.c": {"raetsalt.a.z"}, "raetsalt.a.z": set(), "raetsalt.d": {"raetsalt.c"}}
+    assert upward_imports(graph) == [("raetsalt.a.x", "raetsalt.b.y"),
+                                     ("raetsalt.b.y", "raetsalt.c"),
+                                     ("raetsalt.c", "raetsalt.a.z")]
+    graph["raetsalt.c"] = set()
+    assert upward_imports(graph) == []
+
+
+def test_paths_is_a_leaf() -> None:
+    """Every layer finds its files through ``raetsalt.paths``: it imports only errors."""
+    assert package_imports()["raetsalt.paths"] <= {"raetsalt.errors"}

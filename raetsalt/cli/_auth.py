@@ -21,10 +21,10 @@ import sys
 import time
 from typing import Any
 
-from raetsalt.cli.client import CommandClient
+from raetsalt import protocol as p
 from raetsalt.drivers.cmdsock import StreamClient, command_socket_path
+from raetsalt.drivers.laneclient import CommandClient
 from raetsalt.errors import DaemonUnavailable
-from raetsalt.services import protocol as p
 
 TOKEN_FILE = "~/.raetsalt_token"
 SHARE_MK_TOKEN = "mk_token"

@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any
 
-from raetsalt.services import protocol as p
+from raetsalt import protocol as p
 
 from ._auth import MasterClient
 from ._common import EX_CLIENT, EX_OK, Printer

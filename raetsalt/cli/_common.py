@@ -23,14 +23,14 @@ import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from raetsalt import protocol as p
 from raetsalt import syspaths
-from raetsalt.cli.client import CommandClient
 from raetsalt.config import LOG_LEVELS, load_node_config
 from raetsalt.drivers.cmdsock import StreamClient
+from raetsalt.drivers.laneclient import CommandClient
 from raetsalt.errors import ConfigError, DaemonUnavailable
 from raetsalt.log import setup_console_logger
 from raetsalt.output import ALIASES, OUTPUTTERS, render
-from raetsalt.services import protocol as p
 
 from ._versions import version_line, versions_report
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from raetsalt.services import protocol as p
+from raetsalt import protocol as p
 
 from ._auth import MasterClient
 from ._common import EX_GENERIC, wait_for

@@ -33,11 +33,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from raetsalt.cli.client import CommandClient
+from raetsalt import protocol as p
 from raetsalt.config_schema import id_problem
+from raetsalt.drivers.laneclient import CommandClient
 from raetsalt.errors import DaemonUnavailable
 from raetsalt.execution.args import parse_input
-from raetsalt.services import protocol as p
 
 from ._common import (
     EX_CLIENT,

@@ -60,7 +60,7 @@ from raetsalt.keep.store import FileKeep
 from raetsalt.output import OUTPUTTERS, render
 
 if TYPE_CHECKING:
-    from raetsalt.cli.client import CommandClient
+    from raetsalt.drivers.laneclient import CommandClient
 
 PROG = "raetsalt-key"
 EXIT_OK = 0
@@ -368,9 +368,9 @@ class Master:
     @classmethod
     def connect(cls, opts: Mapping[str, Any]) -> Master | None:
         """The running master, or None if it is not running (then edit the keep)."""
-        from raetsalt.cli.client import CommandClient
+        from raetsalt.drivers.laneclient import CommandClient
         from raetsalt.errors import DaemonNotRunning, DaemonUnavailable
-        from raetsalt.paths import manor_path
+        from raetsalt.manor import manor_path
 
         try:
             path = manor_path(opts["sock_dir"], "master", None)

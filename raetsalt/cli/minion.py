@@ -1,11 +1,11 @@
-"""raetsalt-minion: the minion daemon (options and exit codes: ``raetsalt.daemon.runner``)."""
+"""raetsalt-minion: the minion daemon (options and exit codes: ``raetsalt.cli.daemon``)."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
 
-from raetsalt.daemon.runner import main as run_daemon
+from raetsalt.cli.daemon import main as run_daemon
 
 
 def main(argv: Sequence[str] | None = None) -> int:

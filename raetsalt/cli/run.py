@@ -18,9 +18,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from raetsalt import protocol as p
 from raetsalt.errors import DaemonUnavailable
 from raetsalt.execution.args import parse_input
-from raetsalt.services import protocol as p
 
 from ._auth import AuthProblem, add_auth_options, credentials, open_master
 from ._common import (

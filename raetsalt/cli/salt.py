@@ -2,7 +2,7 @@
 
     raetsalt [options] TARGET FUN [ARG ...]
 
-Talks to the local ``raetsalt-master`` over its lane (``raetsalt.services.protocol``),
+Talks to the local ``raetsalt-master`` over its lane (``raetsalt.protocol``),
 never over the network.  Targeting flags as Salt's: ``-E -L -G -P/--grain-pcre -I -J -S
 -N -C`` (``--delimiter`` for grain and pillar targets).  ``-t`` is the whole wait for
 returns (default: the master's ``timeout``) and the job's deadline: a minion that gets
@@ -46,9 +46,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from raetsalt import protocol as p
 from raetsalt.errors import DaemonUnavailable, TargetError
 from raetsalt.execution.args import parse_input
-from raetsalt.services import protocol as p
 
 from ._auth import AuthProblem, MasterClient, add_auth_options, credentials, open_master
 from ._common import (

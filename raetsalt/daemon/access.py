@@ -45,6 +45,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from raetsalt import acl
+from raetsalt import protocol as p
 from raetsalt.auth.backends import AuthResult, authenticate, system_groups
 from raetsalt.auth.limits import (
     MAX_PASSWORD,
@@ -57,8 +58,7 @@ from raetsalt.auth.limits import (
 from raetsalt.auth.tokens import TokenStore
 from raetsalt.drivers.cmdsock import CommandServer, Limits, PeerCred, command_socket_path
 from raetsalt.log import Throttle, clip
-from raetsalt.services import protocol as p
-from raetsalt.services.protocol import Requester
+from raetsalt.protocol import Requester
 from raetsalt.timefmt import salt_stamp
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 ``MasterService`` and ``MinionService`` take the node events the ``raetsalt node
 service`` behaviour got from ``Node.service_ready``, keep those of the command protocol
-(``raetsalt.services.protocol``), feed them to ``MasterJobs``/``MinionJobs`` and carry out
+(``raetsalt.protocol``), feed them to ``MasterJobs``/``MinionJobs`` and carry out
 the actions: road sends, lane sends to client yards, bus events, job processes.  Both
 are ``Wakeable`` (the skedder's waiter watches them): the master for its timers, the
 minion for its job pipes.  The Salt bridge hooks in here too: the minion hands the jobs
@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from raetsalt import protocol as p
 from raetsalt.daemon.access import REQUEST_SHARES, AccessGate
 from raetsalt.daemon.cachewriter import QueuedDataCache, QueuedJobCache
 from raetsalt.daemon.executor import ForkExecutor
@@ -37,7 +38,7 @@ from raetsalt.execution.loader import Context, Loader
 from raetsalt.lane.page import MAX_PAGE_SIZE
 from raetsalt.manor import LocalMessage
 from raetsalt.node import Node, NodeEvent
-from raetsalt.services import protocol as p
+from raetsalt.protocol import ToClient
 from raetsalt.services.jids import new_jid
 from raetsalt.services.master import (
     Fire,
@@ -57,7 +58,6 @@ from raetsalt.services.minion import (
     execute,
 )
 from raetsalt.services.peer import PeerRelay
-from raetsalt.services.protocol import ToClient
 
 log = logging.getLogger("raetsalt.daemon")
 
@@ -699,7 +699,7 @@ class MinionService:
 
     def _run_in_child(self, spec: JobSpec) -> dict[str, Any]:
         """The job process: runs ``spec`` with a Context of this minion."""
-        from raetsalt.cli.client import CommandClient
+        from raetsalt.drivers.laneclient import CommandClient
         from raetsalt.event import SaltEvent
 
         others = list(self._child_jobs)

@@ -24,10 +24,10 @@ import selectors
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from raetsalt import protocol as p
 from raetsalt.keep.policy import Action
 from raetsalt.keep.records import KeyRef, KeyState, name_problem
 from raetsalt.node import Node
-from raetsalt.services import protocol as p
 
 log = logging.getLogger("raetsalt.daemon")
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from raetsalt.daemon.executor import plain
+from raetsalt.drivers.jobchild import plain
 from raetsalt.errors import BadPacket
 from raetsalt.saltbridge.control import FrameReader, daemon_log_levels, encode_frame, write_all
 from raetsalt.saltbridge.service import RestartWorker, SaltRequests, ToWorker

@@ -28,7 +28,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from raetsalt.daemon.executor import ForkExecutor, plain
+from raetsalt.daemon.executor import ForkExecutor
+from raetsalt.drivers.jobchild import plain
 from raetsalt.errors import BadPacket, LocalError
 from raetsalt.saltbridge import control
 from raetsalt.saltbridge.modes import runs_in_salt, salt_importable, uses_salt

@@ -22,7 +22,7 @@ it only when ``publisher_acl`` or ``external_auth`` is configured.
 
 Frames: a 4-byte big-endian length, then one msgpack map (at most ``MAX_FRAME`` bytes,
 lists and maps nested at most ``MAX_BODY_DEPTH`` deep, as on the road).
-The maps are the command protocol's bodies (``raetsalt.services.protocol``): a request
+The maps are the command protocol's bodies (``raetsalt.protocol``): a request
 carries ``route.dst[2]`` (its share) and ``req``; answers are the lane answers.  A peer
 that sends a malformed frame is disconnected.
 
@@ -62,10 +62,11 @@ from typing import Any
 
 import msgpack
 
-from raetsalt.drivers.uxd import check_socket_path, unlink_if_stale
+from raetsalt.drivers.uxd import unlink_if_stale
 from raetsalt.drops import DropReason
 from raetsalt.errors import BadPacket, LocalError
 from raetsalt.log import Throttle
+from raetsalt.paths import check_socket_path
 from raetsalt.wire.body import nests_deeper_than
 from raetsalt.wire.constants import MAX_BODY_DEPTH
 

@@ -28,9 +28,8 @@ from typing import Protocol
 
 from raetsalt.errors import ConfigError, LocalError
 from raetsalt.lane.page import MAX_PAGE_SIZE
+from raetsalt.paths import check_socket_path
 
-# struct sockaddr_un.sun_path is 108 bytes including the terminating NUL.
-MAX_SOCKET_PATH = 107
 # Asked for; Linux caps it at net.core.[rw]mem_max (raet asks for 100 pages' worth too).
 SOCKET_BUFFER = 100 * MAX_PAGE_SIZE
 
@@ -40,17 +39,6 @@ class DatagramHandler(Protocol):
     def send_blocked(self, path: str, datagrams: list[bytes], now: float) -> None: ...
     def send_succeeded(self, path: str) -> None: ...
     def send_failed(self, path: str, now: float) -> None: ...
-
-
-def check_socket_path(path: str, sock_dir: str | None = None) -> str:
-    """Return ``path`` if it fits ``sun_path``, else raise ConfigError naming sock_dir."""
-    size = len(os.fsencode(path))
-    if size > MAX_SOCKET_PATH:
-        where = f"sock_dir {sock_dir!r} is too long: " if sock_dir is not None else ""
-        raise ConfigError(
-            f"{where}socket path {path!r} is {size} bytes, the limit is {MAX_SOCKET_PATH}"
-        )
-    return path
 
 
 def prepare_sock_dir(sock_dir: str, group: int | None = None) -> None:

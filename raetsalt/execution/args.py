@@ -30,7 +30,7 @@ from collections.abc import Collection, Iterable
 from typing import Any
 
 from raetsalt import saltyaml
-from raetsalt.services.protocol import KWARG_MARK
+from raetsalt.protocol import KWARG_MARK
 
 __all__ = ["parse_input", "yamlify"]
 

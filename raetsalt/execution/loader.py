@@ -61,7 +61,7 @@ class Context:
     save_grains: Callable[[Mapping[str, Any]], None] = lambda grains: None
     """Persist grains set by ``grains.setval``."""
     master_client: Callable[[], Any] | None = None
-    """Opens a ``raetsalt.cli.client.CommandClient`` to this minion's daemon, which
+    """Opens a ``raetsalt.drivers.laneclient.CommandClient`` to this minion's daemon, which
     relays ``publish``/``runner`` requests to the master (``publish.*``); None when
     there is no master (``raetsalt-call --local``)."""
     retcode: int = 0

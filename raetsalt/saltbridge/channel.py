@@ -20,9 +20,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from raetsalt.cli.client import CommandClient
+from raetsalt import protocol as p
+from raetsalt.drivers.laneclient import CommandClient
 from raetsalt.errors import DaemonUnavailable
-from raetsalt.services import protocol as p
 
 DEFAULT_TIMEOUT = 60.0
 _CLIENTS: dict[tuple[str, str], CommandClient] = {}

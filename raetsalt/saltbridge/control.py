@@ -177,7 +177,7 @@ def daemon_log_levels() -> dict[str, str]:
 def child_logging(log_file: Any, levels: Any, node: str) -> None:
     """Log to the daemon's ``log_file`` and console at its ``levels``
     (``daemon_log_levels``); without a usable log file, to the console only."""
-    from raetsalt.daemon.runner import setup_logging
+    from raetsalt.drivers.logfile import setup_logging
 
     levels = levels if isinstance(levels, dict) else {}
     try:

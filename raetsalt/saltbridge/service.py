@@ -37,7 +37,7 @@ from typing import Any
 
 import msgpack
 
-from raetsalt.services import protocol as p
+from raetsalt import protocol as p
 from raetsalt.services.master import ToMinion
 
 from .paths import PathRefused, clean_relpath, valid_saltenv

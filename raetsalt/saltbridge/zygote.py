@@ -35,7 +35,7 @@ import sys
 import warnings
 from typing import Any
 
-from raetsalt.daemon.executor import plain, run_in_child
+from raetsalt.drivers.jobchild import plain, run_in_child
 from raetsalt.errors import BadPacket
 
 from . import control

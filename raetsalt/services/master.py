@@ -7,7 +7,7 @@ to a client yard) and ``Fire`` (an event on the master bus).  It reads no clock 
 touches no socket or file: the job cache and the minion data cache come in as the small
 interfaces of ``raetsalt.services.ports`` (``JobStore``, ``GrainsStore``), and what it
 needs to know about the road comes through a ``Roster``.  The message formats are in
-``raetsalt.services.protocol``.
+``raetsalt.protocol``.
 
 Expected minions: the master expands a target over the accepted minions and the grains
 each reported in its last hello (``match_bounds``).  ``definite`` matches are the expected
@@ -28,16 +28,16 @@ from enum import StrEnum
 from typing import Any
 
 from raetsalt import acl
+from raetsalt import protocol as p
 from raetsalt.errors import BadPacket, KeepError, TargetError
 from raetsalt.log import Throttle, clip
+from raetsalt.protocol import Requester, ToClient
 from raetsalt.services.grainpool import GrainPool
 from raetsalt.targeting import MinionFacts, expand_nodegroup, match_bounds
 from raetsalt.timefmt import salt_stamp
 
-from . import protocol as p
 from .jids import is_jid, new_jid
 from .ports import Gather, GrainsStore, JobStore, MinionState, Roster
-from .protocol import Requester, ToClient
 from .runners import run_runner
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ After every (re)connection, and whenever its grains change, the minion says hell
 master with its grains (``on_connected``, ``set_grains``).  After every (re)connection it
 also asks for the master's clock (``ask_clock``): the answer bounds how far the master's
 clock is from the minion's (``MasterClock``).  A publication
-whose deadline has passed is dropped, never run late (``raetsalt.services.protocol``,
+whose deadline has passed is dropped, never run late (``raetsalt.protocol``,
 "Job deadlines"): each drop is counted in ``MinionJobs.dropped`` and logged (at most one
 line per ``DROP_LOG_INTERVAL``).
 
@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from raetsalt import protocol as p
 from raetsalt.drops import DropReason
 from raetsalt.errors import BadPacket, TargetError
 from raetsalt.execution.loader import (
@@ -44,10 +45,8 @@ from raetsalt.execution.loader import (
     Loader,
     UnknownFunction,
 )
+from raetsalt.protocol import ToClient
 from raetsalt.targeting import match_self
-
-from . import protocol as p
-from .protocol import ToClient
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import protocol as p
+from raetsalt import protocol as p
+from raetsalt.protocol import ToClient
+
 from .minion import ToMaster
-from .protocol import ToClient
 
 log = logging.getLogger(__name__)
 

@@ -202,7 +202,7 @@ class FakeMaster:
         self.counter = 0
 
     def request(self, share: str, *, send_timeout: float = 5.0, **fields: Any) -> str:
-        from raetsalt.services import protocol as p
+        from raetsalt import protocol as p
 
         self.counter += 1
         req = f"r{self.counter}"

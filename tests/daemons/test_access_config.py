@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from daemons.helpers import make_world
-from raetsalt.daemon.runner import EXIT_CONFIG
+from raetsalt.cli.daemon import EXIT_CONFIG
 
 
 @pytest.mark.parametrize(
@@ -52,9 +52,9 @@ def test_lane_requests_from_outside_sock_dir_are_refused(monkeypatch: pytest.Mon
     import os
     import time
 
-    from raetsalt.cli.client import CommandClient
+    from raetsalt import protocol as p
     from raetsalt.config import load_node_config
-    from raetsalt.services import protocol as p
+    from raetsalt.drivers.laneclient import CommandClient
 
     with make_world() as world:
         confdir = world.master_dir("")

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from raetsalt.cli.daemon import claim_pidfile, release_pidfile
 from raetsalt.config import load_node_config
-from raetsalt.daemon.runner import claim_pidfile, release_pidfile
 
 from .helpers import World, make_world
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from raetsalt.cli.client import CommandClient
+from raetsalt import protocol as p
 from raetsalt.config import load_node_config
 from raetsalt.daemon.jobs import MasterService
 from raetsalt.daemon.service import open_node
-from raetsalt.services import protocol as p
+from raetsalt.drivers.laneclient import CommandClient
 from raetsalt.services.master import Sink, _Watch
 
 JID = "20261124000000000001"

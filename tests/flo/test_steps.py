@@ -13,6 +13,7 @@ from ioflo.base.storing import Store
 from services.test_master_jobs import GRAINS, Clock, FakeRoster
 
 import raetsalt  # noqa: F401  (collections.abc before ioflo)
+from raetsalt import protocol as p
 from raetsalt.daemon.datacache import MinionDataCache
 from raetsalt.daemon.jobcache import JobCache
 from raetsalt.daemon.jobs import MasterInbox, MasterService
@@ -23,7 +24,6 @@ from raetsalt.flo import steps
 from raetsalt.flo.behaviors import RaetsaltMinionState
 from raetsalt.flo.doer import IOINITS, RaetsaltDoer
 from raetsalt.manor import LocalMessage
-from raetsalt.services import protocol as p
 from raetsalt.services.master import Fire, MasterJobs, ToMinion
 
 PEER = {"minion1$": ["test.ping"]}

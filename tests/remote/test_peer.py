@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from daemons.helpers import Daemon, World, make_world
 
-from raetsalt.cli.client import CommandClient
+from raetsalt import protocol as p
 from raetsalt.config import load_node_config
+from raetsalt.drivers.laneclient import CommandClient
 from raetsalt.event import MasterEvent
-from raetsalt.services import protocol as p
 from remote.cluster import ALIVE, started_cluster, wait_event
 
 pytestmark = pytest.mark.integration

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 from daemons.helpers import Daemon, World, make_world
 
-from raetsalt.cli.client import CommandClient
+from raetsalt import protocol as p
 from raetsalt.config import load_node_config
-from raetsalt.services import protocol as p
+from raetsalt.drivers.laneclient import CommandClient
 from remote.cluster import json_docs, started_cluster
 
 pytest.importorskip("salt")

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from raetsalt import protocol as p
 from raetsalt.saltbridge.service import (
     MAX_INFLIGHT_PER_MINION,
     MAX_OVERRIDE_BYTES,
@@ -17,7 +18,6 @@ from raetsalt.saltbridge.service import (
     SaltRequests,
     ToWorker,
 )
-from raetsalt.services import protocol as p
 from raetsalt.services.master import ToMinion
 
 OPTS = {"file_roots": {"base": ["/srv/salt"], "dev": ["/srv/dev"]},

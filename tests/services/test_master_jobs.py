@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
+from raetsalt import protocol as p
 from raetsalt.daemon.cachewriter import QueuedJobCache
 from raetsalt.daemon.datacache import MinionDataCache
 from raetsalt.daemon.jobcache import JobCache
-from raetsalt.services import protocol as p
+from raetsalt.protocol import Requester
 from raetsalt.services.master import (
     Fire,
     MasterJobs,
@@ -22,7 +23,6 @@ from raetsalt.services.master import (
     minion_target,
 )
 from raetsalt.services.ports import MinionState
-from raetsalt.services.protocol import Requester
 
 USER = Requester("user", "root", 0)
 GRAINS = {

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from raetsalt.daemon.executor import ForkExecutor, plain
+from raetsalt import protocol as p
+from raetsalt.daemon.executor import ForkExecutor
+from raetsalt.drivers.jobchild import plain
 from raetsalt.execution.loader import Context, Loader
-from raetsalt.services import protocol as p
 from raetsalt.services.minion import (
     MAX_HELD,
     JobOutcome,

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from services.test_master_jobs import GRAINS, Clock, FakeRoster
 
+from raetsalt import protocol as p
 from raetsalt.daemon.datacache import MinionDataCache
 from raetsalt.daemon.jobcache import JobCache
 from raetsalt.execution.loader import CommandExecutionError, Context, Loader
 from raetsalt.execution.modules import publish as publish_mod
-from raetsalt.services import protocol as p
 from raetsalt.services.master import Fire, MasterJobs, ToClient, ToMinion
 from raetsalt.services.minion import JobSpec, execute
 from raetsalt.services.minion import ToClient as MinionToClient

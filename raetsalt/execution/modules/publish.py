@@ -19,9 +19,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from raetsalt import protocol as p
 from raetsalt.execution.args import parse_input, yamlify
 from raetsalt.execution.loader import CommandExecutionError, Context
-from raetsalt.services import protocol as p
 
 MASTERLESS = "No access to master. If using salt-call with --local, please remove."
 

@@ -10,7 +10,7 @@ handed to the daemon's job service.
 Lane: command-line clients (never over the network)
 ---------------------------------------------------
 A client binds its own yard in the daemon's ``sock_dir`` on the daemon's lane
-(``<sock_dir>/<lane>.cl<8 hex>.uxd``; ``raetsalt.cli.client``) and sends to the
+(``<sock_dir>/<lane>.cl<8 hex>.uxd``; ``raetsalt.drivers.laneclient``) and sends to the
 manor yard.  Every request carries ``req`` (a client-chosen string); every reply and
 every later message about that request echoes it.  Replies go to the client's yard
 (``dst [None, <client yard>, <share>]``).

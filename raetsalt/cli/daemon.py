@@ -1,4 +1,4 @@
-"""Process plumbing shared by ``raetsalt-master`` and ``raetsalt-minion``.
+"""The process entry of ``raetsalt-master`` and ``raetsalt-minion``.
 
 ``main(node, argv)``:
 
@@ -31,12 +31,9 @@ from __future__ import annotations
 
 import argparse
 import fcntl
-import io
 import logging
-import logging.handlers
 import os
 import signal
-import stat
 import sys
 from collections.abc import Sequence
 from types import FrameType
@@ -45,11 +42,10 @@ from typing import Any
 from raetsalt import syspaths
 from raetsalt.cli._common import add_version_flags
 from raetsalt.config import LOG_LEVELS, load_node_config
+from raetsalt.daemon.service import EXIT_FAILURE, EXIT_OK, ensure_dirs
+from raetsalt.drivers.logfile import setup_logging
 from raetsalt.errors import ConfigError
-from raetsalt.log import LOG_LEVELS as LEVELS
 from raetsalt.log import clip
-
-from .service import EXIT_FAILURE, EXIT_OK, ensure_dirs
 
 log = logging.getLogger("raetsalt.daemon")
 
@@ -82,51 +78,6 @@ def parse_args(node: str, argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--log-file", help="log file (default: log_file from the config)")
     parser.add_argument("--pid-file", help="pid file (default: pidfile from the config)")
     return parser.parse_args(list(argv) if argv is not None else None)
-
-
-def setup_logging(opts: dict[str, Any], console_level: str, *, node: str) -> None:
-    """Console (stderr) and file handlers on the root logger.  Raises OSError when the
-    log file cannot be opened."""
-    root = logging.getLogger()
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    console = logging.StreamHandler(sys.stderr)
-    console.setLevel(LEVELS[console_level])
-    console.setFormatter(logging.Formatter("[%(levelname)-8s] %(message)s"))
-    file_level = opts.get("log_level_logfile") or console_level
-    handler = PrivateFileHandler(opts["log_file"], encoding="utf-8")
-    handler.setLevel(LEVELS[file_level])
-    handler.setFormatter(
-        logging.Formatter(
-            f"%(asctime)s [%(name)-18s][%(levelname)-8s][raetsalt-{node} %(process)d] %(message)s"
-        )
-    )
-    root.addHandler(console)
-    root.addHandler(handler)
-    root.setLevel(min(console.level, handler.level))
-
-
-LOG_FILE_MODE = 0o600
-"""A new log file's mode; an existing one keeps at most 0640 (its group may read)."""
-
-
-class PrivateFileHandler(logging.handlers.WatchedFileHandler):
-    """A ``WatchedFileHandler`` whose file is never world-readable: created 0600 (also
-    when it reopens after log rotation), an existing one tightened to at most 0640.  Log
-    lines name users, minions and the rules that refused them."""
-
-    def _open(self) -> io.TextIOWrapper:
-        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
-                     LOG_FILE_MODE)
-        try:
-            mode = stat.S_IMODE(os.fstat(fd).st_mode)
-            if mode & ~0o640:
-                os.fchmod(fd, mode & 0o640)
-            return io.TextIOWrapper(io.FileIO(fd, "a"), encoding=self.encoding,
-                                    errors=self.errors)
-        except BaseException:
-            os.close(fd)
-            raise
 
 
 def claim_pidfile(path: str) -> int:
