@@ -1,6 +1,7 @@
 """Many real minions in one process, for benchmarks: each has its own config, keep, road
 port, manor yard and job service, exactly as ``raetsalt-minion`` builds them
-(``open_node``, ``MinionLink``, ``MinionService``); one selector loop services them all.
+(``open_node``, ``MinionLink``, ``MinionAdapter``) and serves them with the steps of
+``flows/minion.flo`` (``raetsalt.flo.passes``); one selector loop services them all.
 
     .venv/bin/python bench/many_minions.py --root DIR --master 127.0.0.1:PORT --count 200 \\
         [--inline-jobs] [--nice 10] [--status FILE]
@@ -33,18 +34,22 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import raetsalt.drivers.udp as udp_driver
 from raetsalt.config import minion_config
-from raetsalt.daemon.jobs import MinionService
+from raetsalt.daemon.minion_adapter import MinionAdapter
 from raetsalt.daemon.service import MinionLink, ensure_dirs, open_node
 from raetsalt.drivers.keepwriter import KeepWriter
 from raetsalt.engine.events import Allowed
 from raetsalt.execution.grains import core_grains
 from raetsalt.execution.loader import Loader
+from raetsalt.flo import flow_path
+from raetsalt.flo.passes import FlowPass
 from raetsalt.keep.records import Keep, KeepWrite
+from raetsalt.node import NodeEvent
 
 
 def _synchronous_writer(keep: Keep) -> KeepWriter[KeepWrite]:
@@ -94,32 +99,46 @@ class InlineExecutor:
         self._done.clear()
 
 
+MINION_FLOW = flow_path("minion").read_text()
+
+
+class SessionLink(MinionLink):
+    """A minion link that notes when each session with the master began."""
+
+    session_at = 0.0
+
+    def handle(self, events: Iterable[NodeEvent]) -> None:
+        events = list(events)
+        if any(type(e) is Allowed for e in events):
+            self.session_at = time.time()
+        super().handle(events)
+
+
 class Minion:
     def __init__(self, opts: dict[str, Any], loader: Loader, grains: dict[str, Any], *,
                  inline: bool) -> None:
         self.node = open_node(opts, "minion")
-        self.link = MinionLink(self.node, opts)
+        self.link = SessionLink(self.node, opts)
         link = self.link
-        self.jobs = MinionService(self.node, opts, lambda: link.connected,
+        self.jobs = MinionAdapter(self.node, opts, lambda: link.connected,
                                   loader=loader, grains=grains)
         if inline:
             self.jobs.executor.close()
             self.jobs.executor = InlineExecutor(self.jobs._run_in_child)  # type: ignore[assignment]
+        self.flow = FlowPass(MINION_FLOW, self.node, self.jobs, watch=self.link)
         self.deadline = 0.0
         self.lost = 0
-        self.session_at = 0.0
+
+    @property
+    def session_at(self) -> float:
         """Wall-clock time the current session with the master began."""
+        return self.link.session_at
 
     def service(self, now: float) -> float:
-        """Service the minion; returns its next deadline (monotonic)."""
+        """Service the minion (one pass of the flow's steps); returns its next deadline
+        (monotonic)."""
         was = self.link.connected
-        events = self.jobs.handle(self.node.service_ready())
-        if self.jobs.sent_road:
-            self.jobs.sent_road = False
-            events.extend(self.jobs.handle(self.node.service_ready()))
-        if any(type(e) is Allowed for e in events):
-            self.session_at = time.time()
-        self.link.handle(events)
+        self.flow.run()
         if was and not self.link.connected:
             self.lost += 1
         waits = [w for w in (self.node.timeout(), self.jobs.timeout()) if w is not None]

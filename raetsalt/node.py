@@ -199,6 +199,11 @@ class Node:
                 out.append(event)
         return out
 
+    def flush_lane(self) -> None:
+        """Send what the manor queued (lane answers, bus events) now, without its timers."""
+        now = self.clock()
+        self.uxd.send_all(self.manor.datagrams_to_send(now), self.manor, now)
+
     def flush_bus(self) -> None:
         """Run the manor's timers and send what it queued: bus events to subscribers,
         answers to yards."""

@@ -90,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_docs(opts, args.fun)
         return EX_OK
     if args.grains_run:
-        from raetsalt.daemon.jobs import load_grains
+        from raetsalt.daemon.grainsfile import load_grains
 
         printer.show({"local": load_grains(opts)})
         return EX_OK
@@ -166,7 +166,7 @@ def _run_remote(opts: dict[str, Any], fun: str, arg: list[Any], timeout: float |
 
 
 def _run_local(opts: dict[str, Any], fun: str, arg: list[Any]) -> tuple[dict[str, Any], bool]:
-    from raetsalt.daemon.jobs import load_grains, save_static_grains
+    from raetsalt.daemon.grainsfile import load_grains, save_static_grains
     from raetsalt.event import SaltEvent
     from raetsalt.execution.loader import Context, Loader
     from raetsalt.saltbridge.local import salt_call_local

@@ -135,7 +135,7 @@ def user_requester(uid: int) -> Requester:
 
 
 class AccessGate:
-    """Establishes requesters for ``MasterService`` (``Wakeable`` for the command socket
+    """Establishes requesters for ``MasterAdapter`` (``Wakeable`` for the command socket
     and the login workers).
 
     :param send: delivers an answer body to a client yard or command connection.

@@ -20,13 +20,14 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, assert_never
 
 from raetsalt.drivers.jobchild import plain
 from raetsalt.errors import BadPacket
 from raetsalt.saltbridge.control import FrameReader, daemon_log_levels, encode_frame, write_all
+from raetsalt.saltbridge.service import Action as SaltAction
 from raetsalt.saltbridge.service import RestartWorker, SaltRequests, ToWorker
 from raetsalt.services.master import ToMinion
 
@@ -130,21 +131,27 @@ class MasterBridge:
 
     # -- internals ------------------------------------------------------------------------
 
-    def _carry(self, actions: list[Any], now: float) -> list[ToMinion]:
+    def _carry(self, actions: Iterable[SaltAction], now: float) -> list[ToMinion]:
+        """Carry out the Salt requests' actions but the road messages, which go back to
+        the job service's caller; what a worker's failure leads to is carried out too."""
         out: list[ToMinion] = []
-        while actions:
-            action = actions.pop(0)
-            if type(action) is ToMinion:
-                out.append(action)
-            elif type(action) is ToWorker:
-                actions.extend(self._to_worker(action, now))
-            elif type(action) is RestartWorker:
-                log.warning("the %s worker is late: restarting it", action.kind)
-                self._stop(action.kind)
-                actions.extend(self.requests.on_worker_lost(action.kind, now))
+        todo = deque(actions)
+        while todo:
+            action = todo.popleft()
+            match action:
+                case ToMinion():
+                    out.append(action)
+                case ToWorker():
+                    todo.extend(self._to_worker(action, now))
+                case RestartWorker(kind=kind):
+                    log.warning("the %s worker is late: restarting it", kind)
+                    self._stop(kind)
+                    todo.extend(self.requests.on_worker_lost(kind, now))
+                case _:
+                    assert_never(action)
         return out
 
-    def _to_worker(self, action: ToWorker, now: float) -> list[Any]:
+    def _to_worker(self, action: ToWorker, now: float) -> list[SaltAction]:
         worker = self._workers.get(action.kind)
         if worker is None:
             try:
@@ -155,7 +162,7 @@ class MasterBridge:
         worker.queue.append(action)
         return self._next(worker, now)
 
-    def _next(self, worker: _Worker, now: float) -> list[Any]:
+    def _next(self, worker: _Worker, now: float) -> list[SaltAction]:
         """Write the next queued request if the worker is idle."""
         if worker.busy is not None or not worker.queue:
             return []
@@ -170,7 +177,7 @@ class MasterBridge:
 
     def _read(self, worker: _Worker, grains: Mapping[str, Mapping[str, Any]], now: float
               ) -> list[ToMinion]:
-        actions: list[Any] = []
+        actions: list[SaltAction] = []
         while True:
             try:
                 chunk = os.read(worker.read_fd, 1 << 20)

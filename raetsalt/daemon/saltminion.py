@@ -34,6 +34,7 @@ from raetsalt.errors import BadPacket, LocalError
 from raetsalt.saltbridge import control
 from raetsalt.saltbridge.modes import runs_in_salt, salt_importable, uses_salt
 from raetsalt.saltbridge.saltjob import CONFIG_KEYS
+from raetsalt.services.minion import Action as MinionAction
 from raetsalt.services.minion import JobSpec, MinionJobs
 
 log = logging.getLogger("raetsalt.daemon")
@@ -118,9 +119,9 @@ class MinionBridge:
         if self.ready and self._sock is not None:
             self._send({"op": "reload"})
 
-    def poll(self, jobs: MinionJobs) -> list[Any]:
+    def poll(self, jobs: MinionJobs) -> list[MinionAction]:
         """Apply what the zygote reported to ``jobs``; returns the job service's actions."""
-        actions: list[Any] = []
+        actions: list[MinionAction] = []
         now = self.clock()
         if self._restart_at is not None and now >= self._restart_at:
             self._restart_at = None
@@ -205,9 +206,10 @@ class MinionBridge:
         for selector, data in self._selectors.items():
             selector.register(parent, selectors.EVENT_READ, data)
 
-    def _on_message(self, jobs: MinionJobs, header: dict[str, Any], body: Any) -> list[Any]:
+    def _on_message(self, jobs: MinionJobs, header: dict[str, Any], body: Any
+                    ) -> list[MinionAction]:
         op = header.get("op")
-        actions: list[Any] = []
+        actions: list[MinionAction] = []
         if op == "ready" and isinstance(body, dict) and isinstance(body.get("grains"), dict):
             first = self.version is None
             self.ready = True
@@ -260,14 +262,14 @@ class MinionBridge:
         except OSError as exc:
             log.warning("Salt zygote: %s not sent: %s", header.get("op"), exc)
 
-    def _lost(self, jobs: MinionJobs, why: str) -> list[Any]:
+    def _lost(self, jobs: MinionJobs, why: str) -> list[MinionAction]:
         self._drop_socket()
         if self._proc is not None:
             code = self._proc.wait()
             self._proc = None
             why = f"{why} (exit code {code})"
         self.ready = False
-        actions: list[Any] = []
+        actions: list[MinionAction] = []
         for jid in sorted(self._unstarted):
             actions.extend(jobs.on_spawn_failed(jid, why))
         self._unstarted.clear()

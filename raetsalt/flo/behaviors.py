@@ -22,7 +22,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from raetsalt.daemon.jobs import MasterInbox, MasterService, MinionInbox, MinionService
+from raetsalt.daemon.master_adapter import MasterAdapter
+from raetsalt.daemon.minion_adapter import MinionAdapter
 from raetsalt.daemon.service import MasterWatch, MinionLink, open_node
 from raetsalt.flo import steps  # noqa: F401  (registers the serving steps)
 from raetsalt.flo.doer import RaetsaltDoer
@@ -48,14 +49,14 @@ class RaetsaltNodeOpen(RaetsaltDoer):
         watch = MinionLink(node, opts) if role == "minion" else MasterWatch(node, opts)
         self.watch.value = watch
         try:
+            jobs: MasterAdapter | MinionAdapter
             if isinstance(watch, MinionLink):
                 link = watch
-                jobs: Any = MinionService(node, opts, lambda: link.connected)
-                self.routed.value = MinionInbox()
+                jobs = MinionAdapter(node, opts, lambda: link.connected)
                 self.link.update(watch.facts())
             else:
-                jobs = MasterService(node, opts)
-                self.routed.value = MasterInbox()
+                jobs = MasterAdapter(node, opts)
+            self.routed.value = jobs.new_inbox()
         except Exception as exc:  # noqa: BLE001 - reported, the flow goes to failure
             self.fail(f"cannot start the {role}'s job service: {exc}")
             return

@@ -9,7 +9,8 @@ Share layout (every house; absolute paths)::
                              (opts['__role'] says 'master' or 'minion')
     .raetsalt.node    value: raetsalt.node.Node | None     set by `raetsalt node open`
     .raetsalt.watch   value: MinionLink (minion) or MasterWatch (master)
-    .raetsalt.jobs    value: MinionService or MasterService (raetsalt.daemon.jobs)
+    .raetsalt.jobs    value: MinionAdapter or MasterAdapter (raetsalt.daemon.minion_adapter,
+                             raetsalt.daemon.master_adapter)
     .raetsalt.inbox   value: list of node events           the receive steps append,
                              the route step empties it
     .raetsalt.routed  value: MasterInbox | MinionInbox     the route step sorts into it,

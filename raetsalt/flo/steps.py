@@ -16,28 +16,39 @@ Both daemons::
     raetsalt outbound          outbound: carry out .raetsalt.outbox, send the road's queue
     raetsalt bus flush         events: bus events and lane answers to their yards
 
-The master (``raetsalt.daemon.jobs.MasterService``)::
+The master (``raetsalt.daemon.master_adapter.MasterAdapter``)::
 
     raetsalt master route      routing: .raetsalt.inbox -> .raetsalt.routed (MasterInbox)
     raetsalt master keys       raetsalt-key commands (accept, reject, delete at once)
     raetsalt master requests   clients: access gate, publisher_acl/eauth, job publish
     raetsalt peer acl          minions' publish.publish / publish.runner: the peer and
-                               peer_run decision; refusals answered here
-    raetsalt peer publish      what the ACL let through: published or run
-    raetsalt master returns    returns: job cache, waiting client, salt/job/<jid>/ret
+                               peer_run decision, the only one; refusals answered here,
+                               what is allowed goes to routed.granted
+    raetsalt peer publish      routed.granted: published or run, the minion answered
+    raetsalt master returns    returns: job cache, salt/job/<jid>/ret; then every
+                               waiting client (or peer minion) gets its returns, as many
+                               as it keeps up with, and the job cache writes go out
     raetsalt master minions    hello (grains), clock, Salt file server and pillar
-    raetsalt master timers     job time-outs, runner gatherings, Salt workers
+    raetsalt master timers     job time-outs, runner gatherings, cache cleaning, Salt
+                               workers, a longer alive period told to the minions
     raetsalt master presence   key decisions and presence: logged, salt/auth and
                                salt/presence/change fired
 
-The minion (``raetsalt.daemon.jobs.MinionService``, ``raetsalt.daemon.service.MinionLink``)::
+The minion (``raetsalt.daemon.minion_adapter.MinionAdapter``,
+``raetsalt.daemon.service.MinionLink``)::
 
     raetsalt minion route      routing: .raetsalt.inbox -> .raetsalt.routed (MinionInbox)
-    raetsalt minion jobs       the master's publications (job processes), clock, pillar
+    raetsalt minion jobs       the master's publications (job processes), clock, pillar;
+                               the master's answers to relayed publish.* -> the job
     raetsalt minion requests   raetsalt-call; publish.* from jobs, relayed to the master
-    raetsalt minion timers     finished job processes -> returns; deadlines
+    raetsalt minion timers     finished job processes -> returns to the master and the
+                               answer to a waiting raetsalt-call; held publications'
+                               deadlines; the Salt zygote
     raetsalt minion link       the road's link events -> facts in .raetsalt.link (the
                                flow's link frames decide on them); hello on connection
+
+``raetsalt.flo.passes`` runs the serving steps a flow file lists, in its order, without
+the skedder (for a loop of one's own).
 """
 
 from __future__ import annotations
@@ -45,7 +56,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from raetsalt.daemon.jobs import MasterService, MinionService
+from raetsalt.daemon.master_adapter import MasterAdapter
+from raetsalt.daemon.minion_adapter import MinionAdapter
 from raetsalt.daemon.service import MasterWatch, MinionLink
 from raetsalt.flo.doer import RaetsaltDoer
 
@@ -125,7 +137,7 @@ class RaetsaltMasterRoute(_Route):
 
 
 class RaetsaltMasterKeys(_Step):
-    def step(self, node: Any, jobs: MasterService) -> None:
+    def step(self, node: Any, jobs: MasterAdapter) -> None:
         jobs.serve_keys(self.routed.value.keys)
 
 
@@ -148,16 +160,23 @@ class RaetsaltMasterRequests(_Serve):
     queue, method, always = "requests", "serve_requests", True
 
 
-class RaetsaltPeerAcl(_Serve):
-    queue, method = "peers", "check_peers"
+class RaetsaltPeerAcl(_Step):
+    """The peer / peer_run decision: ``routed.peers`` -> ``routed.granted`` or answered."""
+
+    def step(self, node: Any, jobs: MasterAdapter) -> None:
+        routed = self.routed.value
+        if routed.peers:
+            self.outbox.value.extend(jobs.check_peers(routed, node.clock()))
 
 
 class RaetsaltPeerPublish(_Serve):
-    queue, method = "peers", "serve_peers"
+    queue, method = "granted", "serve_peers"
 
 
 class RaetsaltMasterReturns(_Serve):
-    queue, method = "returns", "serve_returns"
+    """Every pass: returns held for a client that was behind go out when it caught up."""
+
+    queue, method, always = "returns", "serve_returns", True
 
 
 class RaetsaltMasterMinions(_Serve):
@@ -165,11 +184,11 @@ class RaetsaltMasterMinions(_Serve):
 
 
 class RaetsaltMasterTimers(_Timers):
-    """Job time-outs, runner gatherings, Salt workers."""
+    """Job time-outs, runner gatherings, cache cleaning, Salt workers, the alive period."""
 
 
 class RaetsaltMasterPresence(_Step):
-    def step(self, node: Any, jobs: MasterService) -> None:
+    def step(self, node: Any, jobs: MasterAdapter) -> None:
         link = self.routed.value.link
         watch = self.watch.value
         if link and isinstance(watch, MasterWatch):
@@ -197,7 +216,7 @@ class RaetsaltMinionTimers(_Timers):
 
 
 class RaetsaltMinionLink(_Step):
-    def step(self, node: Any, jobs: MinionService) -> None:
+    def step(self, node: Any, jobs: MinionAdapter) -> None:
         events = self.routed.value.link
         link = self.watch.value
         if events:

@@ -8,6 +8,6 @@ execution modules share.
 Nothing here opens a socket or a file, forks or reads a clock (``tests/test_layers.py``
 checks it): time comes in as ``now`` or an injected ``utcnow``, and the answers are
 actions (``ToMinion``, ``ToClient``, ``Fire``, ``Spawn``, ``ToMaster``...) that the
-daemon's adapters in ``raetsalt.daemon`` carry out (``jobs``,
-``executor``, ``jobcache``, ``datacache``, ``roster``); the CLIs'
+daemon's adapters in ``raetsalt.daemon`` carry out (``master_adapter``,
+``minion_adapter``, ``executor``, ``jobcache``, ``datacache``, ``roster``); the CLIs'
 client is ``raetsalt.drivers.laneclient``."""

@@ -67,6 +67,19 @@ class Fire:
 Action = ToMinion | ToClient | Fire
 
 
+@dataclass(frozen=True, slots=True)
+class PeerGrant:
+    """A minion's ``publish.publish`` or ``publish.runner`` that the ``peer``/``peer_run``
+    rules allowed (made only by ``MasterJobs.check_peer``; ``serve_peer`` carries it
+    out)."""
+
+    minion: str
+    rid: str
+    runner: bool
+    body: Mapping[str, Any]
+    decision: acl.Decision
+
+
 class ReturnDrop(StrEnum):
     """Why a minion's return went no further than it did (``MasterJobs.stats``)."""
 
@@ -310,47 +323,57 @@ class MasterJobs:
             return []
         return self._publish(requester, Sink(req, yard=yard), body, now)
 
-    def on_peer_publish(self, minion: str, body: Mapping[str, Any], now: float) -> list[Action]:
-        """A minion's ``publish.publish`` (road share ``peer_publish``).  ``minion`` is the
-        road's authenticated role; an ``id`` in the payload is ignored."""
-        rid = body.get("rid")
-        if not isinstance(rid, str):
-            return []
-        return self._publish(Requester("minion", minion), Sink(rid, minion=minion), body, now)
-
     def check_peer(self, minion: str, share: str, body: Mapping[str, Any], now: float
-                   ) -> list[Action] | None:
+                   ) -> PeerGrant | list[Action]:
         """The ``peer`` (share ``peer_publish``) or ``peer_run`` (``peer_runner``) decision
-        on a minion's request, before anything is published or run: None when it may go
-        on (``on_peer_publish``/``on_peer_runner`` decide again, with the same rules),
-        else what to answer (the refusal, and the denial event; nothing for a request
-        without a ``rid``, which cannot be answered).  A malformed request goes on: the
-        publishing step answers its error."""
+        on a minion's request, the only one made on it: a ``PeerGrant`` when it may go on
+        (``serve_peer`` publishes or runs it, deciding nothing again), else what to answer
+        (the refusal and the denial event; the error of a malformed request; nothing for
+        a request without a ``rid``, which cannot be answered).  ``minion`` is the road's
+        authenticated role; an ``id`` in the payload is ignored."""
         rid = body.get("rid")
         if not isinstance(rid, str):
             return []
         requester = Requester("minion", minion)
+        sink = Sink(rid, minion=minion)
+        runner = share == p.SHARE_PEER_RUNNER
         try:
             fun = p.text_untrusted(body, "fun")
             arg = p.list_untrusted(body, "arg")
-            if share == p.SHARE_PEER_RUNNER:
+            if runner:
                 decision = self._authorize_runner(requester, fun, arg)
                 what: dict[str, Any] = {"fun": fun}
-                answer = p.SHARE_RUN_RET
             else:
                 tgt, tgt_type, delimiter = p.target_untrusted(body)
                 table = self.minion_table()
-                # A target that does not parse is the publishing step's error to answer.
                 match_bounds(tgt, tgt_type, table, self.opts.get("nodegroups") or {},
                              delimiter=delimiter)
                 decision = self._authorize_publish(requester, fun, arg, tgt, tgt_type, table)
                 what = {"fun": fun, "tgt": tgt, "tgt_type": tgt_type}
-                answer = p.SHARE_PUB_ACK
         except (BadPacket, TargetError):
-            return None
-        if decision.allowed:
-            return None
-        return self._denied(requester, Sink(rid, minion=minion), answer, decision, now, **what)
+            # Answered with the error the publishing path gives a malformed request; it
+            # stops there, before any decision (and would be refused if it got further).
+            unparsed = acl.Decision(False, "the request does not parse")
+            if runner:
+                return self._runner(requester, sink, body, now, unparsed)
+            return self._publish(requester, sink, body, now, unparsed)
+        if not decision.allowed:
+            answer = p.SHARE_RUN_RET if runner else p.SHARE_PUB_ACK
+            return self._denied(requester, sink, answer, decision, now, **what)
+        return PeerGrant(minion, rid, runner, body, decision)
+
+    def serve_peer(self, grant: PeerGrant, now: float) -> list[Action]:
+        """Publish (or run) what ``check_peer`` allowed, answering the minion."""
+        requester = Requester("minion", grant.minion)
+        sink = Sink(grant.rid, minion=grant.minion)
+        if grant.runner:
+            return self._runner(requester, sink, grant.body, now, grant.decision)
+        return self._publish(requester, sink, grant.body, now, grant.decision)
+
+    def on_peer_publish(self, minion: str, body: Mapping[str, Any], now: float) -> list[Action]:
+        """A minion's ``publish.publish`` (road share ``peer_publish``): ``check_peer``,
+        then ``serve_peer`` (the daemon's flow runs them as two steps)."""
+        return self._on_peer(minion, p.SHARE_PEER_PUBLISH, body, now)
 
     def on_runner(
         self, requester: Requester, yard: str, body: Mapping[str, Any], now: float
@@ -362,11 +385,16 @@ class MasterJobs:
         return self._runner(requester, Sink(req, yard=yard), body, now)
 
     def on_peer_runner(self, minion: str, body: Mapping[str, Any], now: float) -> list[Action]:
-        """A minion's ``publish.runner`` (road share ``peer_runner``; ``peer_run``)."""
-        rid = body.get("rid")
-        if not isinstance(rid, str):
-            return []
-        return self._runner(Requester("minion", minion), Sink(rid, minion=minion), body, now)
+        """A minion's ``publish.runner`` (road share ``peer_runner``; ``peer_run``):
+        ``check_peer``, then ``serve_peer``."""
+        return self._on_peer(minion, p.SHARE_PEER_RUNNER, body, now)
+
+    def _on_peer(self, minion: str, share: str, body: Mapping[str, Any], now: float
+                 ) -> list[Action]:
+        decided = self.check_peer(minion, share, body, now)
+        if isinstance(decided, PeerGrant):
+            return self.serve_peer(decided, now)
+        return decided
 
     def minion_table(self) -> dict[str, MinionFacts]:
         """Every accepted minion -> its reported grains and its pillar (None: unknown)."""
@@ -374,8 +402,11 @@ class MasterJobs:
                 for m in self.roster.accepted()}
 
     def _publish(
-        self, requester: Requester, sink: Sink, body: Mapping[str, Any], now: float
+        self, requester: Requester, sink: Sink, body: Mapping[str, Any], now: float,
+        decided: acl.Decision | None = None,
     ) -> list[Action]:
+        """Publish a job; ``decided`` is the access decision already made on it (a peer's,
+        by ``check_peer``), else it is made here."""
         def fail(message: str, **extra: Any) -> list[Action]:
             return [sink.answer(self.estate, p.SHARE_PUB_ACK, error=message, **extra)]
 
@@ -395,7 +426,8 @@ class MasterJobs:
             sent_tgt, sent_type = minion_target(tgt, tgt_type, nodegroups)
         except TargetError as exc:
             return fail(f"Invalid target: {clip(str(exc), 200, bare=True)}")
-        decision = self._authorize_publish(requester, fun, arg, tgt, tgt_type, table)
+        decision = (decided if decided is not None
+                    else self._authorize_publish(requester, fun, arg, tgt, tgt_type, table))
         if not decision.allowed:
             return self._denied(requester, sink, p.SHARE_PUB_ACK, decision, now, fun=fun, tgt=tgt,
                                 tgt_type=tgt_type)
@@ -447,14 +479,16 @@ class MasterJobs:
         return actions
 
     def _runner(
-        self, requester: Requester, sink: Sink, body: Mapping[str, Any], now: float
+        self, requester: Requester, sink: Sink, body: Mapping[str, Any], now: float,
+        decided: acl.Decision | None = None,
     ) -> list[Action]:
+        """Run a runner; ``decided`` as for ``_publish``."""
         try:
             fun = p.text_untrusted(body, "fun")
             raw = p.list_untrusted(body, "arg")
         except BadPacket as exc:
             return [sink.answer(self.estate, p.SHARE_RUN_RET, error=str(exc))]
-        decision = self._authorize_runner(requester, fun, raw)
+        decision = decided if decided is not None else self._authorize_runner(requester, fun, raw)
         if not decision.allowed:
             return self._denied(requester, sink, p.SHARE_RUN_RET, decision, now, fun=fun)
         if self._restricted(requester):

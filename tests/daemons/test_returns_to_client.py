@@ -15,9 +15,11 @@ import pytest
 
 from raetsalt import protocol as p
 from raetsalt.config import load_node_config
-from raetsalt.daemon.jobs import MasterService
+from raetsalt.daemon.master_adapter import MasterAdapter
 from raetsalt.daemon.service import open_node
 from raetsalt.drivers.laneclient import CommandClient
+from raetsalt.flo import flow_path
+from raetsalt.flo.passes import FlowPass
 from raetsalt.services.master import Sink, _Watch
 
 JID = "20261124000000000001"
@@ -31,7 +33,8 @@ def test_a_client_that_stops_reading_loses_no_returns(
         "raet_port: 0\nid: themaster\n")
     opts = load_node_config(tmp_path, "master")
     node = open_node(opts, "master")
-    service = MasterService(node, opts)
+    service = MasterAdapter(node, opts)
+    flow = FlowPass(flow_path("master").read_text(), node, service)
     try:
         with CommandClient("master", opts["sock_dir"]) as client:
             # The client says hello (the manor learns its yard), then stops reading.
@@ -39,7 +42,7 @@ def test_a_client_that_stops_reading_loses_no_returns(
             deadline = time.monotonic() + 10
             while not node.manor.lane.has_yard(client.yard):
                 assert time.monotonic() < deadline
-                service.handle(node.service_ready())
+                flow.run()
             minions = [f"m{n:05d}" for n in range(10_000)]
             # Datagrams on their way to a client are charged to the sender's buffer: make
             # the master's hold 64 KiB (a real one holds 8 MiB: about 5,000 single returns),
@@ -53,13 +56,13 @@ def test_a_client_that_stops_reading_loses_no_returns(
             for start in range(0, len(minions), 100):  # returns over 100 passes
                 for minion in minions[start:start + 100]:
                     service.perform(jobs.on_return(minion, body))
-                service.perform(service.poll(node.clock()))
+                service.perform(service.serve_returns([], node.clock()))
             assert service.jobs.returns_waiting()  # the client is behind: they wait
             assert node.manor.lane.stats["tx_refused"] == 0
             got: dict[str, bool] = {}
             deadline = time.monotonic() + 60
             while len(got) < len(minions) and time.monotonic() < deadline:
-                service.perform(service.poll(node.clock()))
+                service.perform(service.serve_returns([], node.clock()))
                 node.service_ready()  # the lane's retries
                 for message in client.receive(0.01):
                     if p.share_of(message) == p.SHARE_JOB_RET and message["req"] == "r1":

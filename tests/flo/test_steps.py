@@ -16,7 +16,7 @@ import raetsalt  # noqa: F401  (collections.abc before ioflo)
 from raetsalt import protocol as p
 from raetsalt.daemon.datacache import MinionDataCache
 from raetsalt.daemon.jobcache import JobCache
-from raetsalt.daemon.jobs import MasterInbox, MasterService
+from raetsalt.daemon.master_adapter import MasterAdapter, MasterInbox
 from raetsalt.daemon.service import MinionLink
 from raetsalt.engine.events import Allowed, MessageReceived, PresenceChanged
 from raetsalt.errors import LocalError
@@ -24,7 +24,8 @@ from raetsalt.flo import steps
 from raetsalt.flo.behaviors import RaetsaltMinionState
 from raetsalt.flo.doer import IOINITS, RaetsaltDoer
 from raetsalt.manor import LocalMessage
-from raetsalt.services.master import Fire, MasterJobs, ToMinion
+from raetsalt.protocol import ToClient
+from raetsalt.services.master import Fire, MasterJobs, Sink, ToMinion, _Watch
 
 PEER = {"minion1$": ["test.ping"]}
 PEER_RUN = {"minion1$": ["manage.up$"]}
@@ -82,11 +83,11 @@ def store() -> Store:
 
 
 @pytest.fixture
-def master(tmp_path: Path, store: Store) -> tuple[FakeNode, MasterService]:
+def master(tmp_path: Path, store: Store) -> tuple[FakeNode, MasterAdapter]:
     """A master's shares as ``raetsalt node open`` leaves them, with a real job service
-    core (``MasterJobs``) behind a ``MasterService`` that has no sockets."""
+    core (``MasterJobs``) behind a ``MasterAdapter`` that has no sockets."""
     node = FakeNode()
-    service = object.__new__(MasterService)  # the steps below need only these two
+    service = object.__new__(MasterAdapter)  # the steps below need only these two
     service.node = node  # type: ignore[assignment]
     service.jobs = MasterJobs(
         {"timeout": 5, "peer": PEER, "peer_run": PEER_RUN}, JobCache(tmp_path / "jobs"),
@@ -143,7 +144,9 @@ def test_peer_acl_answers_refusals_and_keeps_what_peer_allows(store: Store, mast
     routed = store.fetch(".raetsalt.routed").value
     routed.peers.extend([allowed, wrong_fun, no_rule])
     attach(steps.RaetsaltPeerAcl, store).action()
-    assert routed.peers == [allowed]
+    assert routed.peers == []
+    assert [(g.minion, g.rid, g.body) for g in routed.granted] == [
+        ("minion1", "1", allowed.body)]
     outbox = store.fetch(".raetsalt.outbox").value
     refusals = {(a.minion, a.body["rid"]): a.body for a in outbox if isinstance(a, ToMinion)}
     assert set(refusals) == {("minion1", "2"), ("minion2", "3")}
@@ -153,7 +156,7 @@ def test_peer_acl_answers_refusals_and_keeps_what_peer_allows(store: Store, mast
     # ... and the publish step publishes what was let through, to the target only.
     outbox.clear()
     attach(steps.RaetsaltPeerPublish, store).action()
-    assert routed.peers == []
+    assert routed.granted == []
     sent = [(a.minion, p.share_of(a.body)) for a in outbox if isinstance(a, ToMinion)]
     assert ("minion2", p.SHARE_FUN) in sent and ("minion1", p.SHARE_PEER_ACK) in sent
     assert not any(m == "minion3" for m, _share in sent)
@@ -272,7 +275,7 @@ def test_minion_state_reports_the_frame_entered(store: Store,
                "(no answer)" in m for m in messages)
 
 
-def test_peer_acl_drops_what_cannot_be_answered_and_lets_malformed_through_to_its_error(
+def test_peer_acl_drops_what_cannot_be_answered_and_answers_malformed_with_its_error(
     store: Store, master: Any
 ) -> None:
     no_rid = road_message("minion1", p.SHARE_PEER_PUBLISH, tgt="*", fun="cmd.run", arg=[])
@@ -282,8 +285,44 @@ def test_peer_acl_drops_what_cannot_be_answered_and_lets_malformed_through_to_it
     routed = store.fetch(".raetsalt.routed").value
     routed.peers.extend([no_rid, no_fun, bad_target])
     attach(steps.RaetsaltPeerAcl, store).action()
-    assert routed.peers == [no_fun, bad_target]
-    assert store.fetch(".raetsalt.outbox").value == []
-    attach(steps.RaetsaltPeerPublish, store).action()
+    assert routed.peers == [] and routed.granted == []
     errors = {a.body["rid"]: a.body["error"] for a in store.fetch(".raetsalt.outbox").value}
     assert set(errors) == {"8", "9"} and "Invalid target" in errors["8"]
+    assert "denied" not in str(errors)  # the publishing path's own errors
+
+
+def test_peer_publish_publishes_nothing_the_acl_step_did_not_allow(store: Store, master: Any
+                                                                   ) -> None:
+    """The peer ACL step is the decision: without it, the publish step has nothing."""
+    allowed = road_message("minion1", p.SHARE_PEER_PUBLISH, rid="1", tgt="minion2",
+                           tgt_type="glob", fun="test.ping", arg=[])
+    routed = store.fetch(".raetsalt.routed").value
+    routed.peers.append(allowed)
+    attach(steps.RaetsaltPeerPublish, store).action()
+    assert store.fetch(".raetsalt.outbox").value == [] and routed.peers == [allowed]
+
+
+def test_returns_step_answers_the_waiting_client_even_without_new_returns(
+    store: Store, master: Any
+) -> None:
+    """Returns held while a client was behind go out on a later pass with no returns."""
+    _node, service = master
+    room = {"cl1": False}
+    service._keeping_up = lambda sink: room[sink.yard]  # type: ignore[method-assign]
+    jid = service.jobs._new_jid()
+    service.jobs.cache.save_load(jid, {"fun": "test.ping", "minions": ["minion2"]})
+    service.jobs._watches[jid] = _Watch(Sink("r1", yard="cl1"), {"minion2"}, 1e12)
+    routed = store.fetch(".raetsalt.routed").value
+    routed.returns.append(road_message("minion2", p.SHARE_RETURN, jid=jid, fun="test.ping",
+                                       **{"return": True}))
+    step = attach(steps.RaetsaltMasterReturns, store)
+    step.action()
+    outbox = store.fetch(".raetsalt.outbox").value
+    assert not [a for a in outbox if isinstance(a, ToClient)]  # the client is behind
+    outbox.clear()
+    room["cl1"] = True
+    step.action()
+    [answer] = outbox
+    assert isinstance(answer, ToClient) and answer.yard == "cl1"
+    assert p.job_returns(answer.body) == [("minion2", {"return": True, "retcode": 0,
+                                                       "success": True})]

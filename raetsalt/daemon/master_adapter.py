@@ -1,0 +1,359 @@
+"""The master's job service (``raetsalt.services.master.MasterJobs``) on its node: the
+daemon side of each step of ``flows/master.flo``.
+
+The flow's route step hands ``MasterAdapter.sort`` the node events (road messages from
+minions, lane messages from clients) and it sorts them into a ``MasterInbox``, by the
+step that serves them; each serving step (``serve_keys``, ``serve_requests``,
+``check_peers``, ``serve_peers``, ``serve_returns``, ``serve_minions``, ``poll``) gives
+its part to the job service, the access gate (``raetsalt.daemon.access``), the key
+commands (``raetsalt.daemon.keys``) or Salt's bridge (``raetsalt.daemon.saltmaster``)
+and returns the actions they decided (``MasterAction``); the outbound step hands them
+to ``perform``, which carries each out: a road message to a minion, a message to a
+client yard (lane or command socket), an event on the bus.  The steps' order is the
+flow's alone (``raetsalt.flo.passes`` runs them without ioflo's scheduler).
+
+The adapter is ``Wakeable`` (the skedder's waiter watches it): the command socket, the
+eauth workers, the keep writer, the Salt workers and the job service's timers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pwd
+import selectors
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, assert_never
+
+from raetsalt import protocol as p
+from raetsalt.daemon.access import REQUEST_SHARES, AccessGate, Ready
+from raetsalt.daemon.cachewriter import QueuedDataCache, QueuedJobCache
+from raetsalt.daemon.keys import SHARE_KEY, KeyService
+from raetsalt.daemon.roster import RoadRoster
+from raetsalt.daemon.saltmaster import MasterBridge
+from raetsalt.engine.alive_native import announced_period
+from raetsalt.engine.events import MessageReceived
+from raetsalt.errors import LocalError
+from raetsalt.lane.page import MAX_PAGE_SIZE
+from raetsalt.manor import LocalMessage
+from raetsalt.node import Node, NodeEvent
+from raetsalt.protocol import ToClient
+from raetsalt.services.master import Action as MasterAction
+from raetsalt.services.master import Fire, MasterJobs, PeerGrant, Sink, ToMinion
+
+log = logging.getLogger("raetsalt.daemon")
+
+__all__ = ["MasterAction", "MasterAdapter", "MasterInbox", "unrestricted_users"]
+
+CLIENT_ROOM = 8
+"""Pages (lane) or page sizes (command socket) still queued for a client below which it
+gets the returns that waited (``MasterJobs.answer_returns``)."""
+RETURNS_RECHECK = 0.005
+"""Seconds before the master looks again at a client that was behind."""
+
+
+def unrestricted_users(opts: Mapping[str, Any]) -> set[str]:
+    """Local users publisher_acl does not restrict: root, the user the master runs as
+    and the configured ``user``."""
+    users = {"root"}
+    try:
+        users.add(pwd.getpwuid(os.geteuid()).pw_name)
+    except KeyError:
+        users.add(str(os.geteuid()))
+    if isinstance(opts.get("user"), str):
+        users.add(opts["user"])
+    return users
+
+
+_PEER_SHARES = frozenset({p.SHARE_PEER_PUBLISH, p.SHARE_PEER_RUNNER})
+_MINION_SHARES = frozenset({p.SHARE_HELLO, p.SHARE_SALT_REQ, p.SHARE_PILLAR_REFRESH,
+                            p.SHARE_CLOCK_REQ})
+
+
+@dataclass(slots=True)
+class MasterInbox:
+    """A master's node events sorted by the step that serves them (``MasterAdapter.sort``);
+    each step empties its list."""
+
+    requests: list[LocalMessage] = field(default_factory=list)
+    """Clients' publish, runner and eauth token requests (lane)."""
+    keys: list[LocalMessage] = field(default_factory=list)
+    """``raetsalt-key`` commands (lane)."""
+    peers: list[MessageReceived] = field(default_factory=list)
+    """Minions' ``peer_publish``/``peer_runner`` (road), for the peer ACL step."""
+    granted: list[PeerGrant] = field(default_factory=list)
+    """What the peer ACL step allowed, for the peer publish step."""
+    returns: list[MessageReceived] = field(default_factory=list)
+    minions: list[MessageReceived] = field(default_factory=list)
+    """Hello, clock requests, Salt file server and pillar requests (road)."""
+    link: list[NodeEvent] = field(default_factory=list)
+    """Everything else: the road's link events (joins, presence), other messages."""
+
+
+class MasterAdapter:
+    """The master's job service on its node, with its access gate (who is asking:
+    ``raetsalt.daemon.access``)."""
+
+    def __init__(self, node: Node, opts: Mapping[str, Any],
+                 utcnow: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self.node = node
+        self.roster = RoadRoster(node)
+        self.jobs = MasterJobs(
+            opts,
+            QueuedJobCache(os.path.join(opts["cachedir"], "jobs"), process=True),
+            self.roster,
+            estate=node.stack.road.name,
+            data_cache=QueuedDataCache(os.path.join(opts["cachedir"], "minions")),
+            utcnow=utcnow,
+            unrestricted=unrestricted_users(opts),
+        )
+        self.announced = 0.0
+        """The silence last asked of all connected minions (``_announce_alive``)."""
+        self.gate = AccessGate(opts, opts["sock_dir"], node.manor.lane.yard_path,
+                               self._send_answer, self._fire, estate=node.stack.road.name,
+                               serving=self.jobs.serving)
+        self.keys = KeyService(node, self.gate.lane_requester, self._send_answer)
+        self.salt = MasterBridge(opts, node.stack.road.name, clock=node.clock)
+        """Salt's file server and pillar for minions (``raetsalt.saltbridge``)."""
+        self.jobs.pillars = self.salt.requests.pillars
+
+    @staticmethod
+    def new_inbox() -> MasterInbox:
+        return MasterInbox()
+
+    # Wakeable: the command socket, the eauth workers, the keep writer, the Salt workers.
+    def register(self, selector: selectors.BaseSelector, data: Any = None) -> None:
+        self.gate.register(selector, data)
+        self.keys.register(selector, data)
+        self.salt.register(selector, data)
+
+    def unregister(self, selector: selectors.BaseSelector) -> None:
+        self.gate.unregister(selector)
+        self.keys.unregister(selector)
+        self.salt.unregister(selector)
+
+    def timeout(self) -> float | None:
+        timers = [t for t in (self.jobs.get_timer(), self.gate.get_timer()) if t is not None]
+        waits = [w for w in (self.salt.timeout(),) if w is not None]
+        if self.jobs.returns_waiting():
+            waits.append(RETURNS_RECHECK)  # a client was behind: look again soon
+        if timers:
+            waits.append(max(0.0, min(timers) - self.node.clock()))
+        return min(waits, default=None)
+
+    # -- what the flow's steps call (``flows/master.flo`` says in which order) ------------
+
+    def sort(self, events: Iterable[NodeEvent], inbox: MasterInbox) -> None:
+        """Routing: put each node event where the step that serves it looks."""
+        for event in events:
+            match event:
+                case MessageReceived(body=dict() as body):
+                    share = p.share_of(body)
+                    if share == p.SHARE_RETURN:
+                        inbox.returns.append(event)
+                    elif share in _PEER_SHARES:
+                        inbox.peers.append(event)
+                    elif share in _MINION_SHARES:
+                        inbox.minions.append(event)
+                    else:
+                        inbox.link.append(event)
+                case LocalMessage(share=share) if share in REQUEST_SHARES:
+                    inbox.requests.append(event)
+                case LocalMessage(share=share) if share == SHARE_KEY:
+                    inbox.keys.append(event)
+                case _:
+                    inbox.link.append(event)
+
+    def serve_keys(self, messages: list[LocalMessage]) -> None:
+        """Operator key commands (``raetsalt-key``); they answer by themselves."""
+        for event in messages:
+            self.keys.on_request(event.source, event.body)
+        messages.clear()
+        self.keys.poll()
+
+    def serve_requests(self, messages: list[LocalMessage], now: float) -> list[MasterAction]:
+        """Clients' publications and runners: who is asking (the access gate: local user,
+        eauth), then the publisher_acl/eauth decision and the job publication."""
+        actions: list[MasterAction] = []
+        for event in messages:
+            for ready in self.gate.from_lane(event.source, event.share or "", event.body, now):
+                actions.extend(self._dispatch(ready, now))
+        messages.clear()
+        for ready in self.gate.poll(now):
+            actions.extend(self._dispatch(ready, now))
+        return actions
+
+    def check_peers(self, inbox: MasterInbox, now: float) -> list[MasterAction]:
+        """Minions' ``publish.publish``/``publish.runner``: the ``peer``/``peer_run``
+        decision, the only one (``MasterJobs.check_peer``).  What is allowed goes to
+        ``inbox.granted``; the rest is answered (returned)."""
+        actions: list[MasterAction] = []
+        for event in inbox.peers:
+            decided = self.jobs.check_peer(self._role(event.remote),
+                                           p.share_of(event.body) or "", event.body, now)
+            if isinstance(decided, PeerGrant):
+                inbox.granted.append(decided)
+            else:
+                actions.extend(decided)
+        inbox.peers.clear()
+        return actions
+
+    def serve_peers(self, grants: list[PeerGrant], now: float) -> list[MasterAction]:
+        """Publish (or run) what ``check_peers`` allowed, answering the minion."""
+        actions: list[MasterAction] = []
+        for grant in grants:
+            actions.extend(self.jobs.serve_peer(grant, now))
+        grants.clear()
+        return actions
+
+    def serve_returns(self, messages: list[MessageReceived], now: float) -> list[MasterAction]:
+        """Job returns: into the job cache and on the bus; then every waiting client (or
+        peer minion) gets the returns that came for it, this pass's and those held while
+        it was behind, as many as it keeps up with; and this pass's job cache writes go
+        to the writer process."""
+        actions: list[MasterAction] = []
+        for event in messages:
+            actions.extend(self.jobs.on_return(self._role(event.remote), event.body))
+        messages.clear()
+        actions.extend(self.jobs.answer_returns(self._keeping_up))
+        if isinstance(self.jobs.cache, QueuedJobCache):
+            self.jobs.cache.writer.commit_now()
+        return actions
+
+    def serve_minions(self, messages: list[MessageReceived], now: float) -> list[MasterAction]:
+        """A minion's hello (its grains), clock request, Salt file/pillar requests."""
+        actions: list[MasterAction] = []
+        for event in messages:
+            minion = self._role(event.remote)
+            share = p.share_of(event.body)
+            grains = self.jobs.grains.get(minion)
+            if share == p.SHARE_HELLO:
+                actions.extend(self.jobs.on_hello(minion, event.body))
+                actions.extend(self.salt.on_hello(minion, self.jobs.grains.get(minion)))
+            elif share == p.SHARE_SALT_REQ:
+                actions.extend(self.salt.on_request(minion, event.body, grains))
+            elif share == p.SHARE_PILLAR_REFRESH:
+                actions.extend(self.salt.on_pillar_refresh(minion, grains))
+            elif share == p.SHARE_CLOCK_REQ:
+                road = self.node.stack.road
+                alive = announced_period(road.config, len(road.remotes))
+                actions.extend(self.jobs.on_clock_req(minion, alive))
+        messages.clear()
+        return actions
+
+    def poll(self, now: float) -> list[MasterAction]:
+        """Time and the workers: job time-outs, runner gatherings and cache cleaning, Salt's
+        worker answers, and a longer alive period told to the connected minions."""
+        actions: list[MasterAction] = list(self.salt.poll(self.jobs.grains))
+        timer = self.jobs.get_timer()
+        if timer is not None and timer <= now:
+            actions.extend(self.jobs.handle_timer(now))
+        actions.extend(self._announce_alive())
+        return actions
+
+    def perform(self, actions: Iterable[MasterAction]) -> None:
+        """Carry out the steps' decisions (the flow's outbound step)."""
+        lane = False
+        for action in actions:
+            match action:
+                case ToMinion(minion=minion, body=body):
+                    self._to_minion(minion, body)
+                case ToClient(yard=yard, body=body):
+                    lane |= self._to_client(yard, body)
+                case Fire(tag=tag, data=data):
+                    lane = True
+                    self.node.manor.fire_event(tag, data)
+                case _:
+                    assert_never(action)
+        if lane:
+            self.node.flush_lane()
+
+    def close(self) -> None:
+        self.gate.close()
+        self.salt.close()
+        if isinstance(self.jobs.cache, QueuedJobCache):
+            self.jobs.cache.close()  # what is queued reaches the disk
+        if isinstance(self.jobs.data_cache, QueuedDataCache):
+            self.jobs.data_cache.close()
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _role(self, remote_name: str) -> str:
+        """The minion id of a road remote (its role; its name when it has none)."""
+        try:
+            remote = self.node.stack.road.remote(remote_name)
+        except LocalError:
+            return remote_name
+        return remote.role or remote.name
+
+    def _dispatch(self, ready: Ready, now: float) -> list[MasterAction]:
+        if ready.share == p.SHARE_PUBLISH:
+            return self.jobs.on_publish(ready.requester, ready.yard, ready.body, now)
+        return self.jobs.on_runner(ready.requester, ready.yard, ready.body, now)
+
+    def _keeping_up(self, sink: Sink) -> bool:
+        """The client of ``sink`` has read (nearly) all we sent it: more may go.  A peer
+        minion's answers go over the road, which has its own flow control."""
+        if sink.yard is None:
+            return True
+        if self.gate.owns(sink.yard):
+            assert self.gate.server is not None
+            return self.gate.server.backlog(sink.yard) < CLIENT_ROOM * MAX_PAGE_SIZE
+        return self.node.manor.lane.backlog(sink.yard) < CLIENT_ROOM
+
+    def _announce_alive(self) -> list[MasterAction]:
+        """When the silence we ask of minions grew by a quarter (more minions), tell the
+        connected ones at once: those that connected early would otherwise keep the
+        shorter period until they reconnect (``raetsalt.engine.alive_native``)."""
+        road = self.node.stack.road
+        alive = announced_period(road.config, len(road.remotes))
+        if alive <= self.announced * 1.25:
+            return []
+        self.announced = alive
+        actions: list[MasterAction] = []
+        for remote in list(road.remotes.values()):
+            if remote.allowed and not remote.main:
+                actions.extend(self.jobs.on_clock_req(remote.role or remote.name, alive))
+        return actions
+
+    def _to_minion(self, minion: str, body: dict[str, Any]) -> None:
+        name = self.roster.remote_name(minion)
+        if name is None:
+            return
+        try:
+            self.node.stack.send(name, body)
+        except LocalError as exc:
+            log.warning("job message for %s not sent: %s", minion, exc)
+
+    def _to_client(self, yard: str, body: dict[str, Any]) -> bool:
+        """Send to a lane yard or a command-socket connection; True if the lane needs a
+        flush."""
+        if self.gate.owns(yard):
+            assert self.gate.server is not None
+            if not self.gate.server.send(yard, body):
+                self.jobs.forget_client(yard)
+            return False
+        lane = self.node.manor.lane
+        try:
+            if not lane.send(body, yard):
+                log.debug("client %s: its queue is full, a reply is dropped", yard)
+        except LocalError as exc:
+            returns = body.get("returns")
+            if lane.has_yard(yard) and isinstance(returns, list) and len(returns) > 1:
+                # Too large for one message (big returns): half of them in each.
+                half = len(returns) // 2
+                self._to_client(yard, {**body, "returns": returns[:half]})
+                return self._to_client(yard, {**body, "returns": returns[half:]})
+            log.debug("client %s gone: %s", yard, exc)
+            self.jobs.forget_client(yard)
+        return True
+
+    def _send_answer(self, yard: str, body: dict[str, Any]) -> None:
+        if self._to_client(yard, body):
+            self.node.flush_lane()
+
+    def _fire(self, tag: str, data: dict[str, Any]) -> None:
+        self.node.manor.fire_event(tag, data)
+        self.node.flush_lane()

@@ -1,0 +1,358 @@
+"""The minion's job service (``raetsalt.services.minion.MinionJobs``) on its node: the
+daemon side of each step of ``flows/minion.flo``.
+
+The flow's route step hands ``MinionAdapter.sort`` the node events and it sorts them into
+a ``MinionInbox``: the master's messages, local requests (``raetsalt-call``, job
+processes' ``publish.*``), link events.  Each serving step (``serve_master``,
+``serve_requests``, ``poll``, ``serve_link``) returns the actions the job service, the
+peer relay (``raetsalt.services.peer``) or Salt's bridge decided (``MinionAction``); the
+outbound step hands them to ``perform``, which carries each out: a job process started
+(``raetsalt.daemon.executor``, or Salt's zygote: ``raetsalt.daemon.saltminion``), a road
+message to the master, an answer to a client yard, grains saved or reloaded.  The steps'
+order is the flow's alone (``raetsalt.flo.passes`` runs them without ioflo's scheduler).
+
+The adapter is ``Wakeable`` (the skedder's waiter watches it): the job pipes, the Salt
+zygote's socket and the job service's timers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, assert_never
+
+from raetsalt import protocol as p
+from raetsalt.daemon.executor import ForkExecutor
+from raetsalt.daemon.grainsfile import load_grains, save_static_grains, static_grains_path
+from raetsalt.engine.alive_native import take_hint_untrusted
+from raetsalt.engine.events import Allowed, MessageReceived
+from raetsalt.errors import LocalError
+from raetsalt.execution.loader import Context, Loader
+from raetsalt.manor import LocalMessage
+from raetsalt.node import Node, NodeEvent
+from raetsalt.protocol import ToClient
+from raetsalt.services.jids import new_jid
+from raetsalt.services.minion import Action as MinionAction
+from raetsalt.services.minion import (
+    JobOutcome,
+    JobSpec,
+    MinionJobs,
+    Refresh,
+    RefreshGrains,
+    SaveGrains,
+    Spawn,
+    ToMaster,
+    execute,
+)
+from raetsalt.services.peer import PeerRelay
+
+log = logging.getLogger("raetsalt.daemon")
+
+__all__ = ["MinionAction", "MinionAdapter", "MinionInbox"]
+
+NOT_AUTHENTICATED = (
+    "Minion failed to authenticate with the master, has the minion key been accepted?"
+)
+
+
+_FROM_MASTER = frozenset({p.SHARE_FUN, p.SHARE_CLOCK, p.SHARE_PILLAR, *p.LANE_ANSWERS})
+
+
+@dataclass(slots=True)
+class MinionInbox:
+    """A minion's node events sorted by the step that serves them (``MinionAdapter.sort``);
+    each step empties its list but ``link`` (the flow's link step reads it last)."""
+
+    master: list[MessageReceived] = field(default_factory=list)
+    """The master's publications, clock, pillar and answers (road)."""
+    requests: list[LocalMessage] = field(default_factory=list)
+    """``raetsalt-call`` and job processes' ``publish.*`` requests (lane)."""
+    link: list[NodeEvent] = field(default_factory=list)
+    """The road's link events (join, allow, presence) and anything unhandled."""
+
+
+class MinionAdapter:
+    """The minion's job service on its node.
+
+    :param connected: tells whether the session with the master is up (``raetsalt-call``
+        refuses to run without it, as Salt's salt-call does).
+    """
+
+    def __init__(
+        self,
+        node: Node,
+        opts: Mapping[str, Any],
+        connected: Callable[[], bool],
+        *,
+        loader: Loader | None = None,
+        grains: dict[str, Any] | None = None,
+        utcnow: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        from raetsalt.daemon.saltminion import minion_bridge
+
+        self.node = node
+        self.opts = opts
+        self.connected = connected
+        self.utcnow = utcnow
+        self.executor = ForkExecutor(self._run_in_child)
+        self.bridge = minion_bridge(opts, self.executor)
+        """Salt's loader (``raetsalt.saltbridge``), or None: native functions only."""
+        native_dirs = (opts.get("module_dirs") or ()) if self.bridge is None else ()
+        self.loader = loader if loader is not None else Loader(native_dirs)
+        self.jobs = MinionJobs(str(opts["id"]), grains if grains is not None
+                               else load_grains(opts), estate=node.stack.road.name)
+        self.relay = PeerRelay(node.stack.road.name)
+        self._last_jid: str | None = None
+        self._child_jobs: list[dict[str, Any]] = []
+        """The other jobs at the last spawn (what the new job's saltutil.running sees)."""
+
+    @staticmethod
+    def new_inbox() -> MinionInbox:
+        return MinionInbox()
+
+    # Wakeable: the job pipes (and the Salt zygote's socket).
+    def register(self, selector: selectors.BaseSelector, data: Any = None) -> None:
+        self.executor.register(selector, data)
+        if self.bridge is not None:
+            self.bridge.register(selector, data)
+
+    def unregister(self, selector: selectors.BaseSelector) -> None:
+        self.executor.unregister(selector)
+        if self.bridge is not None:
+            self.bridge.unregister(selector)
+
+    def timeout(self) -> float | None:
+        waits = [w for w in (self.executor.timeout(),
+                             self.bridge.timeout() if self.bridge else None,
+                             self._timer_wait()) if w is not None]
+        return min(waits, default=None)
+
+    def _timer_wait(self) -> float | None:
+        timer = self.jobs.get_timer()
+        return None if timer is None else max(0.0, timer - self.node.clock())
+
+    # -- what the flow's steps call (``flows/minion.flo`` says in which order) ------------
+
+    def sort(self, events: Iterable[NodeEvent], inbox: MinionInbox) -> None:
+        """Routing: the master's job messages, local requests, and the rest (link)."""
+        master = self._master_name()
+        for event in events:
+            match event:
+                case MessageReceived(remote=remote, body=dict() as body) if (
+                        remote == master and p.share_of(body) in _FROM_MASTER):
+                    inbox.master.append(event)
+                case LocalMessage(share=share) if (share == p.SHARE_CALL
+                                                   or self.relay.serves(share)):
+                    inbox.requests.append(event)
+                case _:
+                    inbox.link.append(event)
+
+    def serve_master(self, messages: list[MessageReceived], now: float) -> list[MinionAction]:
+        """From the master: publications (run here when meant for this minion and still
+        in time), its clock, the pillar, answers to relayed ``publish.*`` requests."""
+        actions: list[MinionAction] = []
+        now_wall = self.utcnow().timestamp()
+        for event in messages:
+            share = p.share_of(event.body)
+            if share == p.SHARE_FUN:
+                actions.extend(self.jobs.on_publish(event.body, now, now_wall))
+            elif share == p.SHARE_CLOCK:
+                road = self.node.stack.road
+                remote = road.remotes_by_name.get(event.remote)
+                if remote is not None:
+                    take_hint_untrusted(remote, event.body.get("alive"))
+                actions.extend(self.jobs.on_clock(event.body, now, now_wall))
+            elif share == p.SHARE_PILLAR:
+                pillar = event.body.get("pillar")
+                self.jobs.pillar = pillar if isinstance(pillar, dict) else {}
+            else:
+                assert share is not None
+                actions.extend(self.relay.on_answer(share, event.body))
+        messages.clear()
+        return actions
+
+    def serve_requests(self, messages: list[LocalMessage], now: float) -> list[MinionAction]:
+        """Local requests: ``raetsalt-call``, and ``publish.*`` from job processes, which
+        go to the master (whose ``peer``/``peer_run`` rules decide)."""
+        actions: list[MinionAction] = []
+        for event in messages:
+            if event.share == p.SHARE_CALL:
+                actions.extend(self._on_call(event))
+            else:
+                assert event.share is not None
+                actions.extend(self.relay.on_request(event.source, event.share, event.body,
+                                                     now, self.connected()))
+        messages.clear()
+        return actions
+
+    def serve_link(self, events: list[NodeEvent]) -> list[MinionAction]:
+        """A (re)connection to the master: ask for its clock, say hello with the grains."""
+        master = self._master_name()
+        actions: list[MinionAction] = []
+        for event in events:
+            if isinstance(event, Allowed) and event.remote == master:
+                actions.extend(self.jobs.ask_clock(self.utcnow().timestamp()))
+                actions.extend(self._connected())
+        return actions
+
+    def poll(self, now: float) -> list[MinionAction]:
+        """Time and the job processes: finished jobs become returns to the master and
+        answers to the waiting ``raetsalt-call``, held publications meet their deadline,
+        the Salt zygote's answers."""
+        actions: list[MinionAction] = []
+        if self.bridge is not None:
+            actions.extend(self.bridge.poll(self.jobs))
+        timer = self.jobs.get_timer()
+        if timer is not None and timer <= now:
+            actions.extend(self.jobs.handle_timer(now, self.utcnow().timestamp()))
+        for jid, data in self.executor.poll():
+            outcome = None
+            if data is not None:
+                try:
+                    outcome = JobOutcome.from_wire_untrusted(data)
+                except Exception:  # noqa: BLE001 - a child's garbage is a failed job
+                    outcome = None
+            actions.extend(self.jobs.on_finished(jid, outcome))
+        return actions
+
+    def perform(self, actions: Iterable[MinionAction]) -> None:
+        """Carry out the steps' decisions (the flow's outbound step), and what they lead
+        to (a job that cannot start is answered at once)."""
+        todo = deque(actions)
+        lane = False
+        while todo:
+            action = todo.popleft()
+            match action:
+                case Spawn(spec=spec):
+                    todo.extend(self._spawn(spec))
+                case ToMaster(body=body):
+                    self._to_master(body)
+                case ToClient(yard=yard, body=body):
+                    lane = True
+                    try:
+                        self.node.manor.lane.send(body, yard)
+                    except LocalError as exc:
+                        log.debug("client %s gone: %s", yard, exc)
+                        self.relay.forget_client(yard)
+                case SaveGrains(grains=grains):
+                    try:
+                        save_static_grains(self.opts, grains)
+                    except OSError as exc:
+                        log.error("grains not saved to %s: %s", static_grains_path(self.opts),
+                                  exc)
+                case RefreshGrains():
+                    if self.bridge is not None and self.bridge.active:
+                        self.bridge.reload()  # the zygote reports Salt's grains again
+                    else:
+                        todo.extend(self.jobs.set_grains(load_grains(self.opts)))
+                case Refresh(what="pillar"):
+                    self._to_master(p.road_message(self.jobs.estate, None,
+                                                   p.SHARE_PILLAR_REFRESH))
+                case Refresh():
+                    if self.bridge is not None:
+                        self.bridge.reload()
+                case _:
+                    assert_never(action)
+        if lane:
+            self.node.flush_lane()
+
+    def close(self) -> None:
+        self.executor.close()
+        if self.bridge is not None:
+            self.bridge.close()
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _connected(self) -> list[MinionAction]:
+        if self.bridge is not None and self.bridge.holds_hello():
+            self.bridge.hello_due = True  # the hello carries Salt's grains once loaded
+            return []
+        return list(self.jobs.on_connected())
+
+    def _master_name(self) -> str | None:
+        uid = self.node.master
+        if uid is None:
+            return None
+        try:
+            return self.node.stack.road.remote(uid).name
+        except LocalError:
+            return None
+
+    def _to_master(self, body: dict[str, Any]) -> None:
+        if self.node.master is None:
+            return
+        try:
+            self.node.stack.send(self.node.master, body)
+        except LocalError as exc:
+            log.warning("message for the master not sent: %s", exc)
+
+    def _on_call(self, event: LocalMessage) -> list[MinionAction]:
+        req = event.body.get("req")
+        if not isinstance(req, str):
+            return []
+        if not self.connected():
+            return [ToClient(event.source, p.lane_reply(
+                self.jobs.estate, event.source, p.SHARE_CALL_RET, req=req,
+                error=NOT_AUTHENTICATED, code=2))]
+        jid = new_jid(self.utcnow(), self._last_jid)
+        self._last_jid = jid
+        return list(self.jobs.on_call(event.source, event.body, jid))
+
+    def _spawn(self, spec: JobSpec) -> list[MinionAction]:
+        if self.bridge is not None and self.bridge.wants(spec.fun, self.loader.functions):
+            problem = self.bridge.submit(spec, self.jobs.grains, self.jobs.pillar)
+            return [] if problem is None else list(self.jobs.on_spawn_failed(spec.jid, problem))
+        self._child_jobs = [j for j in self.jobs.proc_list() if j["jid"] != spec.jid]
+        try:
+            pid = self.executor.spawn(spec.jid, spec)
+        except OSError as exc:
+            log.error("job %s not started: %s", spec.jid, exc)
+            return list(self.jobs.on_spawn_failed(spec.jid, str(exc)))
+        self.jobs.on_started(spec.jid, pid)
+        return []
+
+    def _run_in_child(self, spec: JobSpec) -> dict[str, Any]:
+        """The job process: runs ``spec`` with a Context of this minion."""
+        from raetsalt.drivers.laneclient import CommandClient
+        from raetsalt.event import SaltEvent
+
+        others = list(self._child_jobs)
+        opts = dict(self.opts)
+
+        def fire(tag: str, data: Any, master: bool) -> bool:
+            bus = SaltEvent("minion", sock_dir=opts["sock_dir"], opts={"id": opts["id"]})
+            try:
+                payload = data if isinstance(data, dict) else {"data": data}
+                if master:
+                    return bus.fire_master(payload, tag)
+                return bus.fire_event(payload, tag)
+            finally:
+                bus.destroy()
+
+        def kill_job(jid: str) -> bool:
+            for job in others:
+                if job["jid"] == jid and job.get("pid"):
+                    try:
+                        os.kill(int(job["pid"]), 9)
+                    except OSError:
+                        return False
+                    return True
+            return False
+
+        ctx = Context(
+            opts=opts,
+            grains=dict(self.jobs.grains),
+            jid=spec.jid,
+            loader=self.loader,
+            fire_event=lambda tag, data: fire(tag, data, False),
+            fire_master=lambda tag, data: fire(tag, data, True),
+            jobs=lambda: [dict(j) for j in others],
+            kill_job=kill_job,
+            master_client=lambda: CommandClient("minion", opts["sock_dir"], str(opts["id"])),
+        )
+        return execute(self.loader, spec, ctx, os.getpid()).to_wire()
