@@ -53,10 +53,6 @@ class TargetError(LocalError, ValueError):
     """A target expression is malformed or uses an unsupported matcher."""
 
 
-class AclDenied(RaetSaltError):
-    """An access-control check refused a request."""
-
-
 class DaemonUnavailable(LocalError):
     """The daemon's manor yard cannot be reached (not running, or no permission)."""
 
