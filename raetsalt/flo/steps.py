@@ -141,23 +141,11 @@ class RaetsaltMasterKeys(_Step):
         jobs.serve_keys(self.routed.value.keys)
 
 
-class _Serve(_Step):
-    """Give one queue of ``.raetsalt.routed`` to one method of the job service
-    (``method(messages, now) -> actions``) and put the actions in the outbox; an empty
-    queue is skipped unless ``always`` (the method also polls)."""
+class RaetsaltMasterRequests(_Step):
+    """Every pass (the access gate's logins finish in their own time)."""
 
-    queue = ""
-    method = ""
-    always = False
-
-    def step(self, node: Any, jobs: Any) -> None:
-        messages = getattr(self.routed.value, self.queue)
-        if messages or self.always:
-            self.outbox.value.extend(getattr(jobs, self.method)(messages, node.clock()))
-
-
-class RaetsaltMasterRequests(_Serve):
-    queue, method, always = "requests", "serve_requests", True
+    def step(self, node: Any, jobs: MasterAdapter) -> None:
+        self.outbox.value.extend(jobs.serve_requests(self.routed.value.requests, node.clock()))
 
 
 class RaetsaltPeerAcl(_Step):
@@ -169,18 +157,25 @@ class RaetsaltPeerAcl(_Step):
             self.outbox.value.extend(jobs.check_peers(routed, node.clock()))
 
 
-class RaetsaltPeerPublish(_Serve):
-    queue, method = "granted", "serve_peers"
+class RaetsaltPeerPublish(_Step):
+    def step(self, node: Any, jobs: MasterAdapter) -> None:
+        granted = self.routed.value.granted
+        if granted:
+            self.outbox.value.extend(jobs.serve_peers(granted, node.clock()))
 
 
-class RaetsaltMasterReturns(_Serve):
+class RaetsaltMasterReturns(_Step):
     """Every pass: returns held for a client that was behind go out when it caught up."""
 
-    queue, method, always = "returns", "serve_returns", True
+    def step(self, node: Any, jobs: MasterAdapter) -> None:
+        self.outbox.value.extend(jobs.serve_returns(self.routed.value.returns, node.clock()))
 
 
-class RaetsaltMasterMinions(_Serve):
-    queue, method = "minions", "serve_minions"
+class RaetsaltMasterMinions(_Step):
+    def step(self, node: Any, jobs: MasterAdapter) -> None:
+        minions = self.routed.value.minions
+        if minions:
+            self.outbox.value.extend(jobs.serve_minions(minions, node.clock()))
 
 
 class RaetsaltMasterTimers(_Timers):
@@ -203,12 +198,18 @@ class RaetsaltMinionRoute(_Route):
     """Into ``MinionInbox``."""
 
 
-class RaetsaltMinionJobs(_Serve):
-    queue, method = "master", "serve_master"
+class RaetsaltMinionJobs(_Step):
+    def step(self, node: Any, jobs: MinionAdapter) -> None:
+        messages = self.routed.value.master
+        if messages:
+            self.outbox.value.extend(jobs.serve_master(messages, node.clock()))
 
 
-class RaetsaltMinionRequests(_Serve):
-    queue, method = "requests", "serve_requests"
+class RaetsaltMinionRequests(_Step):
+    def step(self, node: Any, jobs: MinionAdapter) -> None:
+        messages = self.routed.value.requests
+        if messages:
+            self.outbox.value.extend(jobs.serve_requests(messages, node.clock()))
 
 
 class RaetsaltMinionTimers(_Timers):
