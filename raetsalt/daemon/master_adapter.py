@@ -91,6 +91,17 @@ class MasterInbox:
     link: list[NodeEvent] = field(default_factory=list)
     """Everything else: the road's link events (joins, presence), other messages."""
 
+    def drop_unserved(self) -> dict[str, int]:
+        """Empty the lists no step emptied since the last pass (a flow without the step
+        that serves them): how many were dropped, by list."""
+        dropped: dict[str, int] = {}
+        for name in self.__slots__:
+            queue = getattr(self, name)
+            if queue:
+                dropped[name] = len(queue)
+                queue.clear()
+        return dropped
+
 
 class MasterAdapter:
     """The master's job service on its node, with its access gate (who is asking:

@@ -75,6 +75,17 @@ class MinionInbox:
     link: list[NodeEvent] = field(default_factory=list)
     """The road's link events (join, allow, presence) and anything unhandled."""
 
+    def drop_unserved(self) -> dict[str, int]:
+        """Empty the lists no step emptied since the last pass (a flow without the step
+        that serves them): how many were dropped, by list."""
+        dropped: dict[str, int] = {}
+        for name in self.__slots__:
+            queue = getattr(self, name)
+            if queue:
+                dropped[name] = len(queue)
+                queue.clear()
+        return dropped
+
 
 class MinionAdapter:
     """The minion's job service on its node.

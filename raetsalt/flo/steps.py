@@ -112,14 +112,25 @@ class RaetsaltBusFlush(_Step):
 
 
 class _Route(_Step):
-    """Routing: ``.raetsalt.inbox`` sorted into ``.raetsalt.routed`` by the job service."""
+    """Routing: ``.raetsalt.inbox`` sorted into ``.raetsalt.routed`` by the job service.
+    What no step served in the last pass (a flow without the step for it) is dropped
+    first, and logged: nothing piles up."""
 
     def step(self, node: Any, jobs: Any) -> None:
+        dropped = self.routed.value.drop_unserved()
+        if dropped:
+            level = logging.DEBUG if self.warned >= set(dropped) else logging.ERROR
+            self.warned = self.warned | set(dropped)  # loud once per queue
+            log.log(level, "no step of the flow serves %s: dropped", ", ".join(
+                f"{count} {queue}" for queue, count in sorted(dropped.items())))
         inbox = self.inbox.value
         if inbox:
             jobs.sort(inbox, self.routed.value)
             self.status.data.events += len(inbox)
             inbox.clear()
+
+    warned: frozenset[str] = frozenset()
+    """The lists already reported as served by no step (per instance once set)."""
 
 
 class _Timers(_Step):

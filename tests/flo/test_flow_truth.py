@@ -152,3 +152,20 @@ def test_the_peer_acl_step_is_the_decision(master: Any) -> None:
 def test_without_the_peer_acl_step_no_peer_request_goes_anywhere(master: Any) -> None:
     node, service = master
     assert _peer_requests(without(MASTER, PEER_ACL), node, service) == []
+
+
+def test_what_no_step_serves_is_dropped_once_a_pass_and_reported_once(
+        master: Any, caplog: pytest.LogCaptureFixture) -> None:
+    node, service = master
+    passes = FlowPass(without(MASTER, PEER_ACL), node, service)
+    routed = passes.share("routed").value
+    with caplog.at_level("DEBUG", logger="raetsalt.daemon"):
+        for rid in ("1", "2", "3"):
+            passes.share("inbox").value.append(MessageReceived(
+                remote="minion1", body=p.road_message("minion1", None, p.SHARE_PEER_PUBLISH,
+                                                      rid=rid, tgt="*", fun="test.ping")))
+            passes.run()
+            assert len(routed.peers) == 1  # this pass's; the last pass's were dropped
+    dropped = [r for r in caplog.records if "no step of the flow serves 1 peers" in
+               r.getMessage()]
+    assert [r.levelname for r in dropped] == ["ERROR", "DEBUG"]
