@@ -331,10 +331,8 @@ def test_fork_executor_runs_jobs_concurrently_and_kills() -> None:
     executor = ForkExecutor(job)
     try:
         sleeper = executor.spawn("j1", "sleep")
-        started = time.monotonic()
         pid = executor.spawn("j2", "quick")
-        [(jid, outcome)] = _wait(executor, 1)
-        assert time.monotonic() - started < 2.0
+        [(jid, outcome)] = _wait(executor, 1)  # while j1 still sleeps (running below)
         assert jid == "j2" and outcome == {"value": "quick", "pid": pid, "set": [1]}
         assert executor.running() == {"j1": sleeper}
         assert executor.kill("j1", signal.SIGTERM)

@@ -7,10 +7,10 @@ sha256("<name>:sig") / sha256("<name>:pri"), which tests/crypto checks separatel
 from __future__ import annotations
 
 import pytest
+from helpers.wire import SIGNATURE, fake_sign, sealed_header
 
 from raetsalt.wire import (
     BodyKind,
-    CoatKind,
     Flag,
     FootKind,
     Header,
@@ -56,14 +56,6 @@ JOIN_ACK = bytes.fromhex(
     "72692052414554 0a706c2030303336 0a686c20 33360a66672030300a706b2031"
     "0a73652032 0a7469203 10a746b20310a626b20310a0a".replace(" ", "")
 )
-
-SIGNATURE = bytes(range(64))
-
-
-def _fake_sign(message: bytes) -> bytes:
-    assert message.endswith(b"\0" * 64)
-    return SIGNATURE
-
 
 def test_join_request_a_is_byte_exact() -> None:
     body = encode_body(BodyKind.JSON, JOIN_REQUEST_BODY)
@@ -153,18 +145,15 @@ def test_allow_hello_d_head_and_signed_bytes() -> None:
 def test_message_e_head_and_layout() -> None:
     # 20-byte body {"cmd":"ping","n":1} -> coat = 16 tag + 20 cipher + 24 nonce.
     assert encode_body(BodyKind.JSON, {"cmd": "ping", "n": 1}) == b'{"cmd":"ping","n":1}'
-    header = Header(
+    header = sealed_header(
         source_uid=2,
         destination_uid=2,
         session_id=2,
         transaction_id=3,
         flags=Flag.WF,
-        body_kind=BodyKind.JSON,
-        coat_kind=CoatKind.NACL,
-        foot_kind=FootKind.NACL,
     )
     coat = bytes(range(60))
-    datagram = pack_packet(header, coat, _fake_sign)
+    datagram = pack_packet(header, coat, fake_sign)
     assert len(datagram) == 194
     head = b"ri RAET\npl 00c2\nhl 46\nfg 04\nse 2\nde 2\nsi 2\nti 3\nbk 1\nck 1\nfk 1\nfl 40\n\n"
     assert datagram[:0x46] == head
@@ -180,18 +169,15 @@ def test_message_e_head_and_layout() -> None:
 
 
 def test_done_f_head() -> None:
-    header = Header(
+    header = sealed_header(
         packet_kind=PacketKind.DONE,
         source_uid=2,
         destination_uid=2,
         session_id=2,
         transaction_id=3,
         flags=Flag.WF | Flag.CF,
-        body_kind=BodyKind.JSON,
-        coat_kind=CoatKind.NACL,
-        foot_kind=FootKind.NACL,
     )
-    datagram = pack_packet(header, b"", _fake_sign)
+    datagram = pack_packet(header, b"", fake_sign)
     assert len(datagram) == 139
     assert datagram[:75] == (
         b"ri RAET\npl 008b\nhl 4b\nfg 05\npk f\nse 2\nde 2\nsi 2\nti 3\n"
@@ -206,9 +192,6 @@ SEGMENTED = dict(
     transaction_id=3,
     segment_count=3,
     message_length=0x993,
-    body_kind=BodyKind.JSON,
-    coat_kind=CoatKind.NACL,
-    foot_kind=FootKind.NACL,
 )
 
 
@@ -226,17 +209,17 @@ SEGMENTED = dict(
 def test_segment_heads_g(segment_number: int, head: bytes) -> None:
     # A 2,411-byte body gives a 2,451-byte coat stream (0x993) cut into 3 segments of
     # 1024 - (70-byte unsegmented head + 27 + 64) = 863 bytes.
-    header = Header(segment_number=segment_number, flags=Flag.SF, **SEGMENTED)  # type: ignore[arg-type]
+    header = sealed_header(segment_number=segment_number, flags=Flag.SF, **SEGMENTED)
     payload = segment_payload_size(header)
     assert payload == 863
-    datagram = pack_packet(header, bytes(payload), _fake_sign)
+    datagram = pack_packet(header, bytes(payload), fake_sign)
     assert datagram == head + bytes(payload) + SIGNATURE
     assert parse_packet_untrusted(datagram).header == header
 
 
 def test_last_segment_g_flags() -> None:
-    header = Header(segment_number=2, flags=Flag.SF | Flag.WF, **SEGMENTED)  # type: ignore[arg-type]
-    datagram = pack_packet(header, bytes(0x993 - 2 * 863), _fake_sign)
+    header = sealed_header(segment_number=2, flags=Flag.SF | Flag.WF, **SEGMENTED)
+    datagram = pack_packet(header, bytes(0x993 - 2 * 863), fake_sign)
     assert datagram.startswith(b"ri RAET\npl ")
     assert b"\nfg 0c\n" in datagram and b"\nsn 2\nsc 3\nml 993\n" in datagram
 
@@ -263,18 +246,15 @@ def test_nack_heads_g(header: Header, expected: bytes) -> None:
 
 @pytest.mark.parametrize("packet_kind", [PacketKind.REQUEST, PacketKind.ACK])
 def test_alive_heads_g_are_144_bytes(packet_kind: PacketKind) -> None:
-    header = Header(
+    header = sealed_header(
         packet_kind=packet_kind,
         transaction_kind=TransactionKind.ALIVE,
         source_uid=2,
         destination_uid=2,
         session_id=2,
         transaction_id=4,
-        body_kind=BodyKind.JSON,
-        coat_kind=CoatKind.NACL,
-        foot_kind=FootKind.NACL,
     )
-    assert len(pack_packet(header, b"", _fake_sign)) == 144
+    assert len(pack_packet(header, b"", fake_sign)) == 144
 
 
 def test_json_head_join_request() -> None:
@@ -300,15 +280,12 @@ def test_json_head_join_request() -> None:
 
 
 def test_json_head_segment_size_uses_36() -> None:
-    header = Header(
+    header = sealed_header(
         source_uid=2,
         destination_uid=2,
         session_id=2,
         transaction_id=3,
-        body_kind=BodyKind.JSON,
-        coat_kind=CoatKind.NACL,
-        foot_kind=FootKind.NACL,
         head_kind=HeadKind.JSON,
     )
-    head_length = len(pack_packet(header, b"", _fake_sign)) - 64
+    head_length = len(pack_packet(header, b"", fake_sign)) - 64
     assert segment_payload_size(header) == 1024 - (head_length + 36 + 64)

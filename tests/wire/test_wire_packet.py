@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from helpers.wire import SIGNATURE, sealed_header
 
 from raetsalt.errors import BadPacket, LocalError
 from raetsalt.wire import (
@@ -19,18 +22,13 @@ from raetsalt.wire import (
     segment_payload_size,
 )
 
-SIGNATURE = b"\x5a" * 64
-
-SIGNED = Header(
+SIGNED = sealed_header(
     packet_kind=PacketKind.ACK,
     transaction_kind=TransactionKind.ALIVE,
     source_uid=3,
     destination_uid=7,
     session_id=9,
     transaction_id=11,
-    body_kind=BodyKind.JSON,
-    coat_kind=CoatKind.NACL,
-    foot_kind=FootKind.NACL,
 )
 PLAIN = Header(packet_kind=PacketKind.ACK, transaction_kind=TransactionKind.JOIN, source_uid=2)
 
@@ -110,13 +108,13 @@ def test_pack_refuses_unencodable_headers(header: Header) -> None:
         pack_packet(header, b"")
 
 
-def test_largest_ids_fit_and_round_trip() -> None:
-    header = Header(
+def _widest(**fields: Any) -> Header:
+    """Every field of a head at its widest value (``fields`` add to them)."""
+    return Header(
         source_uid=0xFFFFFFFF,
         destination_uid=0xFFFFFFFF,
         session_id=0xFFFFFFFF,
         transaction_id=0xFFFFFFFF,
-        flags=Flag(0xFF),
         segment_number=0xFFFFFFFF,
         segment_count=0xFFFFFFFF,
         message_length=0xFFFFFFFF,
@@ -125,7 +123,12 @@ def test_largest_ids_fit_and_round_trip() -> None:
         body_kind=BodyKind.MSGPACK,
         coat_kind=CoatKind.NACL,
         foot_kind=FootKind.NACL,
+        **fields,
     )
+
+
+def test_largest_ids_fit_and_round_trip() -> None:
+    header = _widest(flags=Flag(0xFF))
     datagram = pack_packet(header, b"", lambda m: SIGNATURE)
     assert b"\nfg ff\n" in datagram and b"\nse ffffffff\n" in datagram
     assert parse_packet_untrusted(datagram).header == header
@@ -133,31 +136,15 @@ def test_largest_ids_fit_and_round_trip() -> None:
 
 def test_head_over_255_bytes_is_refused_by_json_packer() -> None:
     # The biggest JSON head: every field at its widest decimal value.
-    header = Header(
-        packet_kind=PacketKind.UNKNOWN,
-        transaction_kind=TransactionKind.UNKNOWN,
-        source_uid=0xFFFFFFFF,
-        destination_uid=0xFFFFFFFF,
-        session_id=0xFFFFFFFF,
-        transaction_id=0xFFFFFFFF,
-        segment_number=0xFFFFFFFF,
-        segment_count=0xFFFFFFFF,
-        message_length=0xFFFFFFFF,
-        body_kind=BodyKind.MSGPACK,
-        coat_kind=CoatKind.NACL,
-        foot_kind=FootKind.NACL,
-        head_kind=HeadKind.JSON,
-    )
+    header = _widest(head_kind=HeadKind.JSON)
     datagram = pack_packet(header, b"", lambda m: SIGNATURE)
     assert len(datagram) - 64 <= 255
     assert parse_packet_untrusted(datagram).header == header
 
 
 def test_segment_payload_size_ignores_segment_fields() -> None:
-    base = Header(source_uid=2, destination_uid=2, session_id=2, transaction_id=3,
-                  body_kind=BodyKind.JSON, coat_kind=CoatKind.NACL,
-                  foot_kind=FootKind.NACL)  # fmt: skip
-    segment = Header(
+    base = sealed_header(source_uid=2, destination_uid=2, session_id=2, transaction_id=3)
+    segment = sealed_header(
         source_uid=2,
         destination_uid=2,
         session_id=2,
@@ -166,18 +153,13 @@ def test_segment_payload_size_ignores_segment_fields() -> None:
         segment_count=77,
         message_length=66000,
         flags=Flag.SF,
-        body_kind=BodyKind.JSON,
-        coat_kind=CoatKind.NACL,
-        foot_kind=FootKind.NACL,
     )
     assert segment_payload_size(base) == segment_payload_size(segment) == 863
     # every segment of a message up to 65535 x 1024 bytes still fits its packet
     size = segment_payload_size(segment)
     assert len(pack_packet(segment, bytes(size), lambda m: SIGNATURE)) <= 1024
     # one more hex digit in an id costs one payload byte
-    wider = Header(source_uid=0x20, destination_uid=2, session_id=2, transaction_id=3,
-                   body_kind=BodyKind.JSON, coat_kind=CoatKind.NACL,
-                  foot_kind=FootKind.NACL)  # fmt: skip
+    wider = sealed_header(source_uid=0x20, destination_uid=2, session_id=2, transaction_id=3)
     assert segment_payload_size(wider) == 862
 
 
