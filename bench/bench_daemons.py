@@ -1,4 +1,4 @@
-"""Daemon figures (issue 5, E): idle CPU of a connected minion, and the round trip of an
+"""Daemon figures: idle CPU of a connected minion, and the round trip of an
 event fired on a minion's bus until it is seen on the master's bus, through both
 daemons' flows and the road.
 

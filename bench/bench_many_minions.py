@@ -1,4 +1,4 @@
-"""One master, many minions (issue 12): the scale table.
+"""One master, many minions: the scale table.
 
     .venv/bin/python bench/bench_many_minions.py [--counts 1000,2000,5000,10000] [--runs 3]
         [--steady 300] [--idle 30] [--short]

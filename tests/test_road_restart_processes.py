@@ -1,4 +1,4 @@
-"""Acceptance E with real processes: either side restarts (new process, same keep) and
+"""Restarts with real processes: either side restarts (new process, same keep) and
 the session comes back with no operator action."""
 
 from __future__ import annotations

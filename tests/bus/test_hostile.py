@@ -1,4 +1,4 @@
-"""Acceptance D and E against a real bus host: hostile pages, a listener that stops reading,
+"""A real bus host against hostile input: hostile pages, a listener that stops reading,
 and a process of another user.
 """
 

@@ -1,4 +1,4 @@
-"""The daemons' pidfile, log files and error messages (security report F9, F10): a pid
+"""The daemons' pidfile, log files and error messages: a pid
 left behind by a killed daemon never blocks a restart, whoever has that pid now; a
 running daemon is still refused a twin; log files are not world-readable; a huge
 invalid id is not echoed in full."""

@@ -1,5 +1,5 @@
 """raetsalt-key against a running master: its decisions are commands over the master's
-lane and take effect at once (issue 11 point 2, issue 13 point 2)."""
+lane and take effect at once (docs/keys.md, "What raetsalt-key does")."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def _listing(confdir: Path) -> dict[str, list[str]]:
 
 
 def test_a_deleted_pending_key_stays_deleted(world: World) -> None:
-    """The walkthrough's ghost: its key was written back by the running master within
+    """A ghost minion: its key was written back by the running master within
     0.4 s of ``-d``, three times in a row."""
     confdir = world.root / "ma"
     master = world.start("master", world.master_dir())

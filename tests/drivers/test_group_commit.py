@@ -1,4 +1,4 @@
-"""Group commit of the master's job cache and the keep (issue 12): one batch, two syncs,
+"""Group commit of the master's job cache and the keep: one batch, two syncs,
 however many records; the loop never waits; queued records are readable; and a process
 killed in the middle of its batches loses nothing it was told was committed and leaves
 no torn file."""

@@ -226,7 +226,7 @@ def test_a_forged_id_gets_the_permissions_of_the_road_identity(cluster: Cluster)
     assert cluster.wait_event("raetsalt/peer/minion3/denied")["data"]["id"] == "minion3"
 
 
-# ------------------------------------------------------------------ argument rules (F1)
+# ----------------------------------------------------------------------- argument rules
 
 ARGS_ONLY = (
     "peer:\n"
@@ -256,7 +256,7 @@ def test_a_peer_args_rule_allows_its_argument(cluster: Cluster) -> None:
     ],
 )
 def test_the_reported_peer_escape_is_refused(cluster: Cluster, arg: str, message: str) -> None:
-    """F1 through ``peer``: minion1 ran its own ``echo`` as root on minion2."""
+    """The argument rule attack via ``peer``: minion1 ran its own ``echo`` as root on minion2."""
     bindir = cluster.world.root / "attacker-bin"
     proof = cluster.world.root / "PWNED"
     bindir.mkdir(exist_ok=True)

@@ -243,7 +243,7 @@ def test_a_stopped_minion_is_down_and_named(cluster: Cluster) -> None:
 
 
 def test_a_job_for_a_stopped_minion_never_runs_when_it_comes_back(cluster: Cluster) -> None:
-    """The walkthrough: ``cmd.run`` published while a minion is stopped ran 3 s (and 29 s)
+    """As once seen: ``cmd.run`` published while a minion is stopped ran 3 s (and 29 s)
     after it came back, although the CLI had printed ``[Not connected]``."""
     stale, later = cluster.world.root / "stale-run", cluster.world.root / "later-run"
     assert cluster.run_json("manage.down") == ["minion3"]  # stopped by the test above

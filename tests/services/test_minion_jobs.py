@@ -110,7 +110,7 @@ def test_a_publication_past_its_deadline_is_dropped_and_counted(
     skew: float, caplog: pytest.LogCaptureFixture
 ) -> None:
     jobs = connected(skew)
-    # the walkthrough: published with -t 5, delivered 29 s later
+    # as once seen: published with -t 5, delivered 29 s later
     actions = jobs.on_publish(timed(expires=WALL + skew - 24.0), 1.0, WALL)
     assert actions == [] and jobs.running == {}
     assert jobs.dropped == {"expired": 1}

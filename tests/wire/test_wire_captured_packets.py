@@ -1,6 +1,6 @@
 """Byte-exact checks against packets captured between two raet 0.6.8 stacks.
 
-Source: raet-protocol.md section 12 (examples A-G).  Keys there are derived from
+The packets (examples A-G) were captured between two raet 0.6.8 stacks whose keys are derived from
 sha256("<name>:sig") / sha256("<name>:pri"), which tests/crypto checks separately.
 """
 
