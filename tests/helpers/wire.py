@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from raetsalt.wire import BodyKind, CoatKind, FootKind, Header
+from raetsalt.wire import BodyKind, CoatKind, FootKind, Header, PacketKind, TransactionKind
 
 # What a signing function returns in tests that do not check signatures.
 SIGNATURE = bytes(range(64))
@@ -25,3 +25,10 @@ def sealed_header(**fields: Any) -> Header:
         "foot_kind": FootKind.NACL,
     }
     return Header(**{**defaults, **fields})
+
+
+def join_header(packet_kind: PacketKind, **fields: Any) -> Header:
+    """The header of a join packet (``tk`` 1, JSON body, plaintext and unsigned as every
+    join packet); ``fields`` set the ids, flags and the rest."""
+    return Header(packet_kind=packet_kind, transaction_kind=TransactionKind.JOIN,
+                  body_kind=BodyKind.JSON, **fields)

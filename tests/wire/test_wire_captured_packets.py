@@ -7,7 +7,7 @@ sha256("<name>:sig") / sha256("<name>:pri"), which tests/crypto checks separatel
 from __future__ import annotations
 
 import pytest
-from helpers.wire import SIGNATURE, fake_sign, sealed_header
+from helpers.wire import SIGNATURE, fake_sign, join_header, sealed_header
 
 from raetsalt.wire import (
     BodyKind,
@@ -37,12 +37,10 @@ JOIN_REQUEST_BODY = {
     "pubhex": MINION_PUBHEX,
     "role": "minion",
 }
-JOIN_REQUEST_HEADER = Header(
-    packet_kind=PacketKind.REQUEST,
-    transaction_kind=JOIN,
+JOIN_REQUEST_HEADER = join_header(
+    PacketKind.REQUEST,
     source_uid=2,
     transaction_id=1,
-    body_kind=BodyKind.JSON,
 )
 # Hex dump lines 0x00-0x4f of example A.
 JOIN_REQUEST_PREFIX = bytes.fromhex(
@@ -82,12 +80,10 @@ def test_join_request_a_parses_back() -> None:
 
 
 def test_join_ack_c_full_datagram() -> None:
-    header = Header(
-        packet_kind=PacketKind.ACK,
-        transaction_kind=JOIN,
+    header = join_header(
+        PacketKind.ACK,
         source_uid=2,
         transaction_id=1,
-        body_kind=BodyKind.JSON,
     )
     assert pack_packet(header, encode_body(BodyKind.JSON, {})) == JOIN_ACK
     packet = parse_packet_untrusted(JOIN_ACK)
@@ -99,13 +95,11 @@ def test_join_ack_c_full_datagram() -> None:
 def test_join_response_b_head() -> None:
     body = {"name": "main", "mode": 1, "kind": 0, "uid": 2, "verhex": "b9" * 32,
             "pubhex": "5b" * 32, "role": "main"}  # fmt: skip
-    header = Header(
-        packet_kind=PacketKind.RESPONSE,
-        transaction_kind=JOIN,
+    header = join_header(
+        PacketKind.RESPONSE,
         destination_uid=2,
         transaction_id=1,
         flags=Flag.CF,
-        body_kind=BodyKind.JSON,
     )
     datagram = pack_packet(header, encode_body(BodyKind.JSON, body))
     assert len(datagram) == 261
@@ -228,13 +222,12 @@ def test_last_segment_g_flags() -> None:
     ("header", "expected"),
     [
         (
-            Header(packet_kind=PacketKind.RENEW, transaction_kind=JOIN, source_uid=2,
-                   destination_uid=2, transaction_id=2, flags=Flag.CF, body_kind=BodyKind.JSON),
+            join_header(PacketKind.RENEW, source_uid=2, destination_uid=2, transaction_id=2,
+                        flags=Flag.CF),
             b"ri RAET\npl 003b\nhl 3b\nfg 01\npk b\nse 2\nde 2\nti 2\ntk 1\nbk 1\n\n",
         ),
         (
-            Header(packet_kind=PacketKind.PEND, transaction_kind=JOIN, destination_uid=2,
-                   transaction_id=1, flags=Flag.CF, body_kind=BodyKind.JSON),
+            join_header(PacketKind.PEND, destination_uid=2, transaction_id=1, flags=Flag.CF),
             b"ri RAET\npl 0036\nhl 36\nfg 01\npk e\nde 2\nti 1\ntk 1\nbk 1\n\n",
         ),
     ],
@@ -258,12 +251,10 @@ def test_alive_heads_g_are_144_bytes(packet_kind: PacketKind) -> None:
 
 
 def test_json_head_join_request() -> None:
-    header = Header(
-        packet_kind=PacketKind.REQUEST,
-        transaction_kind=JOIN,
+    header = join_header(
+        PacketKind.REQUEST,
         source_uid=2,
         transaction_id=1,
-        body_kind=BodyKind.JSON,
         head_kind=HeadKind.JSON,
     )
     body = encode_body(BodyKind.JSON, JOIN_REQUEST_BODY)

@@ -33,6 +33,10 @@ SIGNED = sealed_header(
 PLAIN = Header(packet_kind=PacketKind.ACK, transaction_kind=TransactionKind.JOIN, source_uid=2)
 
 
+# The first four lines of every text head, with placeholders for the lengths.
+HEAD = ["ri RAET", "pl XXXX", "hl XX", "fg 00"]
+
+
 def _head(*lines: str) -> bytes:
     return ("\n".join(lines) + "\n\n").encode()
 
@@ -194,42 +198,42 @@ def test_packet_length_mismatch() -> None:
     ("lines", "tail", "trigger"),
     [
         # version must be 0
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "vn 1"], b"", "header"),
+        ([*HEAD, "vn 1"], b"", "header"),
         # a text head claiming to be a JSON head
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "hk 1"], b"", "header"),
+        ([*HEAD, "hk 1"], b"", "header"),
         # unknown key, and keys raet knows but never sends
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "zz 1"], b"", "header"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "bl 1"], b"", "header"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "cf True"], b"", "header"),
+        ([*HEAD, "zz 1"], b"", "header"),
+        ([*HEAD, "bl 1"], b"", "header"),
+        ([*HEAD, "cf True"], b"", "header"),
         # a line without a space, and one with two
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "pk"], b"", "header"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "pk 1 2"], b"", "header"),
+        ([*HEAD, "pk"], b"", "header"),
+        ([*HEAD, "pk 1 2"], b"", "header"),
         # bad hex, signs, prefixes, too many digits
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "se 2g"], b"", "header"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "se -1"], b"", "header"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "se 0x1"], b"", "header"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "se 1_0"], b"", "header"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "se  1"], b"", "header"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "se 100000000"], b"", "header"),
+        ([*HEAD, "se 2g"], b"", "header"),
+        ([*HEAD, "se -1"], b"", "header"),
+        ([*HEAD, "se 0x1"], b"", "header"),
+        ([*HEAD, "se 1_0"], b"", "header"),
+        ([*HEAD, "se  1"], b"", "header"),
+        ([*HEAD, "se 100000000"], b"", "header"),
         (["ri RAET", "pl XXXX", "hl XX", "fg 0"], b"", "header"),
         (["ri RAET", "pl XXXX", "hl XX", "fg 000"], b"", "header"),
         # repeated field
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "se 1", "se 1"], b"", "header"),
+        ([*HEAD, "se 1", "se 1"], b"", "header"),
         # required fields missing
         (["ri RAET", "pl XXXX", "hl XX"], b"", "header"),
         (["ri RAET", "hl XX", "fg 00"], b"", "header"),
         # unknown enumeration values
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "pk 20"], b"", "header"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "tk 5"], b"", "header"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "bk 4"], b"", "header"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "ck 2"], b"", "header"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "fk 2", "fl 100"], b"", "header"),
+        ([*HEAD, "pk 20"], b"", "header"),
+        ([*HEAD, "tk 5"], b"", "header"),
+        ([*HEAD, "bk 4"], b"", "header"),
+        ([*HEAD, "ck 2"], b"", "header"),
+        ([*HEAD, "fk 2", "fl 100"], b"", "header"),
         # dt must look like "%f"
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "dt nan"], b"", "header"),
+        ([*HEAD, "dt nan"], b"", "header"),
         # foot length must fit the foot kind and the datagram
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "fk 1"], bytes(64), "foot"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "fk 1", "fl 40"], bytes(63), "foot"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "fl 40"], bytes(64), "foot"),
+        ([*HEAD, "fk 1"], bytes(64), "foot"),
+        ([*HEAD, "fk 1", "fl 40"], bytes(63), "foot"),
+        ([*HEAD, "fl 40"], bytes(64), "foot"),
     ],
 )
 def test_malformed_text_heads(lines: list[str], tail: bytes, trigger: str) -> None:

@@ -14,7 +14,7 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
-from helpers.wire import sealed_header
+from helpers.wire import join_header, sealed_header
 
 from raetsalt.crypto import KeyPair, SessionBox, Signer, Verifier
 from raetsalt.errors import LocalError
@@ -102,11 +102,9 @@ def _ours(header: Header, body: Any) -> bytes:
 
 HEADERS = [
     # join request / ack (plain, unsigned)
-    (Header(packet_kind=PacketKind.REQUEST, transaction_kind=TransactionKind.JOIN, source_uid=2,
-            transaction_id=1, body_kind=BodyKind.JSON),
+    (join_header(PacketKind.REQUEST, source_uid=2, transaction_id=1),
      {"name": "minion", "mode": 0, "kind": 0, "role": "minion"}),
-    (Header(packet_kind=PacketKind.ACK, transaction_kind=TransactionKind.JOIN, source_uid=2,
-            transaction_id=1, body_kind=BodyKind.JSON), {}),
+    (join_header(PacketKind.ACK, source_uid=2, transaction_id=1), {}),
     # allow hello: raw body, signed
     (Header(packet_kind=PacketKind.HELLO, transaction_kind=TransactionKind.ALLOW, source_uid=2,
             destination_uid=2, session_id=1, transaction_id=2, body_kind=BodyKind.RAW,
@@ -122,8 +120,7 @@ HEADERS = [
     (sealed_header(packet_kind=PacketKind.ACK, source_uid=5, destination_uid=6, session_id=7,
                    transaction_id=8, segment_number=0x41, flags=Flag.CF), {}),
     # JSON head kind
-    (Header(packet_kind=PacketKind.REQUEST, transaction_kind=TransactionKind.JOIN, source_uid=2,
-            transaction_id=1, body_kind=BodyKind.JSON, head_kind=HeadKind.JSON),
+    (join_header(PacketKind.REQUEST, source_uid=2, transaction_id=1, head_kind=HeadKind.JSON),
      {"name": "minion", "role": "minion"}),
     (sealed_header(source_uid=2, destination_uid=3, session_id=4, transaction_id=5, flags=Flag.WF,
                    head_kind=HeadKind.JSON), {"x": 1}),
