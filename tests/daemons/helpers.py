@@ -186,6 +186,10 @@ class World:
             if line is not None:
                 self.port = port_in(line)
             return daemon
+        # A config written before the port was known (a restart with the same config):
+        # the master comes back on the port its minions know.
+        config = confdir / "master"
+        config.write_text(config.read_text().replace("raet_port: 0\n", f"raet_port: {self.port}\n"))
         # The port it had before, or the one held for it: someone else may have bound it
         # since, for a moment.
         return retry_in_use(lambda: self._spawn(node, confdir, *extra), self._in_use)
