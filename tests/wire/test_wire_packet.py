@@ -194,50 +194,60 @@ def test_packet_length_mismatch() -> None:
     _bad(good[:-1], "length")
 
 
+# Text heads the parser refuses: the lines after ``HEAD`` (``;`` between lines), and why.
+BAD_HEAD_TABLE = """
+vn 1            | version must be 0
+hk 1            | a text head claiming to be a JSON head
+zz 1            | an unknown key
+bl 1            | a key raet knows but never sends
+cf True         | a flag written as a key of its own
+pk              | a line without a space
+pk 1 2          | a line with two
+se 2g           | bad hex
+se -1           | a sign
+se 0x1          | a prefix
+se 1_0          | an underscore
+se  1           | two spaces
+se 100000000    | too many digits
+se 1;se 1       | a repeated field
+pk 20           | unknown packet kind
+tk 5            | unknown transaction kind
+bk 4            | unknown body kind
+ck 2            | unknown coat kind
+fk 2;fl 100     | unknown foot kind
+dt nan          | dt must look like "%f"
+"""
+BAD_HEAD_LINES = [
+    (row.split("|")[0].rstrip().split(";"), row.split("|")[1].strip())
+    for row in BAD_HEAD_TABLE.strip("\n").splitlines()
+]
+
+
+@pytest.mark.parametrize(("extra", "why"), BAD_HEAD_LINES, ids=[w for _, w in BAD_HEAD_LINES])
+def test_malformed_text_heads(extra: list[str], why: str) -> None:
+    _bad(_with_lengths([*HEAD, *extra]), "header")
+
+
 @pytest.mark.parametrize(
-    ("lines", "tail", "trigger"),
+    "lines",
     [
-        # version must be 0
-        ([*HEAD, "vn 1"], b"", "header"),
-        # a text head claiming to be a JSON head
-        ([*HEAD, "hk 1"], b"", "header"),
-        # unknown key, and keys raet knows but never sends
-        ([*HEAD, "zz 1"], b"", "header"),
-        ([*HEAD, "bl 1"], b"", "header"),
-        ([*HEAD, "cf True"], b"", "header"),
-        # a line without a space, and one with two
-        ([*HEAD, "pk"], b"", "header"),
-        ([*HEAD, "pk 1 2"], b"", "header"),
-        # bad hex, signs, prefixes, too many digits
-        ([*HEAD, "se 2g"], b"", "header"),
-        ([*HEAD, "se -1"], b"", "header"),
-        ([*HEAD, "se 0x1"], b"", "header"),
-        ([*HEAD, "se 1_0"], b"", "header"),
-        ([*HEAD, "se  1"], b"", "header"),
-        ([*HEAD, "se 100000000"], b"", "header"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 0"], b"", "header"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 000"], b"", "header"),
-        # repeated field
-        ([*HEAD, "se 1", "se 1"], b"", "header"),
-        # required fields missing
-        (["ri RAET", "pl XXXX", "hl XX"], b"", "header"),
-        (["ri RAET", "hl XX", "fg 00"], b"", "header"),
-        # unknown enumeration values
-        ([*HEAD, "pk 20"], b"", "header"),
-        ([*HEAD, "tk 5"], b"", "header"),
-        ([*HEAD, "bk 4"], b"", "header"),
-        ([*HEAD, "ck 2"], b"", "header"),
-        ([*HEAD, "fk 2", "fl 100"], b"", "header"),
-        # dt must look like "%f"
-        ([*HEAD, "dt nan"], b"", "header"),
-        # foot length must fit the foot kind and the datagram
-        ([*HEAD, "fk 1"], bytes(64), "foot"),
-        ([*HEAD, "fk 1", "fl 40"], bytes(63), "foot"),
-        ([*HEAD, "fl 40"], bytes(64), "foot"),
+        ["ri RAET", "pl XXXX", "hl XX", "fg 0"],  # flags of one digit
+        ["ri RAET", "pl XXXX", "hl XX", "fg 000"],  # and of three
+        ["ri RAET", "pl XXXX", "hl XX"],  # required fields missing
+        ["ri RAET", "hl XX", "fg 00"],
     ],
 )
-def test_malformed_text_heads(lines: list[str], tail: bytes, trigger: str) -> None:
-    _bad(_with_lengths(lines, tail), trigger)
+def test_text_heads_without_their_first_lines_right(lines: list[str]) -> None:
+    _bad(_with_lengths(lines), "header")
+
+
+@pytest.mark.parametrize(
+    ("extra", "tail"),
+    [(["fk 1"], bytes(64)), (["fk 1", "fl 40"], bytes(63)), (["fl 40"], bytes(64))],
+)
+def test_a_foot_length_must_fit_the_foot_kind_and_the_datagram(extra: list[str], tail: bytes
+                                                               ) -> None:
+    _bad(_with_lengths([*HEAD, *extra], tail), "foot")
 
 
 def test_well_formed_oddities_are_accepted() -> None:
