@@ -12,6 +12,7 @@ BENCHES = [
     ["bench_road.py"],
     ["bench_wan.py"],
     ["bench_daemons.py"],
+    ["bench_wakeup.py"],
     ["bench_many_minions.py", "--short"],  # the full table: bench_many_minions.py alone
 ]
 

@@ -1,4 +1,4 @@
-"""Daemon figures (issue 5, E): idle CPU of a connected minion, and the round trip of an
+"""Daemon figures: idle CPU of a connected minion, and the round trip of an
 event fired on a minion's bus until it is seen on the master's bus, through both
 daemons' flows and the road.
 
@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,12 +26,6 @@ from raetsalt.config import load_node_config
 from raetsalt.event import MasterEvent, MinionEvent
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def start(node: str, confdir: Path) -> subprocess.Popen[str]:
     tool = Path(sys.executable).with_name(f"raetsalt-{node}")
     return subprocess.Popen(
@@ -40,7 +33,7 @@ def start(node: str, confdir: Path) -> subprocess.Popen[str]:
     )
 
 
-def wait_line(proc: subprocess.Popen[str], fragment: str, timeout: float = 20.0) -> None:
+def wait_line(proc: subprocess.Popen[str], fragment: str, timeout: float = 20.0) -> str:
     assert proc.stderr is not None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -48,7 +41,7 @@ def wait_line(proc: subprocess.Popen[str], fragment: str, timeout: float = 20.0)
         if not line:
             break
         if fragment in line:
-            return
+            return line
     raise SystemExit(f"bench_daemons: no {fragment!r} from the daemon")
 
 
@@ -63,21 +56,22 @@ def main() -> int:
     parser.add_argument("--idle", type=float, default=10.0)
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="rsb", dir="/tmp"))
-    port = free_port()
     (root / "ma").mkdir()
-    (root / "ma" / "master").write_text(
+    (root / "ma" / "master").write_text(  # raet_port 0: the master binds a free port
         f"root_dir: {root / 'ma'}\ninterface: 127.0.0.1\nid: benchmaster\n"
-        f"raet_port: {port}\nauto_accept: true\n"
-    )
-    (root / "mi").mkdir()
-    (root / "mi" / "minion").write_text(
-        f"id: benchminion\nroot_dir: {root / 'mi'}\ninterface: 127.0.0.1\nraet_port: 0\n"
-        f"master: 127.0.0.1:{port}\nexecution_mode: native\n"  # the transport, not Salt
+        f"raet_port: 0\nauto_accept: true\n"
     )
     master = start("master", root / "ma")
-    minion = start("minion", root / "mi")
+    minion: subprocess.Popen[str] | None = None
     try:
-        wait_line(master, "serving on")
+        serving = wait_line(master, "serving on")
+        port = int(serving.split("serving on 127.0.0.1:", 1)[1].split()[0])
+        (root / "mi").mkdir()
+        (root / "mi" / "minion").write_text(
+            f"id: benchminion\nroot_dir: {root / 'mi'}\ninterface: 127.0.0.1\nraet_port: 0\n"
+            f"master: 127.0.0.1:{port}\nexecution_mode: native\n"  # the transport, not Salt
+        )
+        minion = start("minion", root / "mi")
         wait_line(minion, "connected to the master")
         # Idle CPU of the connected minion (alive traffic only).
         before = cpu_seconds(minion.pid)
@@ -122,6 +116,8 @@ def main() -> int:
         return 0 if times and not lost else 1
     finally:
         for proc in (minion, master):
+            if proc is None:
+                continue
             proc.send_signal(signal.SIGTERM)
             try:
                 proc.wait(5)

@@ -1,4 +1,4 @@
-"""One master, many minions (issue 12): the scale table.
+"""One master, many minions: the scale table.
 
     .venv/bin/python bench/bench_many_minions.py [--counts 1000,2000,5000,10000] [--runs 3]
         [--steady 300] [--idle 30] [--short]
@@ -37,7 +37,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,15 +44,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from raetsalt.config import load_node_config
+
 HERE = Path(__file__).resolve().parent
 PER_HELPER = 1250
 """Minions per helper process (each minion holds about six file descriptors)."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def cpu_seconds(pid: int) -> float:
@@ -88,6 +83,24 @@ def load() -> float:
     return os.getloadavg()[0]
 
 
+def _serving_port(master: subprocess.Popen[str], log_file: Path, offset: int,
+                  timeout: float = 60.0) -> int | None:
+    """The port of the master's "serving on" line written after ``offset`` of its log file;
+    None if the master exited first (its port was taken)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log_file.exists():
+            with log_file.open(encoding="utf-8", errors="replace") as handle:
+                handle.seek(offset)
+                for line in handle:
+                    if "serving on 127.0.0.1:" in line:
+                        return int(line.split("serving on 127.0.0.1:", 1)[1].split()[0])
+        if master.poll() is not None:
+            return None
+        time.sleep(0.05)
+    raise SystemExit("bench_many_minions: the master did not serve within a minute")
+
+
 class Cluster:
     """A master and its simulated minions under ``root``."""
 
@@ -95,27 +108,45 @@ class Cluster:
         self.count = count
         self.root = Path(tempfile.mkdtemp(prefix="rsm", dir="/tmp"))  # the master: disk
         self.shm = Path(tempfile.mkdtemp(prefix="rsm", dir="/dev/shm"))  # the minions
-        self.port = free_port()
+        self.port = 0  # until the master has bound a free one (start_master)
         self.master_dir = self.root / "ma"
         self.master_dir.mkdir()
-        (self.master_dir / "master").write_text(
-            f"root_dir: {self.master_dir}\ninterface: 127.0.0.1\nid: benchmaster\n"
-            f"raet_port: {self.port}\nauto_accept: true\ntimeout: 30\n"
-            f"raet_alive_period: {alive_period}\n"
-        )
+        self.alive_period = alive_period
+        self._write_master_config()
         self.master: subprocess.Popen[str] | None = None
         self.helpers: list[subprocess.Popen[str]] = []
         self.status_files: list[Path] = []
         self.helper_count = helpers
-        self.alive_period = alive_period
+
+    def _write_master_config(self) -> None:
+        # The console shows errors only; the log file says where the master serves.
+        (self.master_dir / "master").write_text(
+            f"root_dir: {self.master_dir}\ninterface: 127.0.0.1\nid: benchmaster\n"
+            f"raet_port: {self.port}\nauto_accept: true\ntimeout: 30\n"
+            f"raet_alive_period: {self.alive_period}\nlog_level_logfile: info\n"
+        )
 
     def start_master(self, stats: Path | None = None) -> None:
+        """Start the master: on a free port the first time (raet_port 0, the port read from
+        its log), on that port again after a restart (again while another socket holds it
+        for a moment: the master exits with "address already in use")."""
         tool = [str(Path(sys.executable).with_name("raetsalt-master"))]
         if stats is not None:  # the road's counters into ``stats`` every second
             tool = [sys.executable, str(HERE / "master_stats.py"), str(stats)]
-        self.master = subprocess.Popen(
-            [*tool, "-c", str(self.master_dir), "-l", "error"], text=True
-        )
+        log_file = Path(load_node_config(self.master_dir, "master")["log_file"])
+        for _attempt in range(10):
+            seen = log_file.stat().st_size if log_file.exists() else 0
+            self.master = subprocess.Popen(
+                [*tool, "-c", str(self.master_dir), "-l", "error"], text=True
+            )
+            port = _serving_port(self.master, log_file, seen)
+            if port is not None:
+                if not self.port:
+                    self.port = port
+                    self._write_master_config()  # a restart binds the same port
+                return
+            time.sleep(0.2)
+        raise SystemExit("bench_many_minions: the master did not start (see its log file)")
 
     def kill_master(self) -> None:
         assert self.master is not None

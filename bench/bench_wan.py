@@ -1,4 +1,5 @@
-"""WAN benchmark: the native profile through a bottleneck relay on loopback (issue 16).
+"""WAN benchmark: the native profile through a bottleneck relay on loopback
+(the targets are in docs/native-profile.md, "Congestion control and pacing").
 
     .venv/bin/python bench/bench_wan.py [--quick] [--reps 3] [--cases transfer,lossy,...]
                                         [--rate-mbit 20] [--rtt-ms 50] [--queue 64]

@@ -1,4 +1,4 @@
-/* raetsalt._trains: the native profile's per-datagram work in C (issue 15).
+/* raetsalt._trains: the native profile's per-datagram work in C (docs/native-profile.md).
  *
  * The compiled twin of raetsalt/engine/trains.py (PyKernel), which says what every function
  * does; both are tested against each other byte for byte.  Only computation: no sockets,

@@ -2,7 +2,8 @@
 
 Pure (no sockets, no clock).  The manor yard (``raetsalt.manor``) feeds it events and
 drains the per-listener queues into lane pages; the client library (``raetsalt.event``)
-uses ``tag_matches`` to filter what it reads.  Semantics follow salt-semantics.md §6.
+uses ``tag_matches`` to filter what it reads.  Semantics follow Salt's event bus
+(``salt.utils.event``).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from raetsalt.errors import LocalError
 MATCH_TYPES = ("startswith", "endswith", "find", "regex", "fnmatch")
 FIRE_MASTER_TAG = "fire_master"
 
-# Tags a minion may not fire on the master bus (salt-semantics.md §6.4).  Salt applies the
-# list only to batches; raetsalt applies it to single events as well.
+# Tags a minion may not fire on the master bus (Salt's ``_minion_event`` blacklist).  Salt
+# applies the list only to batches; raetsalt applies it to single events as well.
 MINION_BLACKLIST = (
     "salt/job/*/publish",
     "salt/job/*/new",

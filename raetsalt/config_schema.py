@@ -554,7 +554,7 @@ SCHEMA: tuple[Option, ...] = (
         "looking them up on every call.",
         "Access control",
     ),
-    # ------------------------------------------------- road reassembly limits (issue 10 F3)
+    # ---------------------------- road reassembly limits (docs/security.md, Unfinished messages)
     Option(
         "raet_reassembly_per_remote",
         s.integer(1024 * 1024),
@@ -581,7 +581,7 @@ SCHEMA: tuple[Option, ...] = (
         "discarded (counted as reassembly_timeout); its sender's message then fails.",
         "Limits (road reassembly)",
     ),
-    # ------------------------------------------------------- native session keys (issue 16)
+    # ---------------------------------- native session keys (docs/native-profile.md, Key rotation)
     Option(
         "raet_rekey_interval",
         s.number(10.0),
@@ -602,7 +602,7 @@ SCHEMA: tuple[Option, ...] = (
 )
 
 # --------------------------------------------------------------------------- Salt bridge
-# Keys of the Salt bridge (issue 14: Salt's loader, file server and pillar over RAET;
+# Keys of the Salt bridge (Salt's loader, file server and pillar over RAET;
 # raetsalt.saltbridge).
 
 ROOTS_KEYS: tuple[str, ...] = ("file_roots", "pillar_roots")
@@ -687,7 +687,7 @@ SCHEMA = SCHEMA + SALTBRIDGE_OPTIONS
 
 # ---------------------------------------------------------------- security limits
 # Limits against local users starving the command socket and guessing eauth passwords
-# (issue #10 F4/F5; read by raetsalt.drivers.cmdsock.Limits and
+# (docs/security.md, Local users; read by raetsalt.drivers.cmdsock.Limits and
 # raetsalt.auth.limits.LoginPolicy).  Kept as one block apart from the table above.
 SCHEMA += (
     Option(

@@ -75,7 +75,9 @@ def step(text: str) -> None:
     print(f"\n== [{time.monotonic() - STARTED:4.1f} s] {text}", flush=True)
 
 
-def free_port() -> int:
+def unused_port() -> int:
+    """A port nobody had bound a moment ago (someone may take it before the master binds
+    it: ``_start_master`` then tries another)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
@@ -116,10 +118,9 @@ def drain(bus: MasterEvent, seen: list[str]) -> None:
 
 def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="rsdemo", dir="/tmp"))  # short socket paths
-    port = free_port()
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
-        return _story(root, port, procs)
+        return _story(root, procs)
     finally:
         for proc in procs.values():
             if proc.poll() is None:
@@ -128,25 +129,20 @@ def main() -> int:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _story(root: Path, port: int, procs: dict[str, subprocess.Popen[bytes]]) -> int:
+def _story(root: Path, procs: dict[str, subprocess.Popen[bytes]]) -> int:
     master_dir = root / "master"
     master_dir.mkdir()
     srv = root / "srv"
     _write_tree(srv / "salt" / "motd", {"init.sls": STATE.format(out=root / "motd"),
                                          "motd.j2": TEMPLATE})
     _write_tree(srv / "pillar", PILLAR)
-    (master_dir / "master").write_text(
-        f"id: themaster\nroot_dir: {master_dir}\ninterface: 127.0.0.1\nraet_port: {port}\n"
-        f"raet_alive_period: 2.0\nfile_roots: {{base: [{srv}/salt]}}\n"
-        f"pillar_roots: {{base: [{srv}/pillar]}}\n{PEER_CONFIG}")
     step(f"configuration in {root}; the master's access rules:")
     for line in PEER_CONFIG.splitlines():
         print(f"    {line}")
 
     step("start the master and three minions (each a daemon of its own)")
-    procs["master"] = _daemon("master", master_dir)
+    port, bus = _start_master(master_dir, srv, procs)
     opts = load_node_config(master_dir, "master")
-    bus = _connect_bus(opts["sock_dir"], procs["master"])
     seen: list[str] = []
     for name, grains in MINIONS.items():
         confdir = root / name
@@ -286,12 +282,33 @@ def _daemon(node: str, confdir: Path) -> subprocess.Popen[bytes]:
                             stderr=subprocess.DEVNULL)
 
 
-def _connect_bus(sock_dir: str, master: subprocess.Popen[bytes]) -> MasterEvent:
-    """The master's bus, once the master serves it (its manor socket exists and answers)."""
+def _start_master(master_dir: Path, srv: Path, procs: dict[str, subprocess.Popen[bytes]]
+                  ) -> tuple[int, MasterEvent]:
+    """Write the master's config with a port and start it; while it exits at once (its
+    port was taken in the meantime: "address already in use"), again with another."""
+    for _attempt in range(5):
+        port = unused_port()
+        (master_dir / "master").write_text(
+            f"id: themaster\nroot_dir: {master_dir}\ninterface: 127.0.0.1\nraet_port: {port}\n"
+            f"raet_alive_period: 2.0\nfile_roots: {{base: [{srv}/salt]}}\n"
+            f"pillar_roots: {{base: [{srv}/pillar]}}\n{PEER_CONFIG}")
+        procs["master"] = _daemon("master", master_dir)
+        bus = _connect_bus(load_node_config(master_dir, "master")["sock_dir"], procs["master"])
+        if bus is not None:
+            return port, bus
+    raise SystemExit("demo: the master did not start (see its log file)")
+
+
+def _connect_bus(sock_dir: str, master: subprocess.Popen[bytes]) -> MasterEvent | None:
+    """The master's bus, once the master serves it (its manor socket exists and answers);
+    None if the master exited first."""
     bus = MasterEvent(sock_dir, listen=False)
     deadline = time.monotonic() + 15
     while not (os.path.exists(bus.manor_path) and bus.connect_pub(timeout=1.0)):
-        if master.poll() is not None or time.monotonic() > deadline:
+        if master.poll() is not None:
+            bus.destroy()
+            return None
+        if time.monotonic() > deadline:
             raise SystemExit("demo: the master did not start its event bus")
         time.sleep(0.05)
     return bus

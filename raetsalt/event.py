@@ -1,6 +1,6 @@
 """Event bus client library with Salt's API shape, and a stand-alone bus host.
 
-Use it as Salt's ``salt.utils.event`` (salt-semantics.md §6.3)::
+Use it as Salt's ``salt.utils.event``::
 
     opts = raetsalt.config.minion_config('/etc/raetsalt/minion')   # or a plain dict
     event = raetsalt.event.MinionEvent(**opts)          # uses opts['sock_dir'], opts['id']

@@ -1,4 +1,5 @@
-"""Message addresses and the routing decision a manor yard makes (salt-raet-era.md §4.1, §4.3).
+"""Message addresses and the routing decision a manor yard makes (Salt's RAET-era manor
+routing, kept so the same route shapes work).
 
 Every lane or road message body carries ``route: {src: [estate, yard, share], dst: [...]}``
 where ``None`` means "local" (estate, yard) or "don't care" (share).  ``route`` is a pure

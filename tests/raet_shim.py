@@ -23,7 +23,7 @@ What raet 0.6.8 / ioflo 2.0.3 need on 3.11, and nothing more:
 
 Things deliberately *not* shimmed (they are raet behaviour we want to observe):
 msgpack bodies/keeps (``encoding=`` for msgpack >= 1.0 still fails), ``time.clock``
-(only reached on Windows), the known raet bugs listed in raet-protocol.md section 13.
+(only reached on Windows), the known raet bugs listed in docs/raet-wire.md §10.
 """
 
 from __future__ import annotations

@@ -370,7 +370,7 @@ class Peer:
 
     def service(self) -> None:
         # Rx and tx halves are guarded separately: raet lets exceptions escape from
-        # packet parsing/decryption (raet-protocol.md 13 Q1); queued datagrams must
+        # packet parsing/decryption (quirk Q1, docs/raet-wire.md §10); queued datagrams must
         # still go out in the same pass.
         try:
             self.stack.serviceAllRx()

@@ -882,11 +882,11 @@ def test_case_count() -> None:
 
 
 # ---------------------------------------------------------------------------
-# F1: an argument rule restricts the whole call (publisher_acl, peer, peer_run, eauth)
+# An argument rule restricts the whole call (publisher_acl, peer, peer_run, eauth)
 # ---------------------------------------------------------------------------
 
 ECHO_ONLY = {"cmd.run": {"args": ["echo [a-z]+$"]}}
-"""The security report's rule (and the README's shape): one positional argument."""
+"""The rule of the attack (and the README's shape): one positional argument."""
 PATH_ENV = "env={'PATH': '/home/attacker/bin'}"
 ESCAPES: list[tuple[Any, str]] = [
     # (arg, fragment of the refusal)

@@ -274,7 +274,7 @@ def test_unknown_key_without_suggestion(tmp_path: Path) -> None:
 
 
 def test_salt_keys_load_with_one_warning_line(tmp_path: Path) -> None:
-    # The walkthrough's master: 14 common Salt keys were fatal, one per run.
+    # A real Salt master config: 14 common Salt keys were once fatal, one per run.
     salt_master = (
         "file_roots: {base: [/srv/salt]}\npillar_roots: {base: [/srv/pillar]}\n"
         "worker_threads: 5\nhash_type: sha256\nstate_top: top.sls\nret_port: 4506\n"

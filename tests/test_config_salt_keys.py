@@ -38,7 +38,7 @@ def test_the_list_matches_the_installed_salt() -> None:
     )
 
 
-def test_the_keys_the_walkthrough_needed_are_known() -> None:
+def test_the_keys_a_salt_master_config_uses_are_known() -> None:
     for key in ("file_roots", "pillar_roots", "worker_threads", "hash_type", "state_top",
                 "ret_port", "publish_port", "fileserver_backend", "ext_pillar", "reactor",
                 "master_sign_pubkey", "file_recv", "gather_job_timeout", "cli_summary",

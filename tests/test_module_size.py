@@ -1,4 +1,4 @@
-"""No module of the package grows over 1,000 lines (the brief's rule): split it instead."""
+"""No module of the package grows over 1,000 lines: split it instead."""
 
 from __future__ import annotations
 

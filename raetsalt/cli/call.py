@@ -15,8 +15,8 @@ loader runs masterless with the minion's own ``file_roots`` and ``pillar_roots``
 Output: ``{"local": <return>}`` (``--metadata``: the whole return record), with Salt's
 output options (``raetsalt.cli._common``).  ``-d [FUN]`` prints the documentation of the
 functions (starting with ``FUN``) and ``-g`` the grains, both here, without the daemon.
-``--id`` replaces the config's id (checked like it).  Exit codes (salt-semantics.md
-§8.2): 0 on success, also when the function returned False; 1 for a non-zero retcode or
+``--id`` replaces the config's id (checked like it).  Exit codes (as
+salt-call's): 0 on success, also when the function returned False; 1 for a non-zero retcode or
 an exception (with ``--retcode-passthrough``: the retcode itself); 255 for an unknown
 function (``'x.y' is not available.`` on stderr); 2 when the minion daemon is not running
 or not connected to its master ("Minion failed to authenticate with the master, has the

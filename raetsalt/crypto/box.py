@@ -1,6 +1,6 @@
 """NaCl ``crypto_box`` with a precomputed shared key: packet coats and allow boxes.
 
-Layout (raet-protocol.md §3.5), libsodium "easy" form::
+Layout (docs/raet-wire.md §4.2), libsodium "easy" form::
 
     encrypt(plain, nonce)  -> tag (16) || cipher (len(plain))
     seal(plain)            -> tag (16) || cipher || nonce (24, random)
@@ -11,7 +11,7 @@ per ``SessionBox`` and every packet only pays for XSalsa20-Poly1305.
 The native profile's packets (``encrypt_after``, ``decrypt_untrusted_at``) call libsodium
 through PyNaCl's own cffi module straight into the buffer that is sent or returned,
 without the bindings' temporary buffer and copy: a third of the cost per call for small
-packets (perf-anchors.md section 1).  Where that module is not there (another PyNaCl
+packets (measured with ``bench/bench_road.py``).  Where that module is not there (another PyNaCl
 build), they use the bindings, with the same results.
 """
 

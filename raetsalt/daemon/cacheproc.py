@@ -4,7 +4,7 @@ With ten thousand minions answering a ``test.ping``, writing their returns (a fi
 open, write, close, rename, plus two file-system syncs per batch) took 40 % of the
 master's loop.  A writer thread would take it off the loop but not off the interpreter
 lock: its stream of small system calls convoys with the busy loop (two timing tests of
-local attacks failed under load that way, see issue 12).  A process shares no lock.
+local attacks failed under load that way).  A process shares no lock.
 
 ``ProcessWriter`` is the master's side.  ``submit`` queues entries; ``commit_now`` (the
 loop calls it once per pass) sends what was queued as one numbered batch down a pipe and

@@ -1,7 +1,7 @@
 """Jobs in processes of their own: one ``fork`` per job, the result back over a pipe.
 
-The minion daemon's loop must keep servicing the road while jobs run (salt-raet-era.md
-§5.1: Salt's RAET minion joined each job process inside its loop, so a long job stopped
+The minion daemon's loop must keep servicing the road while jobs run (Salt's
+RAET minion joined each job process inside its loop, so a long job stopped
 its keep-alives).  ``ForkExecutor.spawn`` forks; the child runs the job, writes its
 outcome (msgpack) to a pipe and leaves with ``os._exit``.  The parent watches every pipe
 through one inner ``epoll`` selector whose own descriptor sits in the daemon's selector

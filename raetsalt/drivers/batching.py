@@ -1,4 +1,5 @@
-"""Fewer system calls per datagram for the UDP driver (issue 15).
+"""Fewer system calls per datagram for the UDP driver (``bench/bench_road.py``
+measures what they save).
 
 * **UDP GSO** (Linux 4.18+, ``UDP_SEGMENT``): consecutive datagrams of one size to one
   address leave in one ``sendmsg`` of their buffers (gathered by the kernel: no copy here),

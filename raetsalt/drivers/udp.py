@@ -26,7 +26,7 @@ Socket choices and why:
 * no ``SO_REUSEADDR``: two processes must not silently share a port (raet set it);
 * ``SO_RCVBUF``/``SO_SNDBUF`` ask for 4 MiB, a master for more (Linux caps it at
   ``[rw]mem_max`` unless the process may force it, and doubles it); the receive buffer
-  absorbs scheduling gaps (perf-anchors.md section 2) and bursts of answers;
+  absorbs scheduling gaps (a loop that is busy for a few milliseconds) and bursts of answers;
 * an IPv6 socket is ``IPV6_V6ONLY``, so peer addresses are never IPv4-mapped and
   always compare equal to the addresses the road stores;
 * OS errors of a single ``recvfrom``/``sendto`` (ICMP-reported ECONNREFUSED,

@@ -1,6 +1,6 @@
 """Allow (tk 3): the CurveCP-like handshake that sets up a session's short-term keys.
 
-Theory of operation (protocol.md 7.2).  Notation: ``L``/``l`` long-term Curve25519
+Theory of operation (docs/raet-wire.md §8.2).  Notation: ``L``/``l`` long-term Curve25519
 public/secret keys from the join, ``S``/``s`` fresh short-term keys, ``_i`` initiator,
 ``_r`` responder, ``box(m, n, pk, sk)`` crypto_box.
 

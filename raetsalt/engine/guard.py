@@ -107,6 +107,3 @@ class Guard:
             del self._departed[uid]
             return None
         return verifier
-
-    def forget_departed(self, uid: int) -> None:
-        self._departed.pop(uid, None)

@@ -1,8 +1,9 @@
 """Join (tk 1): exchange names, ids and long-term keys, and record key acceptance.
 
-Theory of operation (protocol.md 7.1).  The initiator (usually a minion) sends a
-``request`` with its name, mode (bit 0 = main), kind, Ed25519 verify key, Curve25519
-public key and role.  The correspondent decides acceptance with its key policy:
+Theory of operation (docs/raet-wire.md §8.1; the acceptance table is docs/keys.md).  The
+initiator (usually a minion) sends a ``request`` with its name, mode (bit 0 = main), kind,
+Ed25519 verify key, Curve25519 public key and role.  The correspondent decides acceptance
+with its key policy:
 ``accepted`` answers with a ``response`` carrying its own keys and the initiator's future
 ``fuid``; ``pending`` answers ``pend`` until an operator decides (the road hands the
 decision to the waiting transaction: ``decided``); ``rejected`` answers ``reject``.  The

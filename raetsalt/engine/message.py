@@ -1,6 +1,6 @@
 """Message (tk 0): reliable, segmented, encrypted application messages.
 
-Theory of operation (protocol.md 7.4).  The sender encrypts the whole body once (one
+Theory of operation (docs/raet-wire.md §8.4).  The sender encrypts the whole body once (one
 box, nonce at the end of the stream) and cuts the stream into segments that fit a
 datagram; each segment packet is signed on its own.  A receiver answers every packet
 flagged ``wf`` (wait) with ``resend`` (the missing segment numbers, at most 64 per
@@ -29,11 +29,12 @@ front from then on, and asks for the missing segments again.  ``Road`` finds suc
 segments without the head parser when their head is byte for byte the one
 ``SegmentHeads`` rebuilds from the receiver's first packet.
 
-Memory (issue 10, F3): a segmented message is received only if its announced length (plus
-``SEGMENT_OVERHEAD`` per segment) can be reserved from the road's ``ReassemblyBudget``
-(``engine/reassembly.py``), else its first packet is dropped unanswered and the sender
-retries; the segments held never add up to more than that length; and a receiver without a
-new segment for ``RoadConfig.reassembly_timeout`` ends (nack), giving the reservation back.
+Memory (docs/security.md, Unfinished messages): a segmented message is received only if its
+announced length (plus ``SEGMENT_OVERHEAD`` per segment) can be reserved from the road's
+``ReassemblyBudget`` (``engine/reassembly.py``), else its first packet is dropped unanswered
+and the sender retries; the segments held never add up to more than that length; and a
+receiver without a new segment for ``RoadConfig.reassembly_timeout`` ends (nack), giving the
+reservation back.
 
 Deliberate differences from raet 0.6.8: a sender has a time-out that surfaces as an
 event; the road runs one message transaction per remote at a time, so messages are
@@ -72,7 +73,7 @@ if TYPE_CHECKING:
     from raetsalt.wire.packet import Packet
 
 MISSEDS_PER_RESEND = 64
-# A segment header adds at most this many bytes to the unsegmented one (protocol.md 3.8).
+# A segment header adds at most this many bytes to the unsegmented one (docs/raet-wire.md §5).
 SEGMENT_HEAD_EXTRA = 27
 # A segment asked for again within this many smoothed round trips of its last
 # retransmission is not sent again: the request predates the retransmission (every

@@ -1,4 +1,5 @@
-"""Bounded reassembly: what a road holds of messages it has not delivered yet (issue 10, F3).
+"""Bounded reassembly: what a road holds of messages it has not delivered yet
+(docs/security.md, Unfinished messages).
 
 A peer decides how large a message it announces and how much of it it ever sends.
 Allocating what it announced (a ``bytearray(total)`` per message, as the first version

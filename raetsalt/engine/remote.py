@@ -49,7 +49,7 @@ def next_id(value: int) -> int:
 
 
 def sid_valid(new: int, old: int) -> bool:
-    """raet's rule for accepting session id ``new`` after ``old`` (protocol.md 4.3)."""
+    """raet's rule for accepting session id ``new`` after ``old`` (docs/raet-wire.md §6)."""
     if new == 0 or old == 0:
         return True
     return (new - old) % ID_WRAP < _ID_HALF

@@ -9,7 +9,7 @@ Driving it (the UDP driver in ``raetsalt.drivers.udp`` does exactly this)::
     road.handle_timer(now)                        # when it is due
     while (event := road.next_event()) is not None: ...   # KeepEvents: write them
 
-Receive pipeline (protocol.md 6, made strict):
+Receive pipeline (docs/raet-wire.md §7; stricter than raet's):
 
 1. parse the datagram (only ``BadPacket`` can come out; it is dropped and counted);
 2. join packets (plaintext by design) go to the join handlers; a correspondent is found
@@ -842,7 +842,8 @@ class Road:
         return True
 
     def _check_session(self, remote: Remote, packet: Packet, address: Address) -> bool:
-        """Apply the remote session id rules (protocol.md 4.3) to a remotely initiated packet."""
+        """Apply the remote session id rules (docs/raet-wire.md §6) to a remotely initiated
+        packet."""
         header = packet.header
         sid = header.session_id
         if not sid_valid(sid, remote.rsid):

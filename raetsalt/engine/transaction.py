@@ -22,7 +22,7 @@ Handler = Callable[[Any, "Packet", float], None]
 
 
 class Transaction:
-    """One exchange of packets with the same ``tk``/``si``/``ti`` (protocol.md 7).
+    """One exchange of packets with the same ``tk``/``si``/``ti`` (docs/raet-wire.md §8).
 
     The initiator sends with the correspondent flag clear, the correspondent with it set.
     ``source_uid``/``destination_uid`` are fixed when the transaction starts, as raet does

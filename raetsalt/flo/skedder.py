@@ -2,9 +2,9 @@
 
 The stock ``ioflo.base.skedding.Skedder`` sleeps a fixed period between iterations, so a
 datagram waits up to one period before a behaviour sees it, and a short period burns CPU
-(ioflo.md 3.1-3.2).  This subclass keeps the stock build and the per-tasker semantics
-(desires, ``at PERIOD`` retimes, ABORT of the rest at the end) and splits ``run`` into
-pieces a test or another loop can drive:
+(ioflo's ``Skedder.run`` sleeps out each period).  This subclass keeps the stock build and
+the per-tasker semantics (desires, ``at PERIOD`` retimes, ABORT of the rest at the end) and
+splits ``run`` into pieces a test or another loop can drive:
 
 ``start()``    put every taskable on the ready list (as ``run`` does first)
 ``step()``     one iteration: run every due tasker once; False when nothing runs any more

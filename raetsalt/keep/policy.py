@@ -6,8 +6,8 @@ record of R and its denied pairs; the road applies that to its records in memory
 reports the changes for the keep, and the keep's own ``status_role`` applies it to files.
 ``operator_change`` does the same for salt-key's accept / reject / delete.
 
-The table follows raet's (raet-protocol.md section 9) with deliberate changes, closer to
-Salt's ``_auth`` (salt-semantics.md 5.2)::
+The table follows raet's with deliberate changes, closer to Salt's ``_auth``
+(docs/keys.md explains it for operators)::
 
     stored role                never      once       always
     none (first sight)         PENDING*   ACCEPTED*  ACCEPTED*

@@ -282,7 +282,7 @@ def fingerprint(hexkey: str, hash_type: str = "sha256") -> str:
     Salt's ``salt-key -f`` shows a hash (``hash_type``, default sha256) of the DER key as
     colon-separated lowercase hex pairs.  RAET keys have no DER form, so we hash the raw key
     bytes (the 32 bytes behind ``verhex`` or ``pubhex``) instead.  RAET-era salt hashed a
-    ``"pub: ...\\nverify: ..."`` text blob (and crashed on Python 3, salt-raet-era.md 5.13);
+    ``"pub: ...\\nverify: ..."`` text blob (and crashed on Python 3);
     a per-key fingerprint lets an operator compare it with what the minion prints for its
     own public key.  Raises LocalError for a non-hex key or an unknown hash type.
     """

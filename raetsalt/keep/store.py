@@ -18,7 +18,7 @@ Every file is a JSON object, 2-space indented, with ``"format": 1``.  Readers to
 extra fields (and a missing ``format``) but a missing or mistyped required field, bad JSON, a
 file name that disagrees with the name inside, or an unreadable file raises ``KeepError``
 naming the path; such a file is never deleted or rewritten behind the operator's back (raet
-deleted keep files whose field set did not match, raet-protocol.md Q8).
+deleted keep files whose field set did not match: quirk Q8 in docs/raet-wire.md §10).
 
 Writes are atomic: the new content goes to ``.<file>.<pid>.<random>.tmp`` in the same
 directory, created with mode 0600 (never chmod-ed later), is fsync-ed, ``os.replace``-d over
@@ -602,7 +602,7 @@ class _BaseKeep:
 
     def delete_denied(self, role: str) -> None:
         """Operator name for :meth:`remove_denied`: drop only the denied keys of ``role``
-        (the long-standing salt-key gap, user-asks 7)."""
+        (salt-key has no way to do that)."""
         self.remove_denied(role)
 
     def find_fingerprint(self, fp: str, hash_type: str = "sha256") -> list[tuple[str, str]]:

@@ -1,4 +1,4 @@
-"""The sans-IO lane engine: one yard's side of a lane (raet-protocol.md §10).
+"""The sans-IO lane engine: one yard's side of a lane (docs/raet-wire.md §9).
 
 Theory of operation
 -------------------
@@ -8,8 +8,9 @@ source path (``receive_datagram(data, src_path, now)``), sends what
 (``send_blocked``) or found nobody (``send_failed``).  Received messages and drops come
 out of ``next_event()``.  Nothing here reads a clock or touches a socket.
 
-Identity (raet quirk Q9): a yard is the socket path it is bound to, which the kernel
-reports and which only one process can hold at a time.  A page is accepted only when
+Identity (raet quirk Q9, docs/raet-wire.md §10): a yard is the socket path it is bound to,
+which the kernel reports and which only one process can hold at a time.  A page is accepted
+only when
 
 1. it came from a bound socket (unbound senders can claim any name),
 2. the path's file name is ``<our lane>.<sn>.uxd`` for the page's ``sn``,
@@ -24,13 +25,13 @@ source may have at most ``max_books_per_yard`` open books, a book at most
 discarded.  When a source's si changes (the sender restarted) its open books are dropped,
 as raet does.
 
-Memory (issue 10, F3): a book holds only the pages that came (never a slot per announced
-page), and what open books hold, ``PAGE_OVERHEAD`` per page included, is capped per source
-yard (``max_book_bytes_per_yard``) and for the whole lane (``max_book_bytes``).  A page
-that would exceed a cap ends its book at once (the lane does not retransmit, so the book
-could never complete), counted as ``yard_books_full`` or ``lane_books_full``; when the
-lane's cap is full, the oldest books of the yard holding the most are ended first, so one
-yard cannot keep the others' messages out.
+Memory (docs/security.md, Unfinished messages): a book holds only the pages that came (never
+a slot per announced page), and what open books hold, ``PAGE_OVERHEAD`` per page included,
+is capped per source yard (``max_book_bytes_per_yard``) and for the whole lane
+(``max_book_bytes``).  A page that would exceed a cap ends its book at once (the lane does
+not retransmit, so the book could never complete), counted as ``yard_books_full`` or
+``lane_books_full``; when the lane's cap is full, the oldest books of the yard holding the
+most are ended first, so one yard cannot keep the others' messages out.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Lane pages: the datagrams yards exchange over Unix-domain sockets (raet-protocol.md §10).
+"""Lane pages: the datagrams yards exchange over Unix-domain sockets (docs/raet-wire.md §9).
 
 A page is a text head followed by a body section.  The head has the nine fields raet
 0.6.8 writes, always all of them and always in this order::

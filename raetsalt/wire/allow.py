@@ -1,4 +1,4 @@
-"""Fixed byte layouts of the allow handshake bodies (raet-protocol.md §7.2).
+"""Fixed byte layouts of the allow handshake bodies (docs/raet-wire.md §8.2).
 
 Only layouts: the boxes inside are made and opened by ``raetsalt.crypto``.  Notation:
 ``S_x`` short-term Curve25519 public keys, ``L_x`` long-term ones, ``box`` = crypto_box

@@ -1,4 +1,4 @@
-"""Body serialisation (raet-protocol.md §3.4).
+"""Body serialisation (docs/raet-wire.md §4.1).
 
 * JSON (bk 1): UTF-8, compact separators, ASCII escapes as Python's ``json.dumps``
   writes them by default (what raet sends); the value must be a JSON object, and an

@@ -6,7 +6,7 @@ local safety limits that a peer never sees.  Each value says where it comes from
 
 from __future__ import annotations
 
-# --- spec constants (raet-protocol.md §3) ----------------------------------------
+# --- spec constants (docs/raet-wire.md §2-§5) ------------------------------------
 
 #: Largest datagram raet sends or accepts: 1024 bytes, chosen so a packet fits the
 #: IPv6 minimum MTU (1280) with room for IP/UDP headers (raeting.UDP_MAX_PACKET_SIZE).

@@ -1,4 +1,4 @@
-"""Integer enumerations carried in RAET packet heads (raet-protocol.md §5).
+"""Integer enumerations carried in RAET packet heads (docs/raet-wire.md §4).
 
 The values are fixed by raet 0.6.8 and appear on the wire as hex digits, so they must
 never be renumbered.  Kinds that raet declares but never implements (head kind

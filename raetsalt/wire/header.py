@@ -1,6 +1,6 @@
 """The packet head: an in-memory ``Header`` and its two wire encodings.
 
-Text head (head kind 0, raet-protocol.md §3.1), one ``key value`` line per field::
+Text head (head kind 0, docs/raet-wire.md §3.1), one ``key value`` line per field::
 
     ri RAET\\n            always, first
     pl 0101\\n            packet length, %04x (the last 4 digits are kept)
@@ -340,7 +340,7 @@ def _kind(table: dict[int, Any], fields: dict[str, int], key: str) -> Any:
 
 
 def parse_header_untrusted(datagram: bytes) -> tuple[Header, int, int]:
-    """Parse and check the head at the start of ``datagram`` (raet-protocol.md §3.1/3.2).
+    """Parse and check the head at the start of ``datagram`` (docs/raet-wire.md §3.1/3.2).
 
     Returns ``(header, head_length, foot_length)``.  Checks, beyond well-formedness:
     ``hl`` equals the real head length, ``pl`` equals ``len(datagram)``, ``vn`` is 0,

@@ -1,4 +1,4 @@
-"""Framing of one RAET datagram: head, coat, foot (raet-protocol.md §3).
+"""Framing of one RAET datagram: head, coat, foot (docs/raet-wire.md §2).
 
 ::
 
@@ -114,7 +114,7 @@ def parse_packet_untrusted(data: bytes, *, max_size: int = MAX_PACKET_SIZE) -> P
 def segment_payload_size(header: Header, *, max_size: int = MAX_PACKET_SIZE) -> int:
     """Coat-stream bytes per segment of a message whose unsegmented header is ``header``.
 
-    This is raet's rule (road/packeting.py ``Tray.packetize``, raet-protocol.md §3.8):
+    This is raet's rule (road/packeting.py ``Tray.packetize``, docs/raet-wire.md §5):
     ``max_size - (unsegmented head length + 27 + foot length)``, with 36 instead of 27
     for JSON heads.  The segment fields of ``header`` are ignored, so the segments'
     own headers may be passed too.  A receiver must accept whatever sizes a sender

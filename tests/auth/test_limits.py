@@ -279,10 +279,9 @@ def test_hostile_names_and_passwords_are_refused_unchecked(
     assert all(len(r.getMessage()) < 400 for r in caplog.records)
     client.close()
     gate.now += 60.0  # the uid's failure is forgotten
-    started = time.monotonic()
     client = gate.login("fred", "p" * (MAX_PASSWORD + 1))
     gate.pump(lambda: bool(gate.gate._deferred))
-    assert not gate.gate._logins and time.monotonic() - started < 2.0
+    assert not gate.gate._logins  # refused with no backend call
     client.close()
 
 

@@ -1,4 +1,4 @@
-"""Acceptance A and B: the event-bus blog's scripts, with ``salt`` replaced by ``raetsalt``,
+"""The event-bus blog's scripts, with ``salt`` replaced by ``raetsalt``,
 run as separate processes against a bus host.
 """
 

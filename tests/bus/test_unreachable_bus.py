@@ -1,5 +1,5 @@
 """Firing at a bus that is not there: False, as in Salt, and one warning naming the path
-(Salt says nothing; the walkthrough's scripts failed silently with a wrong sock_dir)."""
+(Salt says nothing; an operator's scripts failed silently with a wrong sock_dir)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,8 @@ def _seed(text: str) -> bytes:
     return hashlib.sha256(text.encode()).digest()
 
 
-# Known answers: the keys of the captured raet 0.6.8 exchange (raet-protocol.md 12),
+# Known answers: the keys of the captured raet 0.6.8 exchange
+# (tests/wire/test_wire_captured_packets.py),
 # whose seeds/secrets are sha256("<name>:sig") / sha256("<name>:pri").
 @pytest.mark.parametrize(
     ("name", "verhex", "pubhex"),

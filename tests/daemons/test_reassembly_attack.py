@@ -1,4 +1,4 @@
-"""Issue 10, F3 end to end: the security report's partial-message flood against a real
+"""Unfinished messages end to end (docs/security.md): a partial-message flood against a real
 raetsalt-master.
 
 An accepted estate (auto_accept) sends 200 native datagrams of 48 B, each announcing a

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,13 +44,18 @@ def test_each_pass_hands_over_a_batch_without_waiting_and_the_child_reports_it(
     writer = cache.writer
     assert isinstance(writer, ProcessWriter)
     cache.save_load(JID, {"fun": "test.ping", "minions": []})
-    started = time.monotonic()
-    for n in range(2000):
-        cache.save_return(JID, f"m{n:04d}", {"return": True, "retcode": 0})
-        if n % 100 == 99:
-            writer.commit_now()  # a pass of the loop
-    assert time.monotonic() - started < 5.0  # nothing waited for the disk
-    assert writer.sequence >= 20
+    cache.save_return(JID, "m0000", {"return": True, "retcode": 0})
+    writer.commit_now()  # starts the child
+    assert writer._proc is not None
+    writer._proc.send_signal(signal.SIGSTOP)  # a writer stuck on the disk
+    try:
+        for n in range(1, 2000):
+            cache.save_return(JID, f"m{n:04d}", {"return": True, "retcode": 0})
+            if n % 100 == 99:
+                writer.commit_now()  # a pass of the loop: hands over, never waits
+        assert writer.sequence >= 20 and writer.committed < writer.sequence
+    finally:
+        writer._proc.send_signal(signal.SIGCONT)
     assert len(cache.get_returns(JID)) == 2000  # readable at once, queued or written
     assert cache.flush(30)
     assert writer.committed == writer.sequence and cache._queued == {}
@@ -186,9 +190,7 @@ def test_a_writer_whose_master_is_gone_stops_when_it_cannot_write(tmp_path: Path
     reports, sink = os.pipe()
     os.write(feed, _frame([1, [[jid, "minion1.p", b"{}"]]]))
     os.close(feed)
-    started = time.monotonic()
-    assert serve(str(root), source, sink) == 1
-    assert time.monotonic() - started < 5.0
+    assert serve(str(root), source, sink) == 1  # it returns: no retrying for ever
     assert (root / jid).read_text() == "not a directory"
     for fd in (source, sink, reports):
         os.close(fd)

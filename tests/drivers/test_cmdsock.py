@@ -1,6 +1,6 @@
-"""The command socket's limits (F4): per-uid and global connection caps, frame and idle
-time-outs.  Real Unix sockets; the server's ``now`` is set by the test, and waits are on
-the sockets (never sleeps).  Connections of another uid come from forked children that
+"""The command socket's limits (docs/security.md): per-uid and global connection caps, frame
+and idle time-outs.  Real Unix sockets; the server's ``now`` is set by the test, and waits
+are on the sockets (never sleeps).  Connections of another uid come from forked children that
 drop to ``nobody`` (needs root)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""F7 on a real socket: a flood of bad or unstorable joins leaves at most one log line per
-interval and never a traceback (the report saw 1,483 bytes of traceback per datagram)."""
+"""On a real socket: a flood of bad or unstorable joins leaves at most one log line per
+interval and never a traceback (there were once 1,483 bytes of traceback per datagram)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Congestion control and pacing of the native profile (engine/congestion.py), on a FakeNet
-bottleneck: the issue 16 targets, asserted in virtual time (deterministic, seeded).
+bottleneck: the targets of docs/native-profile.md, asserted in virtual time (deterministic, seeded).
 
-The path of every test is the issue's: 20 Mbit/s each way, 25 ms one way (50 ms round
+The path of every test is the targets': 20 Mbit/s each way, 25 ms one way (50 ms round
 trip), a 64-datagram drop-tail queue, 1,400-byte datagrams.
 """
 
@@ -161,7 +161,7 @@ def goodput(messages: int, seconds: float) -> float:
 
 
 def test_a_transfer_fills_the_link_without_overflowing_its_queue() -> None:
-    # Issue 16: 16 MiB at >= 80 % of the rate, queue drops <= 2 % of the packets sent.
+    # Target: 16 MiB at >= 80 % of the rate, queue drops <= 2 % of the packets sent.
     path, seconds = transfer(16)
     down = path.down
     assert goodput(16, seconds) >= 0.80
@@ -170,7 +170,7 @@ def test_a_transfer_fills_the_link_without_overflowing_its_queue() -> None:
 
 
 class FixedWindow(Controller):
-    """The window before issue 16: always the limit, whatever is lost."""
+    """The window before congestion control: always the limit, whatever is lost."""
 
     __slots__ = ()
 
@@ -203,7 +203,7 @@ def test_a_window_without_congestion_control_would_overflow_the_queue() -> None:
 
 @pytest.mark.parametrize("seed", range(2))
 def test_random_loss_keeps_most_of_the_link(seed: int) -> None:
-    # Issue 16: with 1 % random loss (each way), >= 50 % of the rate.
+    # Target: with 1 % random loss (each way), >= 50 % of the rate.
     path, seconds = transfer(16, loss=0.01, seed=seed)
     assert path.down.lost > 50  # the loss really happened
     assert goodput(16, seconds) >= 0.50
@@ -229,7 +229,7 @@ def jain(rates: list[float]) -> float:
 
 @pytest.mark.parametrize("direction", ["down", "up"])
 def test_two_transfers_share_the_link_fairly(direction: str) -> None:
-    # Issue 16: Jain's fairness index >= 0.9 between two concurrent transfers.  The second
+    # Target: Jain's fairness index >= 0.9 between two concurrent transfers.  The second
     # starts two seconds after the first, when the first already holds the whole link.
     # "down": the main sends to two minions (two channels of one road); "up": two minions
     # send to the main (two roads, competing only in the bottleneck's queue).
@@ -261,7 +261,7 @@ def test_two_transfers_share_the_link_fairly(direction: str) -> None:
 
 
 def test_pings_on_another_session_do_not_wait_behind_the_transfer() -> None:
-    # Issue 16: 100 B pings on another session through the same bottleneck during the
+    # Target: 100 B pings on another session through the same bottleneck during the
     # transfer: p50 <= 2 x the base round trip.  minion1 pings every 100 ms; the main
     # answers each at once; the main's transfer to minion0 fills the same downlink.
     path = star(2)

@@ -1,4 +1,4 @@
-"""Native alives (issue 12): once a native session is up, presence costs no signatures;
+"""Native alives: once a native session is up, presence costs no signatures;
 a silent remote is still declared dead on raet's schedule, a restarted one is found at
 once, and the presence period grows with the number of remotes."""
 

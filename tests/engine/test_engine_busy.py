@@ -1,4 +1,4 @@
-"""Handshake load protection (issue 12): a busy main answers new handshakes "busy" at
+"""Handshake load protection (docs/raet-wire.md §8.6): a busy main answers new handshakes "busy" at
 once, statelessly and never bigger than the request; the joiner backs off with jitter
 and comes back; sessions that work are never torn down while the main is loaded; a main
 that restarts with many minions takes them back gradually."""

@@ -1,4 +1,4 @@
-"""Acceptance D: random, mutated, forged, unsigned and replayed datagrams.
+"""Hostile input: random, mutated, forged, unsigned and replayed datagrams.
 
 Nothing escapes the engine, every bad datagram is counted as dropped with a reason, no
 reply goes to an unauthenticated packet beyond what the join protocol needs, replays are

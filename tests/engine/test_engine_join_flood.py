@@ -1,4 +1,4 @@
-"""F6: joins of new ids are unauthenticated, so what they can add is bounded: at most
+"""Joins of new ids are unauthenticated, so what they can add is bounded: at most
 ``max_pending`` keys wait for an operator (further new ids are dropped, the limit reported
 once each time it is reached), each source address gets a burst of new ids and then a
 trickle, and join state is bounded with the least recently asking joiner going first.

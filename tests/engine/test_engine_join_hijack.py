@@ -1,6 +1,6 @@
-"""F2: an unauthenticated packet never changes an established session.
+"""An unauthenticated packet never changes an established session.
 
-The report's attack: an unsigned join carrying a known minion's *public* keys (no capture
+The attack: an unsigned join carrying a known minion's *public* keys (no capture
 needed), sent from another address, moved the minion's address and fuid to the attacker,
 who then received its jobs; one 259-byte join drew 3,962 bytes (15x) at a spoofable
 address.  Here the attacker is a raw host on the FakeNet; the minion and the main keep
@@ -92,7 +92,7 @@ def test_one_spoofed_join_draws_at_most_three_times_its_size() -> None:
     pair, victim = _connected()  # the "attacker" address is the victim of a reflection
     join = _forged_join(pair, tid=77, vacuous=True)
     victim.send(join, MAIN_HA)
-    pair.until(lambda: False, timeout=15)  # the report counted 15 s: 22 answers, 3,962 B
+    pair.until(lambda: False, timeout=15)  # first found: 22 answers, 3,962 B in 15 s
     assert 0 < victim.received_bytes <= 3 * len(join)
 
 

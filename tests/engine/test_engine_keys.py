@@ -46,7 +46,7 @@ def test_a_deleted_pending_key_stays_deleted() -> None:
     pair = road_pair(main_config=NEVER)
     pair.minion.road.connect(MAIN_HA, pair.net.now)
     assert pair.until(lambda: bool(pair.main.of(JoinPending)))
-    pair.net.detach(MINION_HA)  # the minion is gone (the walkthrough's "ghost")
+    pair.net.detach(MINION_HA)  # the minion is gone (a "ghost")
     assert pair.main.decide(Action.DELETE, "minion", pair.net.now)
     assert pair.main_keep.load_role("minion") is None
     pair.until(lambda: False, timeout=300)

@@ -1,6 +1,6 @@
-"""F8: a minion follows a main that moved (same keys, new address).
+"""A minion follows a main that moved (same keys, new address).
 
-The report: after the master came back at a new address, the minion's join found the
+As first found: after the master came back at a new address, the minion's join found the
 master's name already taken by the record of its old address and failed with
 ``name_taken`` forever.  The estate with that name, role and keys is the same estate:
 the new remote takes it over, and its session ids continue from the old ones.

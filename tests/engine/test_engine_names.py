@@ -1,4 +1,4 @@
-"""F7: a join whose name the keep cannot store is a counted drop, never an exception.
+"""A join whose name the keep cannot store is a counted drop, never an exception.
 
 The join parser and the keep share one name rule (``raetsalt.keep.records.name_problem``),
 so nothing the parser accepts can fail later when the name becomes a file name.

@@ -1,4 +1,4 @@
-"""Native-profile negotiation (issue 3, F): chosen inside the authenticated handshake.
+"""Native-profile negotiation (docs/native-profile.md): chosen inside the authenticated handshake.
 
 Two raetsalt ends pick native; either end with ``native=False`` (and every raet 0.6.8
 peer, see tests/interop) gets the raet format; tampering with the handshake fails closed

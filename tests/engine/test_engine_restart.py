@@ -1,4 +1,4 @@
-"""Acceptance E: a restart of either side (same keep) re-establishes the session by itself."""
+"""A restart of either side (same keep) re-establishes the session by itself."""
 
 from __future__ import annotations
 

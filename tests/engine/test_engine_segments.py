@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
+from helpers.wire import sealed_header
 
 from raetsalt.crypto import Signer
 from raetsalt.engine.events import MessageDelivered, MessageReceived
@@ -21,8 +22,7 @@ from raetsalt.engine.message import (
 )
 from raetsalt.engine.road import Road
 from raetsalt.testing.pair import Pair, road_pair
-from raetsalt.wire.enums import BodyKind, CoatKind, Flag, FootKind, PacketKind, TransactionKind
-from raetsalt.wire.header import Header
+from raetsalt.wire.enums import Flag, PacketKind, TransactionKind
 from raetsalt.wire.packet import Packet, pack_packet, parse_packet_untrusted
 
 ATTACKER = ("10.6.6.6", 6666)
@@ -121,14 +121,11 @@ def test_sender_recovers_tail_loss_by_probing() -> None:
 
 def test_segment_heads_equal_encode_header() -> None:
     for ids in ((2, 3, 5, 9), (0x12345678, 0xFFFFFFF0, 1, 0xFFFFFFFF)):
-        base = Header(
+        base = sealed_header(
             source_uid=ids[0],
             destination_uid=ids[1],
             session_id=ids[2],
             transaction_id=ids[3],
-            body_kind=BodyKind.JSON,
-            coat_kind=CoatKind.NACL,
-            foot_kind=FootKind.NACL,
         )
         for count in (2, 17, 300):
             segments = [os.urandom(800) for _ in range(count - 1)] + [b"x" * 13]

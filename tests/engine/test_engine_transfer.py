@@ -1,4 +1,4 @@
-"""Acceptance B: join, allow, alive and messages over a lossy, duplicating, reordering net."""
+"""Join, allow, alive and messages over a lossy, duplicating, reordering net."""
 
 from __future__ import annotations
 

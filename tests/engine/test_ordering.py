@@ -1,4 +1,4 @@
-"""Issue 15: the ordering each profile promises, under seeded loss, duplication and reordering.
+"""The ordering each profile promises, under seeded loss, duplication and reordering.
 
 * raet profile: every message to a remote in the order sent (one transaction at a time).
 * native profile: per stream.  Messages up to ``native_express_size`` travel on the express

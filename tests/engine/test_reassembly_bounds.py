@@ -1,6 +1,6 @@
-"""Issue 10, F3: what a peer can make a road hold in unfinished messages is bounded.
+"""Unfinished messages: what a peer can make a road hold in unfinished messages is bounded.
 
-The attack from the security report, sans-IO: an accepted peer announces many 16 MiB
+The attack, sans-IO: an accepted peer announces many 16 MiB
 messages and never finishes them.  Memory held stays under the caps (measured with
 tracemalloc, not only by the engine's own bookkeeping), every refusal and discard is
 counted, stalled messages end after ``reassembly_timeout``, and the session keeps
@@ -74,7 +74,7 @@ def _native_pair(**main: Any) -> Pair:
 
 
 def test_native_flood_of_unfinished_messages_is_bounded_and_counted() -> None:
-    """200 datagrams of 48 B, each announcing a 16 MiB message (the report's attack)."""
+    """200 datagrams of 48 B, each announcing a 16 MiB message (the attack as first found)."""
     pair = _native_pair()
     main, attacker = pair.main.road, pair.minion.road
     channel = attacker.remote("main").channel

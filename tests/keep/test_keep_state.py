@@ -1,6 +1,6 @@
 """The keep read once (``load_state``), tolerant of unreadable documents.
 
-Point 9 of the security issue: one corrupt minion key file must not stop the master; that
+One corrupt minion key file must not stop the master; that
 minion is refused (not taken for a new id) and the file is named, the others are served.
 """
 

@@ -1,4 +1,4 @@
-"""Issue 10, F3 on the lane: what yards can make a lane hold in unfinished books is bounded.
+"""Unfinished books on the lane: what yards can make a lane hold in unfinished books is bounded.
 
 Hostile yards open books (multi-page messages) and never finish them: the bytes held
 stay under the per-yard and lane-wide caps (measured with tracemalloc too), every refusal

@@ -166,7 +166,7 @@ def test_publisher_acl_refusals(cluster: Cluster, args: list[str], message: str)
 
 
 def planted_echo(cluster: Cluster) -> tuple[Path, Path]:
-    """The report's F1 attack: ``nobody``'s own ``echo`` that records who ran it."""
+    """The argument-rule attack: ``nobody``'s own ``echo`` that records who ran it."""
     bindir = cluster.world.root / "attacker-bin"
     proof = cluster.world.root / "PWNED"
     bindir.mkdir(exist_ok=True)
@@ -195,7 +195,7 @@ def test_an_args_rule_allows_its_argument(cluster: Cluster) -> None:
 )
 def test_the_reported_root_escape_is_refused(cluster: Cluster, extra: list[str],
                                              message: str) -> None:
-    """F1: ``cmd.run 'echo abc' python_shell=False "env={'PATH': ...}"`` ran nobody's own
+    """``cmd.run 'echo abc' python_shell=False "env={'PATH': ...}"`` ran nobody's own
     ``echo`` as root on minion2 through an args-only publisher_acl rule."""
     bindir, proof = planted_echo(cluster)
     words = [word.format(bindir=bindir) for word in extra]

@@ -1,4 +1,4 @@
-"""A hostile local user against a real master (security report F4, F5): holding the
+"""A hostile local user against a real master (docs/security.md, Local users): holding the
 command socket with partial frames, and guessing eauth passwords as fast as the socket
 allows.  The attackers are forks of this process that drop to ``nobody``; other users'
 commands must still go through promptly.  Needs root.
@@ -63,11 +63,10 @@ class Cluster:
     home: Path
     socket_path: str
 
-    def salt_as(self, user: str, *args: str) -> tuple[int, str, str, float]:
-        started = time.monotonic()
-        code, out, err = run_as(user, str(self.home), salt_cli.main,
-                                ["-c", str(self.master_conf), *args])
-        return code, out, err, time.monotonic() - started
+    def salt_as(self, user: str, *args: str) -> tuple[int, str, str]:
+        """The salt CLI as ``user``: exit code, stdout, stderr.  Its own job timeout
+        (Salt's 5 s) bounds how long it waits: an answer in time is a success."""
+        return run_as(user, str(self.home), salt_cli.main, ["-c", str(self.master_conf), *args])
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +127,7 @@ class Child:
 
 
 def test_one_user_holding_100_partial_frames_does_not_starve_another(cluster: Cluster) -> None:
-    """F4: nobody opens 100 connections and leaves a partial frame on each; daemon's
+    """Nobody opens 100 connections and leaves a partial frame on each; daemon's
     eauth command must go through promptly (it hung 30 s and failed before)."""
 
     def hold(ready: Callable[[], None], wait_go: Callable[[], None]) -> int:
@@ -152,19 +151,18 @@ def test_one_user_holding_100_partial_frames_does_not_starve_another(cluster: Cl
 
     holder = Child("nobody", hold)
     holder.wait_ready()
-    code, out, err, took = cluster.salt_as("daemon", "-a", "file", "--username", "fred",
+    code, out, err = cluster.salt_as("daemon", "-a", "file", "--username", "fred",
                                            "--password", "fred-secret", "minion1",
                                            "test.ping", "--out", "json")
     still_open = holder.collect()
     assert (code, json_docs(out)) == (0, {"minion1": True}), err
-    assert took < 5.0, f"daemon's command took {took:.1f} s while nobody held 100"
     assert still_open <= 8  # command_socket_max_per_uid
     cluster.master.expect("command socket: closed")
 
 
 def test_thousands_of_pipelined_allowed_requests_do_not_starve_another_user(
         cluster: Cluster) -> None:
-    """F4 with requests nobody may make: 3,000 test.ping publishes written at once on
+    """Held connections with requests nobody may make: 3,000 test.ping publishes written at once on
     one connection kept daemon waiting over 10 s; each connection now gets a few
     requests per pass.  The flood's target matches no minion: what is measured is the
     master's reading and answering; a user allowed to run jobs on minion1 can keep it
@@ -189,12 +187,11 @@ def test_thousands_of_pipelined_allowed_requests_do_not_starve_another_user(
 
     flooder = Child("nobody", flood)
     flooder.wait_ready()
-    code, out, err, took = cluster.salt_as("daemon", "-a", "file", "--username", "fred",
+    code, out, err = cluster.salt_as("daemon", "-a", "file", "--username", "fred",
                                            "--password", "fred-secret", "minion1",
                                            "test.ping", "--out", "json")
     assert flooder.collect() > 0
     assert (code, json_docs(out)) == (0, {"minion1": True}), err
-    assert took < 5.0, f"daemon waited {took:.1f} s behind nobody's flood"
 
 
 def brute_force(path: str, username: str, seconds: float, lanes: int = 8
@@ -242,7 +239,7 @@ def brute_force(path: str, username: str, seconds: float, lanes: int = 8
 
 
 def test_eauth_brute_force_is_slowed_and_locked(cluster: Cluster) -> None:
-    """F5: 2,905 wrong guesses/s before.  Now a guesser gets a few checked guesses, then a
+    """2,905 wrong guesses/s before.  Now a guesser gets a few checked guesses, then a
     lockout; the master keeps serving others meanwhile; the right password works once
     the lockout is over."""
     attacker = Child("nobody", brute_force(cluster.socket_path, "fred", 3.0))
@@ -257,12 +254,12 @@ def test_eauth_brute_force_is_slowed_and_locked(cluster: Cluster) -> None:
     assert counts["locked"] > 0 and counts["other"] == 0
     cluster.master.expect("locked for 2 s after 6 failed logins")
     # Locked: even the right password is refused, until the lockout is over.
-    code, _, err, _ = cluster.salt_as("nobody", "-a", "file", "--username", "fred",
+    code, _, err = cluster.salt_as("nobody", "-a", "file", "--username", "fred",
                                       "--password", "fred-secret", "minion1", "test.ping")
     assert code == 2 and "Too many failed logins" in err
     deadline = time.monotonic() + LOCKOUT_TIME + 10.0
     while True:
-        code, out, err, _ = cluster.salt_as("nobody", "-a", "file", "--username", "fred",
+        code, out, err = cluster.salt_as("nobody", "-a", "file", "--username", "fred",
                                             "--password", "fred-secret", "minion1",
                                             "test.ping", "--out", "json")
         if code == 0:
@@ -292,7 +289,7 @@ def timed_login(path: str, username: str, password: str
 
 
 def test_wrong_and_unknown_users_cannot_be_told_apart_by_time(cluster: Cluster) -> None:
-    """F5: wrong 0.30 ms, right 0.54 ms, unknown user 0.28 ms before.  Now both failures
+    """Wrong 0.30 ms, right 0.54 ms, unknown user 0.28 ms before.  Now both failures
     are answered when their hold-back ends, whatever the check cost (each from its own
     uid and user name, so both are a first failure)."""
     runs: dict[str, list[float]] = {"wrong": [], "unknown": []}
@@ -314,12 +311,12 @@ def test_wrong_and_unknown_users_cannot_be_told_apart_by_time(cluster: Cluster) 
 
 @pytest.mark.parametrize("where", ["fun", "tgt", "compound", "arg"])
 def test_huge_names_are_not_echoed_in_full(cluster: Cluster, where: str) -> None:
-    """F10: what a user sends comes back (and reaches the master's log) cut short."""
+    """What a user sends comes back (and reaches the master's log) cut short."""
     huge = "x" * 100_000
     words = {"fun": ["minion1", huge], "tgt": [huge, "test.ping"],
              "compound": ["-C", f"{huge} and (", "test.ping"],
              "arg": ["minion1", "test.echo", f"{huge}=1"]}[where]
-    code, out, err, _ = cluster.salt_as("nobody", "-a", "file", "--username", "fred",
+    code, out, err = cluster.salt_as("nobody", "-a", "file", "--username", "fred",
                                         "--password", "fred-secret", *words)
     assert code != 0 and len(err) < 1000, err[:300]
     tail = cluster.master.drain()[-5:]

@@ -62,7 +62,7 @@ class Cluster:
 
     def reconfigure(self, extra: str) -> None:
         """Restart the master with ``extra`` config; wait until every minion is back."""
-        assert self.master.terminate_within(2.0) == 0
+        assert self.master.terminate() == 0
         self.world.master_dir(extra, alive=ALIVE)
         self.master = self.world.start("master", self.master_conf)
         self.master.expect("serving on")
@@ -119,11 +119,11 @@ def test_publishing_publish_functions_is_refused_on_the_minion(cluster: Cluster)
 
 def test_open_peer_config_publishes_and_returns_early(cluster: Cluster) -> None:
     cluster.reconfigure(OPEN)
-    started = time.monotonic()
-    done = cluster.call("minion1", "publish.publish", "minion[23]", "test.ping")
+    # It returns when both answered, not at its timeout: 600 s is far beyond the 30 s
+    # the helper lets the command run.
+    done = cluster.call("minion1", "publish.publish", "minion[23]", "test.ping", "timeout=600")
     assert done.returncode == 0, done.stderr + done.stdout
     assert local(done) == {"minion2": True, "minion3": True}
-    assert time.monotonic() - started < 4.0  # not the 5 s timeout
 
 
 def test_full_data_has_return_and_retcode(cluster: Cluster) -> None:
@@ -226,7 +226,7 @@ def test_a_forged_id_gets_the_permissions_of_the_road_identity(cluster: Cluster)
     assert cluster.wait_event("raetsalt/peer/minion3/denied")["data"]["id"] == "minion3"
 
 
-# ------------------------------------------------------------------ argument rules (F1)
+# ----------------------------------------------------------------------- argument rules
 
 ARGS_ONLY = (
     "peer:\n"
@@ -256,7 +256,7 @@ def test_a_peer_args_rule_allows_its_argument(cluster: Cluster) -> None:
     ],
 )
 def test_the_reported_peer_escape_is_refused(cluster: Cluster, arg: str, message: str) -> None:
-    """F1 through ``peer``: minion1 ran its own ``echo`` as root on minion2."""
+    """The argument rule attack via ``peer``: minion1 ran its own ``echo`` as root on minion2."""
     bindir = cluster.world.root / "attacker-bin"
     proof = cluster.world.root / "PWNED"
     bindir.mkdir(exist_ok=True)

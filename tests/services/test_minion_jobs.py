@@ -111,7 +111,7 @@ def test_a_publication_past_its_deadline_is_dropped_and_counted(
     skew: float, caplog: pytest.LogCaptureFixture
 ) -> None:
     jobs = connected(skew)
-    # the walkthrough: published with -t 5, delivered 29 s later
+    # as once seen: published with -t 5, delivered 29 s later
     actions = jobs.on_publish(timed(expires=WALL + skew - 24.0), 1.0, WALL)
     assert actions == [] and jobs.running == {}
     assert jobs.dropped == {"expired": 1}
@@ -332,10 +332,8 @@ def test_fork_executor_runs_jobs_concurrently_and_kills() -> None:
     executor = ForkExecutor(job)
     try:
         sleeper = executor.spawn("j1", "sleep")
-        started = time.monotonic()
         pid = executor.spawn("j2", "quick")
-        [(jid, outcome)] = _wait(executor, 1)
-        assert time.monotonic() - started < 2.0
+        [(jid, outcome)] = _wait(executor, 1)  # while j1 still sleeps (running below)
         assert jid == "j2" and outcome == {"value": "quick", "pid": pid, "set": [1]}
         assert executor.running() == {"j1": sleeper}
         assert executor.kill("j1", signal.SIGTERM)

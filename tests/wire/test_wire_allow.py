@@ -1,4 +1,4 @@
-"""Allow handshake body layouts (raet-protocol.md 7.2)."""
+"""Allow handshake body layouts (docs/raet-wire.md §8.2)."""
 
 from __future__ import annotations
 

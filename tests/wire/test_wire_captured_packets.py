@@ -1,16 +1,16 @@
 """Byte-exact checks against packets captured between two raet 0.6.8 stacks.
 
-Source: raet-protocol.md section 12 (examples A-G).  Keys there are derived from
+The packets (examples A-G) were captured between two raet 0.6.8 stacks whose keys are derived from
 sha256("<name>:sig") / sha256("<name>:pri"), which tests/crypto checks separately.
 """
 
 from __future__ import annotations
 
 import pytest
+from helpers.wire import SIGNATURE, fake_sign, join_header, sealed_header
 
 from raetsalt.wire import (
     BodyKind,
-    CoatKind,
     Flag,
     FootKind,
     Header,
@@ -37,12 +37,10 @@ JOIN_REQUEST_BODY = {
     "pubhex": MINION_PUBHEX,
     "role": "minion",
 }
-JOIN_REQUEST_HEADER = Header(
-    packet_kind=PacketKind.REQUEST,
-    transaction_kind=JOIN,
+JOIN_REQUEST_HEADER = join_header(
+    PacketKind.REQUEST,
     source_uid=2,
     transaction_id=1,
-    body_kind=BodyKind.JSON,
 )
 # Hex dump lines 0x00-0x4f of example A.
 JOIN_REQUEST_PREFIX = bytes.fromhex(
@@ -56,14 +54,6 @@ JOIN_ACK = bytes.fromhex(
     "72692052414554 0a706c2030303336 0a686c20 33360a66672030300a706b2031"
     "0a73652032 0a7469203 10a746b20310a626b20310a0a".replace(" ", "")
 )
-
-SIGNATURE = bytes(range(64))
-
-
-def _fake_sign(message: bytes) -> bytes:
-    assert message.endswith(b"\0" * 64)
-    return SIGNATURE
-
 
 def test_join_request_a_is_byte_exact() -> None:
     body = encode_body(BodyKind.JSON, JOIN_REQUEST_BODY)
@@ -90,12 +80,10 @@ def test_join_request_a_parses_back() -> None:
 
 
 def test_join_ack_c_full_datagram() -> None:
-    header = Header(
-        packet_kind=PacketKind.ACK,
-        transaction_kind=JOIN,
+    header = join_header(
+        PacketKind.ACK,
         source_uid=2,
         transaction_id=1,
-        body_kind=BodyKind.JSON,
     )
     assert pack_packet(header, encode_body(BodyKind.JSON, {})) == JOIN_ACK
     packet = parse_packet_untrusted(JOIN_ACK)
@@ -107,13 +95,11 @@ def test_join_ack_c_full_datagram() -> None:
 def test_join_response_b_head() -> None:
     body = {"name": "main", "mode": 1, "kind": 0, "uid": 2, "verhex": "b9" * 32,
             "pubhex": "5b" * 32, "role": "main"}  # fmt: skip
-    header = Header(
-        packet_kind=PacketKind.RESPONSE,
-        transaction_kind=JOIN,
+    header = join_header(
+        PacketKind.RESPONSE,
         destination_uid=2,
         transaction_id=1,
         flags=Flag.CF,
-        body_kind=BodyKind.JSON,
     )
     datagram = pack_packet(header, encode_body(BodyKind.JSON, body))
     assert len(datagram) == 261
@@ -153,18 +139,15 @@ def test_allow_hello_d_head_and_signed_bytes() -> None:
 def test_message_e_head_and_layout() -> None:
     # 20-byte body {"cmd":"ping","n":1} -> coat = 16 tag + 20 cipher + 24 nonce.
     assert encode_body(BodyKind.JSON, {"cmd": "ping", "n": 1}) == b'{"cmd":"ping","n":1}'
-    header = Header(
+    header = sealed_header(
         source_uid=2,
         destination_uid=2,
         session_id=2,
         transaction_id=3,
         flags=Flag.WF,
-        body_kind=BodyKind.JSON,
-        coat_kind=CoatKind.NACL,
-        foot_kind=FootKind.NACL,
     )
     coat = bytes(range(60))
-    datagram = pack_packet(header, coat, _fake_sign)
+    datagram = pack_packet(header, coat, fake_sign)
     assert len(datagram) == 194
     head = b"ri RAET\npl 00c2\nhl 46\nfg 04\nse 2\nde 2\nsi 2\nti 3\nbk 1\nck 1\nfk 1\nfl 40\n\n"
     assert datagram[:0x46] == head
@@ -180,18 +163,15 @@ def test_message_e_head_and_layout() -> None:
 
 
 def test_done_f_head() -> None:
-    header = Header(
+    header = sealed_header(
         packet_kind=PacketKind.DONE,
         source_uid=2,
         destination_uid=2,
         session_id=2,
         transaction_id=3,
         flags=Flag.WF | Flag.CF,
-        body_kind=BodyKind.JSON,
-        coat_kind=CoatKind.NACL,
-        foot_kind=FootKind.NACL,
     )
-    datagram = pack_packet(header, b"", _fake_sign)
+    datagram = pack_packet(header, b"", fake_sign)
     assert len(datagram) == 139
     assert datagram[:75] == (
         b"ri RAET\npl 008b\nhl 4b\nfg 05\npk f\nse 2\nde 2\nsi 2\nti 3\n"
@@ -206,9 +186,6 @@ SEGMENTED = dict(
     transaction_id=3,
     segment_count=3,
     message_length=0x993,
-    body_kind=BodyKind.JSON,
-    coat_kind=CoatKind.NACL,
-    foot_kind=FootKind.NACL,
 )
 
 
@@ -226,17 +203,17 @@ SEGMENTED = dict(
 def test_segment_heads_g(segment_number: int, head: bytes) -> None:
     # A 2,411-byte body gives a 2,451-byte coat stream (0x993) cut into 3 segments of
     # 1024 - (70-byte unsegmented head + 27 + 64) = 863 bytes.
-    header = Header(segment_number=segment_number, flags=Flag.SF, **SEGMENTED)  # type: ignore[arg-type]
+    header = sealed_header(segment_number=segment_number, flags=Flag.SF, **SEGMENTED)
     payload = segment_payload_size(header)
     assert payload == 863
-    datagram = pack_packet(header, bytes(payload), _fake_sign)
+    datagram = pack_packet(header, bytes(payload), fake_sign)
     assert datagram == head + bytes(payload) + SIGNATURE
     assert parse_packet_untrusted(datagram).header == header
 
 
 def test_last_segment_g_flags() -> None:
-    header = Header(segment_number=2, flags=Flag.SF | Flag.WF, **SEGMENTED)  # type: ignore[arg-type]
-    datagram = pack_packet(header, bytes(0x993 - 2 * 863), _fake_sign)
+    header = sealed_header(segment_number=2, flags=Flag.SF | Flag.WF, **SEGMENTED)
+    datagram = pack_packet(header, bytes(0x993 - 2 * 863), fake_sign)
     assert datagram.startswith(b"ri RAET\npl ")
     assert b"\nfg 0c\n" in datagram and b"\nsn 2\nsc 3\nml 993\n" in datagram
 
@@ -245,13 +222,12 @@ def test_last_segment_g_flags() -> None:
     ("header", "expected"),
     [
         (
-            Header(packet_kind=PacketKind.RENEW, transaction_kind=JOIN, source_uid=2,
-                   destination_uid=2, transaction_id=2, flags=Flag.CF, body_kind=BodyKind.JSON),
+            join_header(PacketKind.RENEW, source_uid=2, destination_uid=2, transaction_id=2,
+                        flags=Flag.CF),
             b"ri RAET\npl 003b\nhl 3b\nfg 01\npk b\nse 2\nde 2\nti 2\ntk 1\nbk 1\n\n",
         ),
         (
-            Header(packet_kind=PacketKind.PEND, transaction_kind=JOIN, destination_uid=2,
-                   transaction_id=1, flags=Flag.CF, body_kind=BodyKind.JSON),
+            join_header(PacketKind.PEND, destination_uid=2, transaction_id=1, flags=Flag.CF),
             b"ri RAET\npl 0036\nhl 36\nfg 01\npk e\nde 2\nti 1\ntk 1\nbk 1\n\n",
         ),
     ],
@@ -263,27 +239,22 @@ def test_nack_heads_g(header: Header, expected: bytes) -> None:
 
 @pytest.mark.parametrize("packet_kind", [PacketKind.REQUEST, PacketKind.ACK])
 def test_alive_heads_g_are_144_bytes(packet_kind: PacketKind) -> None:
-    header = Header(
+    header = sealed_header(
         packet_kind=packet_kind,
         transaction_kind=TransactionKind.ALIVE,
         source_uid=2,
         destination_uid=2,
         session_id=2,
         transaction_id=4,
-        body_kind=BodyKind.JSON,
-        coat_kind=CoatKind.NACL,
-        foot_kind=FootKind.NACL,
     )
-    assert len(pack_packet(header, b"", _fake_sign)) == 144
+    assert len(pack_packet(header, b"", fake_sign)) == 144
 
 
 def test_json_head_join_request() -> None:
-    header = Header(
-        packet_kind=PacketKind.REQUEST,
-        transaction_kind=JOIN,
+    header = join_header(
+        PacketKind.REQUEST,
         source_uid=2,
         transaction_id=1,
-        body_kind=BodyKind.JSON,
         head_kind=HeadKind.JSON,
     )
     body = encode_body(BodyKind.JSON, JOIN_REQUEST_BODY)
@@ -300,15 +271,12 @@ def test_json_head_join_request() -> None:
 
 
 def test_json_head_segment_size_uses_36() -> None:
-    header = Header(
+    header = sealed_header(
         source_uid=2,
         destination_uid=2,
         session_id=2,
         transaction_id=3,
-        body_kind=BodyKind.JSON,
-        coat_kind=CoatKind.NACL,
-        foot_kind=FootKind.NACL,
         head_kind=HeadKind.JSON,
     )
-    head_length = len(pack_packet(header, b"", _fake_sign)) - 64
+    head_length = len(pack_packet(header, b"", fake_sign)) - 64
     assert segment_payload_size(header) == 1024 - (head_length + 36 + 64)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from helpers.wire import SIGNATURE, sealed_header
 
 from raetsalt.errors import BadPacket, LocalError
 from raetsalt.wire import (
@@ -19,20 +22,19 @@ from raetsalt.wire import (
     segment_payload_size,
 )
 
-SIGNATURE = b"\x5a" * 64
-
-SIGNED = Header(
+SIGNED = sealed_header(
     packet_kind=PacketKind.ACK,
     transaction_kind=TransactionKind.ALIVE,
     source_uid=3,
     destination_uid=7,
     session_id=9,
     transaction_id=11,
-    body_kind=BodyKind.JSON,
-    coat_kind=CoatKind.NACL,
-    foot_kind=FootKind.NACL,
 )
 PLAIN = Header(packet_kind=PacketKind.ACK, transaction_kind=TransactionKind.JOIN, source_uid=2)
+
+
+# The first four lines of every text head, with placeholders for the lengths.
+HEAD = ["ri RAET", "pl XXXX", "hl XX", "fg 00"]
 
 
 def _head(*lines: str) -> bytes:
@@ -110,13 +112,13 @@ def test_pack_refuses_unencodable_headers(header: Header) -> None:
         pack_packet(header, b"")
 
 
-def test_largest_ids_fit_and_round_trip() -> None:
-    header = Header(
+def _widest(**fields: Any) -> Header:
+    """Every field of a head at its widest value (``fields`` add to them)."""
+    return Header(
         source_uid=0xFFFFFFFF,
         destination_uid=0xFFFFFFFF,
         session_id=0xFFFFFFFF,
         transaction_id=0xFFFFFFFF,
-        flags=Flag(0xFF),
         segment_number=0xFFFFFFFF,
         segment_count=0xFFFFFFFF,
         message_length=0xFFFFFFFF,
@@ -125,7 +127,12 @@ def test_largest_ids_fit_and_round_trip() -> None:
         body_kind=BodyKind.MSGPACK,
         coat_kind=CoatKind.NACL,
         foot_kind=FootKind.NACL,
+        **fields,
     )
+
+
+def test_largest_ids_fit_and_round_trip() -> None:
+    header = _widest(flags=Flag(0xFF))
     datagram = pack_packet(header, b"", lambda m: SIGNATURE)
     assert b"\nfg ff\n" in datagram and b"\nse ffffffff\n" in datagram
     assert parse_packet_untrusted(datagram).header == header
@@ -133,31 +140,15 @@ def test_largest_ids_fit_and_round_trip() -> None:
 
 def test_head_over_255_bytes_is_refused_by_json_packer() -> None:
     # The biggest JSON head: every field at its widest decimal value.
-    header = Header(
-        packet_kind=PacketKind.UNKNOWN,
-        transaction_kind=TransactionKind.UNKNOWN,
-        source_uid=0xFFFFFFFF,
-        destination_uid=0xFFFFFFFF,
-        session_id=0xFFFFFFFF,
-        transaction_id=0xFFFFFFFF,
-        segment_number=0xFFFFFFFF,
-        segment_count=0xFFFFFFFF,
-        message_length=0xFFFFFFFF,
-        body_kind=BodyKind.MSGPACK,
-        coat_kind=CoatKind.NACL,
-        foot_kind=FootKind.NACL,
-        head_kind=HeadKind.JSON,
-    )
+    header = _widest(head_kind=HeadKind.JSON)
     datagram = pack_packet(header, b"", lambda m: SIGNATURE)
     assert len(datagram) - 64 <= 255
     assert parse_packet_untrusted(datagram).header == header
 
 
 def test_segment_payload_size_ignores_segment_fields() -> None:
-    base = Header(source_uid=2, destination_uid=2, session_id=2, transaction_id=3,
-                  body_kind=BodyKind.JSON, coat_kind=CoatKind.NACL,
-                  foot_kind=FootKind.NACL)  # fmt: skip
-    segment = Header(
+    base = sealed_header(source_uid=2, destination_uid=2, session_id=2, transaction_id=3)
+    segment = sealed_header(
         source_uid=2,
         destination_uid=2,
         session_id=2,
@@ -166,18 +157,13 @@ def test_segment_payload_size_ignores_segment_fields() -> None:
         segment_count=77,
         message_length=66000,
         flags=Flag.SF,
-        body_kind=BodyKind.JSON,
-        coat_kind=CoatKind.NACL,
-        foot_kind=FootKind.NACL,
     )
     assert segment_payload_size(base) == segment_payload_size(segment) == 863
     # every segment of a message up to 65535 x 1024 bytes still fits its packet
     size = segment_payload_size(segment)
     assert len(pack_packet(segment, bytes(size), lambda m: SIGNATURE)) <= 1024
     # one more hex digit in an id costs one payload byte
-    wider = Header(source_uid=0x20, destination_uid=2, session_id=2, transaction_id=3,
-                   body_kind=BodyKind.JSON, coat_kind=CoatKind.NACL,
-                  foot_kind=FootKind.NACL)  # fmt: skip
+    wider = sealed_header(source_uid=0x20, destination_uid=2, session_id=2, transaction_id=3)
     assert segment_payload_size(wider) == 862
 
 
@@ -208,50 +194,60 @@ def test_packet_length_mismatch() -> None:
     _bad(good[:-1], "length")
 
 
+# Text heads the parser refuses: the lines after ``HEAD`` (``;`` between lines), and why.
+BAD_HEAD_TABLE = """
+vn 1            | version must be 0
+hk 1            | a text head claiming to be a JSON head
+zz 1            | an unknown key
+bl 1            | a key raet knows but never sends
+cf True         | a flag written as a key of its own
+pk              | a line without a space
+pk 1 2          | a line with two
+se 2g           | bad hex
+se -1           | a sign
+se 0x1          | a prefix
+se 1_0          | an underscore
+se  1           | two spaces
+se 100000000    | too many digits
+se 1;se 1       | a repeated field
+pk 20           | unknown packet kind
+tk 5            | unknown transaction kind
+bk 4            | unknown body kind
+ck 2            | unknown coat kind
+fk 2;fl 100     | unknown foot kind
+dt nan          | dt must look like "%f"
+"""
+BAD_HEAD_LINES = [
+    (row.split("|")[0].rstrip().split(";"), row.split("|")[1].strip())
+    for row in BAD_HEAD_TABLE.strip("\n").splitlines()
+]
+
+
+@pytest.mark.parametrize(("extra", "why"), BAD_HEAD_LINES, ids=[w for _, w in BAD_HEAD_LINES])
+def test_malformed_text_heads(extra: list[str], why: str) -> None:
+    _bad(_with_lengths([*HEAD, *extra]), "header")
+
+
 @pytest.mark.parametrize(
-    ("lines", "tail", "trigger"),
+    "lines",
     [
-        # version must be 0
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "vn 1"], b"", "header"),
-        # a text head claiming to be a JSON head
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "hk 1"], b"", "header"),
-        # unknown key, and keys raet knows but never sends
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "zz 1"], b"", "header"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "bl 1"], b"", "header"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "cf True"], b"", "header"),
-        # a line without a space, and one with two
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "pk"], b"", "header"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "pk 1 2"], b"", "header"),
-        # bad hex, signs, prefixes, too many digits
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "se 2g"], b"", "header"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "se -1"], b"", "header"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "se 0x1"], b"", "header"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "se 1_0"], b"", "header"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "se  1"], b"", "header"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "se 100000000"], b"", "header"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 0"], b"", "header"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 000"], b"", "header"),
-        # repeated field
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "se 1", "se 1"], b"", "header"),
-        # required fields missing
-        (["ri RAET", "pl XXXX", "hl XX"], b"", "header"),
-        (["ri RAET", "hl XX", "fg 00"], b"", "header"),
-        # unknown enumeration values
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "pk 20"], b"", "header"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "tk 5"], b"", "header"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "bk 4"], b"", "header"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "ck 2"], b"", "header"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "fk 2", "fl 100"], b"", "header"),
-        # dt must look like "%f"
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "dt nan"], b"", "header"),
-        # foot length must fit the foot kind and the datagram
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "fk 1"], bytes(64), "foot"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "fk 1", "fl 40"], bytes(63), "foot"),
-        (["ri RAET", "pl XXXX", "hl XX", "fg 00", "fl 40"], bytes(64), "foot"),
+        ["ri RAET", "pl XXXX", "hl XX", "fg 0"],  # flags of one digit
+        ["ri RAET", "pl XXXX", "hl XX", "fg 000"],  # and of three
+        ["ri RAET", "pl XXXX", "hl XX"],  # required fields missing
+        ["ri RAET", "hl XX", "fg 00"],
     ],
 )
-def test_malformed_text_heads(lines: list[str], tail: bytes, trigger: str) -> None:
-    _bad(_with_lengths(lines, tail), trigger)
+def test_text_heads_without_their_first_lines_right(lines: list[str]) -> None:
+    _bad(_with_lengths(lines), "header")
+
+
+@pytest.mark.parametrize(
+    ("extra", "tail"),
+    [(["fk 1"], bytes(64)), (["fk 1", "fl 40"], bytes(63)), (["fl 40"], bytes(64))],
+)
+def test_a_foot_length_must_fit_the_foot_kind_and_the_datagram(extra: list[str], tail: bytes
+                                                               ) -> None:
+    _bad(_with_lengths([*HEAD, *extra], tail), "foot")
 
 
 def test_well_formed_oddities_are_accepted() -> None:

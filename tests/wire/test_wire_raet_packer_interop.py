@@ -14,12 +14,12 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
+from helpers.wire import join_header, sealed_header
 
 from raetsalt.crypto import KeyPair, SessionBox, Signer, Verifier
 from raetsalt.errors import LocalError
 from raetsalt.wire import (
     BodyKind,
-    CoatKind,
     Flag,
     FootKind,
     Header,
@@ -102,35 +102,28 @@ def _ours(header: Header, body: Any) -> bytes:
 
 HEADERS = [
     # join request / ack (plain, unsigned)
-    (Header(packet_kind=PacketKind.REQUEST, transaction_kind=TransactionKind.JOIN, source_uid=2,
-            transaction_id=1, body_kind=BodyKind.JSON),
+    (join_header(PacketKind.REQUEST, source_uid=2, transaction_id=1),
      {"name": "minion", "mode": 0, "kind": 0, "role": "minion"}),
-    (Header(packet_kind=PacketKind.ACK, transaction_kind=TransactionKind.JOIN, source_uid=2,
-            transaction_id=1, body_kind=BodyKind.JSON), {}),
+    (join_header(PacketKind.ACK, source_uid=2, transaction_id=1), {}),
     # allow hello: raw body, signed
     (Header(packet_kind=PacketKind.HELLO, transaction_kind=TransactionKind.ALLOW, source_uid=2,
             destination_uid=2, session_id=1, transaction_id=2, body_kind=BodyKind.RAW,
             foot_kind=FootKind.NACL), b"0" * 64 + bytes(range(136))),
     # message: encrypted and signed, with flags and big ids
-    (Header(source_uid=0x1234, destination_uid=0xFFFFFFFF, session_id=0x80000000,
-            transaction_id=0xABCDEF, flags=Flag.WF | Flag.AF, body_kind=BodyKind.JSON,
-            coat_kind=CoatKind.NACL, foot_kind=FootKind.NACL),
+    (sealed_header(source_uid=0x1234, destination_uid=0xFFFFFFFF, session_id=0x80000000,
+                   transaction_id=0xABCDEF, flags=Flag.WF | Flag.AF),
      {"cmd": "ping", "n": 1, "nested": {"b": [1, 2, None], "a": "\u00e9"}}),
     # done with echoed wf|cf, empty encrypted body
-    (Header(packet_kind=PacketKind.DONE, source_uid=2, destination_uid=2, session_id=2,
-            transaction_id=3, flags=Flag.WF | Flag.CF, body_kind=BodyKind.JSON,
-            coat_kind=CoatKind.NACL, foot_kind=FootKind.NACL), {}),
+    (sealed_header(packet_kind=PacketKind.DONE, source_uid=2, destination_uid=2, session_id=2,
+                   transaction_id=3, flags=Flag.WF | Flag.CF), {}),
     # ack with sn beyond sc (raet's "send more" ack)
-    (Header(packet_kind=PacketKind.ACK, source_uid=5, destination_uid=6, session_id=7,
-            transaction_id=8, segment_number=0x41, flags=Flag.CF, body_kind=BodyKind.JSON,
-            coat_kind=CoatKind.NACL, foot_kind=FootKind.NACL), {}),
+    (sealed_header(packet_kind=PacketKind.ACK, source_uid=5, destination_uid=6, session_id=7,
+                   transaction_id=8, segment_number=0x41, flags=Flag.CF), {}),
     # JSON head kind
-    (Header(packet_kind=PacketKind.REQUEST, transaction_kind=TransactionKind.JOIN, source_uid=2,
-            transaction_id=1, body_kind=BodyKind.JSON, head_kind=HeadKind.JSON),
+    (join_header(PacketKind.REQUEST, source_uid=2, transaction_id=1, head_kind=HeadKind.JSON),
      {"name": "minion", "role": "minion"}),
-    (Header(source_uid=2, destination_uid=3, session_id=4, transaction_id=5, flags=Flag.WF,
-            body_kind=BodyKind.JSON, coat_kind=CoatKind.NACL, foot_kind=FootKind.NACL,
-            head_kind=HeadKind.JSON), {"x": 1}),
+    (sealed_header(source_uid=2, destination_uid=3, session_id=4, transaction_id=5, flags=Flag.WF,
+                   head_kind=HeadKind.JSON), {"x": 1}),
 ]  # fmt: skip
 
 
@@ -186,9 +179,8 @@ def _fields(header: Header) -> dict[str, Any]:
 @pytest.mark.parametrize("head_kind", [HeadKind.RAET, HeadKind.JSON])
 @pytest.mark.parametrize("size", [10, 800, 900, 2411, 20000])
 def test_raet_segments_the_same_way(packeting: Any, head_kind: HeadKind, size: int) -> None:
-    header = Header(source_uid=2, destination_uid=0x123, session_id=2, transaction_id=3,
-                    body_kind=BodyKind.JSON, coat_kind=CoatKind.NACL, foot_kind=FootKind.NACL,
-                    head_kind=head_kind)  # fmt: skip
+    header = sealed_header(source_uid=2, destination_uid=0x123, session_id=2, transaction_id=3,
+                           head_kind=head_kind)
     body = {"fill": "".join(chr(0x41 + i % 26) for i in range(size))}
     tray = packeting.TxTray(stack=_fake_stack(2), data=_raet_data(header), body=body)
     tray.pack()
