@@ -1,4 +1,4 @@
-"""Outputters: exact texts for test.ping (salt-semantics 8.3) and the nested layout, without
+"""Outputters: exact texts for test.ping (as Salt prints them) and the nested layout, without
 Salt installed; test_output_oracle.py compares every outputter with Salt itself."""
 
 from __future__ import annotations

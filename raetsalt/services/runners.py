@@ -1,5 +1,5 @@
 """The master's runners: ``manage.*`` and ``jobs.*`` with Salt's return shapes
-(salt-semantics.md §7).
+as Salt's own runners shape them.
 
 Presence, not pings: ``manage.up``/``down``/``status`` read the road's state instead of
 publishing ``test.ping`` and waiting (Salt's way).  A minion is *up* when its session is
