@@ -1,5 +1,5 @@
-"""The master's runners: ``manage.*`` and ``jobs.*`` with Salt's return shapes
-as Salt's own runners shape them.
+"""The master's runners: ``manage.*`` and ``jobs.*``, answering in the shapes Salt's own
+runners return.
 
 Presence, not pings: ``manage.up``/``down``/``status`` read the road's state instead of
 publishing ``test.ping`` and waiting (Salt's way).  A minion is *up* when its session is
