@@ -21,7 +21,7 @@ KiB loopback ones.  The cases and the issue's targets:
 Goodput counts message bodies from the send to the last acknowledgement (the join is
 before).  Figures are medians over ``--reps`` runs, each with a fresh relay and estates.
 These are not tests; ``make test`` never runs them (the same behaviour is asserted in
-virtual time by tests/engine/test_congestion.py).
+virtual time by tests/engine/native/test_congestion.py).
 """
 
 from __future__ import annotations

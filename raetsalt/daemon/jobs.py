@@ -29,8 +29,8 @@ from raetsalt.daemon.executor import ForkExecutor
 from raetsalt.daemon.keys import SHARE_KEY, KeyService
 from raetsalt.daemon.roster import RoadRoster
 from raetsalt.daemon.saltmaster import MasterBridge
-from raetsalt.engine.alive_native import announced_period, take_hint_untrusted
 from raetsalt.engine.events import Allowed, MessageReceived
+from raetsalt.engine.native.alive import announced_period
 from raetsalt.errors import LocalError
 from raetsalt.execution.grains import core_grains
 from raetsalt.execution.loader import Context, Loader
@@ -306,7 +306,7 @@ class MasterService:
     def _announce_alive(self) -> list[Any]:
         """When the silence we ask of minions grew by a quarter (more minions), tell the
         connected ones at once: those that connected early would otherwise keep the
-        shorter period until they reconnect (``raetsalt.engine.alive_native``)."""
+        shorter period until they reconnect (``raetsalt.engine.native.alive``)."""
         road = self.node.stack.road
         alive = announced_period(road.config, len(road.remotes))
         if alive <= self.announced * 1.25:
@@ -541,10 +541,6 @@ class MinionService:
             if share == p.SHARE_FUN:
                 actions.extend(self.jobs.on_publish(event.body, now, now_wall))
             elif share == p.SHARE_CLOCK:
-                road = self.node.stack.road
-                remote = road.remotes_by_name.get(event.remote)
-                if remote is not None:
-                    take_hint_untrusted(remote, event.body.get("alive"))
                 actions.extend(self.jobs.on_clock(event.body, now, now_wall))
             elif share == p.SHARE_PILLAR:
                 pillar = event.body.get("pillar")

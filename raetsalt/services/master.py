@@ -218,7 +218,7 @@ class MasterJobs:
     def on_clock_req(self, minion: str, alive: float = 0.0) -> list[Action]:
         """The master's clock for ``minion`` (the answer to its ``clock_req``), so that it
         can judge publication deadlines; with ``alive``, the silence the master asks of
-        its minions before they probe it (``raetsalt.engine.alive_native``)."""
+        its minions before they probe it (``raetsalt.engine.native.alive``)."""
         extra = {"alive": alive} if alive > 0 else {}
         return [ToMinion(minion, p.road_message(self.estate, None, p.SHARE_CLOCK,
                                                 time=self.utcnow().timestamp(), **extra))]
