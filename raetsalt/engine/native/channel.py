@@ -309,15 +309,12 @@ class Channel:
         counter, offset, ha = recovery.counter, item.sent, self.remote.ha
         train = trains.Train(length * (count - 1))
         train.segment = length
-        seal(
-            key, nonce, fuid, counter, least, kind, stream, seq, item.body, offset, chunk,
-            count - 1, False, train,
-        )  # fmt: skip
+        # All but the last piece in one train, then the last, which may ask for an ack.
+        seal(key, nonce, fuid, counter, least, kind, stream, seq, item.body, offset, chunk,
+             count - 1, False, train)
         last = bytearray(length + ack_now)
-        seal(
-            key, nonce, fuid, counter + count - 1, least, kind, stream, seq, item.body,
-            offset + (count - 1) * chunk, chunk, 1, ack_now, last,
-        )  # fmt: skip
+        seal(key, nonce, fuid, counter + count - 1, least, kind, stream, seq, item.body,
+             offset + (count - 1) * chunk, chunk, 1, ack_now, last)
         if self.port.config.native_trains:
             out.append((train, ha))
         else:
@@ -434,8 +431,12 @@ class Channel:
             self._use(keys.box)
         elif keys.previous is not None:
             keys.opened_with_current(now, self.recovery.pto)
+        receiver = self.receiver
         try:
-            self._take(counter, plain, now)
+            receiver.take_packet(counter, plain, now)
+            if receiver.probed:  # the remote probes us: the answer says how long to wait
+                receiver.probed = False
+                self.hint_due = True
             if self._path_answer or (source is not None and source != self.remote.ha):
                 self._on_new_source(source or self.remote.ha, counter > highest, now)
             self._heard(now)
