@@ -267,3 +267,27 @@ def test_no_import_circle_in_the_package() -> None:
 def test_the_circle_finder_finds_circles() -> None:
     assert find_circle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert find_circle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_libsodium_is_reached_through_crypto_only() -> None:
+    """PyNaCl is imported by ``crypto/`` alone (and by ``errors.py``, whose
+    ``CryptoError`` is also PyNaCl's, so callers catch either); its private cffi module
+    only by the adapter of the compiled kernel, ``crypto/kernel.py``."""
+    users: dict[str, set[str]] = {}
+    for module in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(module.read_text(), str(module))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                if name.split(".")[0] == "nacl":
+                    users.setdefault(name, set()).add(str(module.relative_to(PACKAGE)))
+    outside = {
+        path for paths in users.values() for path in paths
+        if not path.startswith("crypto/") and path != "errors.py"
+    }
+    assert not outside, f"nacl imported outside crypto/: {sorted(outside)}"
+    assert users.get("nacl._sodium") == {"crypto/kernel.py"}

@@ -182,6 +182,12 @@ def test_a_main_asks_its_remotes_for_a_longer_silence_and_a_remote_bounds_it() -
     assert minion.get_timer() == pytest.approx(_on_grid(remote.last_rx + 8.0))
 
 
+def _asking_pair() -> Pair:
+    """A pair whose main asks for 8 s of silence (its period is 10 s for one remote)."""
+    return road_pair(minion_config={"presence_period": 3.0},
+                     main_config={"presence_period": 3.0, "alive_rate": 0.1})
+
+
 def _hints(tap: Tap, pair: Pair, sender: str) -> list[int]:
     """The HINT frames (milliseconds) in the native datagrams ``tap`` saw ``sender`` send,
     opened with the session's key."""
@@ -211,8 +217,7 @@ def _hints(tap: Tap, pair: Pair, sender: str) -> list[int]:
 
 
 def test_the_hint_travels_in_the_sessions_frames_at_the_start_and_in_probe_answers() -> None:
-    pair = road_pair(minion_config={"presence_period": 3.0},
-                     main_config={"presence_period": 3.0, "alive_rate": 0.1})
+    pair = _asking_pair()
     main_tap = Tap(pair.main.road)
     pair.net.attach(MAIN_HA, main_tap)
     assert pair.connect()
@@ -239,8 +244,7 @@ def test_a_road_that_asks_for_nothing_sends_no_hint() -> None:
 
 
 def test_a_hint_is_withdrawn_with_zero_when_the_main_no_longer_needs_it() -> None:
-    pair = road_pair(minion_config={"presence_period": 3.0},
-                     main_config={"presence_period": 3.0, "alive_rate": 0.1})
+    pair = _asking_pair()
     assert pair.connect()
     pair.net.run_until(lambda: False, timeout=1.0)
     remote = pair.minion.road.remote("main")
@@ -268,8 +272,7 @@ class _Asking:
 
 
 def test_a_forged_hint_value_is_bounded() -> None:
-    pair = road_pair(minion_config={"presence_period": 3.0},
-                     main_config={"presence_period": 3.0, "alive_rate": 0.1})
+    pair = _asking_pair()
     assert pair.connect()
     channel = pair.minion.road.remote("main").channel
     assert channel is not None
