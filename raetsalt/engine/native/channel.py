@@ -373,14 +373,23 @@ class Channel:
     # -- time ---------------------------------------------------------------------------
 
     def _arm(self) -> None:
+        """Wake at the earliest of what is due (once per packet and per flush: the
+        receiver's deadlines are read here, not asked for, and recovery is asked only
+        while something is in flight)."""
         recovery = self.recovery
-        when = recovery.get_timer()
+        when = recovery.get_timer() if recovery.bytes_in_flight else None
         expires = self.scheduler.next_expiry()
         if expires is not None and (when is None or expires < when):
             when = expires
-        received = self.receiver.get_timer()
-        if received is not None and (when is None or received < when):
-            when = received
+        receiver = self.receiver
+        ack_deadline = receiver.ack_deadline
+        if ack_deadline is not None and (when is None or ack_deadline < when):
+            when = ack_deadline
+        for inbox in receiver.inboxes:
+            if inbox.partials or inbox.ready:
+                stall = inbox.get_timer()
+                if stall is not None and (when is None or stall < when):
+                    when = stall
         if self._pacing_wait:
             release = self.cc.release_at(self.datagram_size)
             if when is None or release < when:

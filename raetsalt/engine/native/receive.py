@@ -97,6 +97,8 @@ class Receiver:
         self.ack_due = False
         """An ack must go out at the next flush, data or not."""
         self.ack_deadline: float | None = None
+        """When a lone packet's ack is due (the channel's timer: it also wakes for the
+        inboxes' stall time-outs)."""
         self.probed = False
         """A probe (``ACK_NOW`` alone) came since the channel last looked."""
         self._on_ack = on_ack
@@ -360,16 +362,6 @@ class Receiver:
         self.ack_deadline = None
 
     # -- time ---------------------------------------------------------------------------
-
-    def get_timer(self) -> float | None:
-        """The earliest of the ack's deadline and the inboxes' stall time-outs."""
-        when = self.ack_deadline
-        for inbox in self.inboxes:
-            if inbox.partials or inbox.ready:
-                stall = inbox.get_timer()
-                if stall is not None and (when is None or stall < when):
-                    when = stall
-        return when
 
     def on_timer(self, now: float) -> None:
         for inbox in self.inboxes:

@@ -85,6 +85,7 @@ class Recovery:
         self._sent_base = 1
         self._head = 0  # index of the oldest packet in flight (or len(_sent))
         self.bytes_in_flight = 0
+        """Bytes of the packets in flight: 0 exactly when none is (no datagram is empty)."""
         self.largest_acked = 0
         self.srtt = INITIAL_RTT
         self.rttvar = INITIAL_RTT / 2
