@@ -8,7 +8,7 @@ A main and its minions run in this process (one selector loop); every datagram b
 them crosses ``udp_relay.py`` with a bottleneck each way: ``--rate-mbit`` megabits per
 second, half of ``--rtt-ms`` one-way delay, a drop-tail queue of ``--queue`` datagrams and
 the case's random loss.  Native datagrams are 1,400 bytes (a real network's), not the 64
-KiB loopback ones.  The cases and the issue's targets:
+KiB loopback ones.  The cases and their targets:
 
   transfer  the main sends 16 MiB (16 x 1 MiB) to a minion: goodput >= 80 % of the rate,
             queue drops <= 2 % of the datagrams the relay received for the minion
@@ -22,7 +22,7 @@ KiB loopback ones.  The cases and the issue's targets:
 Goodput counts message bodies from the send to the last acknowledgement (the join is
 before).  Figures are medians over ``--reps`` runs, each with a fresh relay and estates.
 These are not tests; ``make test`` never runs them (the same behaviour is asserted in
-virtual time by tests/engine/test_congestion.py).
+virtual time by tests/engine/native/test_congestion.py).
 """
 
 from __future__ import annotations

@@ -1,10 +1,13 @@
 /* raetsalt._trains: the native profile's per-datagram work in C (docs/native-profile.md).
  *
- * The compiled twin of raetsalt/engine/trains.py (PyKernel), which says what every function
+ * The compiled twin of raetsalt/engine/native/trains.py (PyKernel), which says what every function
  * does; both are tested against each other byte for byte.  Only computation: no sockets,
  * clocks or files.  libsodium is PyNaCl's own copy, reached through the two function
- * pointers that bind() receives (nacl._sodium's cffi library hands them out), so no
+ * pointers that bind() receives (raetsalt/crypto/kernel.py finds them in PyNaCl), so no
  * second libsodium is linked or needed.
+ *
+ * The layouts below are raetsalt/engine/native/frames.py's (tests/engine/native/
+ * test_frames_kernel.py reads these #defines and compares them).
  *
  * Untrusted input (open_train's datagrams) is read only inside the bounds of its buffer;
  * anything that is not exactly the layout the fast path knows is handed back to Python
@@ -35,7 +38,7 @@ static box_fn box_open_easy = NULL; /* crypto_box_open_easy_afternm */
 #define MAGIC0 0xf5
 #define MAGIC1 0x01
 #define MAX_DATAGRAM 65535
-#define ABI 2 /* raetsalt.engine.trains.ABI: a module built from other source is not used */
+#define ABI 2 /* raetsalt.engine.native.trains.ABI: a module built from other source is not used */
 
 enum { ENTRY_RUN = 0, ENTRY_PLAIN = 1, ENTRY_RAW = 2, ENTRY_FORGED = 3 };
 
@@ -438,7 +441,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "raetsalt._trains",
-    "The native profile's per-datagram work in C (see raetsalt.engine.trains).", -1, methods,
+    "The native profile's per-datagram work in C (see raetsalt.engine.native.trains).", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__trains(void) {

@@ -102,21 +102,42 @@ def test_the_guard_covers_the_engine() -> None:
 
 
 
+ENGINE = PACKAGE / "engine"
+
+
+def _engine_name(module: Path) -> str:
+    """``road``, ``native.channel``, ``native`` (the package's ``__init__``)..."""
+    parts = list(module.relative_to(ENGINE).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 def _engine_imports() -> dict[str, set[str]]:
-    """module -> engine modules it imports (TYPE_CHECKING imports too)."""
+    """module -> engine modules it imports (TYPE_CHECKING imports too), by their names
+    under ``raetsalt.engine`` (``native.channel``); ``from raetsalt.engine.native import
+    trains`` counts as ``native.trains``."""
+    modules = sorted(
+        p for p in ENGINE.rglob("*.py") if p.name != "__init__.py" or p.parent != ENGINE
+    )
+    names = {_engine_name(p) for p in modules}
     graph: dict[str, set[str]] = {}
-    for module in sorted((PACKAGE / "engine").glob("*.py")):
-        name = module.stem
+    for module in modules:
+        name = _engine_name(module)
         found: set[str] = set()
         for node in ast.walk(ast.parse(module.read_text(), str(module))):
             if isinstance(node, ast.ImportFrom) and node.module:
-                target = node.module
+                targets = [f"{node.module}.{alias.name}" for alias in node.names]
             elif isinstance(node, ast.Import):
-                target = node.names[0].name
+                targets = [alias.name for alias in node.names]
             else:
                 continue
-            if target.startswith("raetsalt.engine."):
-                found.add(target.split(".")[2])
+            for target in targets:
+                if not target.startswith("raetsalt.engine."):
+                    continue
+                inner = target.removeprefix("raetsalt.engine.")
+                while inner and inner not in names:
+                    inner = inner.rpartition(".")[0]
+                if inner:
+                    found.add(inner)
         graph[name] = found - {name}
     return graph
 
@@ -139,8 +160,29 @@ def test_the_engine_imports_run_one_way() -> None:
 
     for name in graph:
         visit(name)
-    transactions = {"join", "allow", "alive", "message", "native", "transaction", "joindesk"}
+    native = {name for name in graph if name.startswith("native.")}
+    assert {"native.channel", "native.frames", "native.recovery", "native.receive"} <= native
+    transactions = {"join", "allow", "alive", "message", "transaction", "joindesk"} | native
     assert all("road" not in graph[name] for name in transactions)
+
+
+def test_the_native_wing_stands_on_its_frames() -> None:
+    """Inside ``engine/native/`` imports run one way: ``channel`` on top, ``frames`` at the
+    bottom (it imports no other native module), and only ``channel`` is imported by the
+    engine outside it, besides the layouts (``frames``), the kernel's ``Train`` and the
+    presence helpers (``alive``)."""
+    graph = _engine_imports()
+    assert not {t for t in graph["native.frames"] if t.startswith("native")}
+    below_channel = {"native.receive", "native.recovery", "native.scheduler", "native.flow",
+                     "native.congestion", "native.trains", "native.rekey", "native.migration",
+                     "native.alive", "native.frames"}
+    assert all("native.channel" not in graph[name] for name in below_channel)
+    outside = {
+        target
+        for name, targets in graph.items() if not name.startswith("native")
+        for target in targets if target.startswith("native")
+    }
+    assert outside <= {"native.channel", "native.frames", "native.alive"}
 
 
 def test_the_engine_does_no_keep_io() -> None:
@@ -280,3 +322,25 @@ def test_the_upward_import_finder_finds_them() -> None:
 def test_paths_is_a_leaf() -> None:
     """Every layer finds its files through ``raetsalt.paths``: it imports only errors."""
     assert package_imports()["raetsalt.paths"] <= {"raetsalt.errors"}
+def test_libsodium_is_reached_through_crypto_only() -> None:
+    """PyNaCl is imported by ``crypto/`` alone (and by ``errors.py``, whose
+    ``CryptoError`` is also PyNaCl's, so callers catch either); its private cffi module
+    only by the adapter of the compiled kernel, ``crypto/kernel.py``."""
+    users: dict[str, set[str]] = {}
+    for module in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(module.read_text(), str(module))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                if name.split(".")[0] == "nacl":
+                    users.setdefault(name, set()).add(str(module.relative_to(PACKAGE)))
+    outside = {
+        path for paths in users.values() for path in paths
+        if not path.startswith("crypto/") and path != "errors.py"
+    }
+    assert not outside, f"nacl imported outside crypto/: {sorted(outside)}"
+    assert users.get("nacl._sodium") == {"crypto/kernel.py"}

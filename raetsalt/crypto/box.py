@@ -8,11 +8,9 @@ Layout (docs/raet-wire.md §4.2), libsodium "easy" form::
 raet recomputes the X25519 agreement for every packet; here ``beforenm`` runs once
 per ``SessionBox`` and every packet only pays for XSalsa20-Poly1305.
 
-The native profile's packets (``encrypt_after``, ``decrypt_untrusted_at``) call libsodium
-through PyNaCl's own cffi module straight into the buffer that is sent or returned,
-without the bindings' temporary buffer and copy: a third of the cost per call for small
-packets (measured with ``bench/bench_road.py``).  Where that module is not there (another PyNaCl
-build), they use the bindings, with the same results.
+The native profile seals with the precomputed key alone (``seal_with_key``,
+``open_with_key_untrusted``: its Python kernel, ``raetsalt.engine.native.trains``); its
+compiled kernel calls the same libsodium functions through ``raetsalt.crypto.kernel``.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ import nacl.utils
 from raetsalt.drops import DropReason
 from raetsalt.errors import BadPacket, LocalError
 
-__all__ = ["SessionBox"]
+__all__ = ["SessionBox", "open_with_key_untrusted", "seal_with_key"]
 
 NONCE_SIZE = _sodium.crypto_box_NONCEBYTES  # 24
 TAG_SIZE = 16  # Poly1305 tag (crypto_box_MACBYTES)
@@ -34,11 +32,20 @@ _easy = _sodium.crypto_box_easy_afternm
 _open_easy = _sodium.crypto_box_open_easy_afternm
 _random = nacl.utils.random
 
-try:  # PyNaCl's compiled module; importing nacl.bindings above ran sodium_init()
-    from nacl._sodium import ffi as _ffi  # type: ignore[import-not-found]
-    from nacl._sodium import lib as _lib
-except ImportError:  # pragma: no cover - a PyNaCl without it: the bindings serve
-    _ffi = _lib = None
+
+def seal_with_key(key: bytes, plain: bytes, nonce: bytes) -> bytes:
+    """``tag || cipher`` of ``plain`` under the precomputed ``key`` (``SessionBox.shared_key``)
+    and ``nonce`` (24 bytes, never reused under ``key``)."""
+    return _easy(plain, nonce, key)
+
+
+def open_with_key_untrusted(key: bytes, cipher: bytes, nonce: bytes) -> bytes | None:
+    """The plain text of ``tag || cipher`` under the precomputed ``key``, or None when
+    it does not open (forged, truncated, another key)."""
+    try:
+        return _open_easy(cipher, nonce, key)
+    except (nacl.exceptions.CryptoError, TypeError, ValueError):
+        return None
 
 
 class SessionBox:
@@ -64,41 +71,12 @@ class SessionBox:
 
     @property
     def shared_key(self) -> bytes:
-        """The precomputed key (for ``raetsalt.engine.trains``, which seals natively)."""
+        """The precomputed key (the native profile seals with it: ``seal_with_key``)."""
         return self._key
 
     def encrypt(self, plain: bytes, nonce: bytes) -> bytes:
         """``tag || cipher`` of ``plain`` under ``nonce`` (24 bytes, never reused)."""
         return _easy(plain, nonce, self._key)
-
-    def encrypt_after(self, prefix: bytes, plain: bytes, nonce: bytes) -> bytearray:
-        """``prefix || encrypt(plain, nonce)`` in one new buffer."""
-        start = len(prefix)
-        size = len(plain)
-        out = bytearray(start + TAG_SIZE + size)
-        out[:start] = prefix
-        if _lib is None or len(nonce) != NONCE_SIZE:
-            out[start:] = _easy(plain, nonce, self._key)
-        else:
-            cipher = _ffi.from_buffer(out) + start
-            _lib.crypto_box_easy_afternm(cipher, plain, size, nonce, self._key)
-        return out
-
-    def decrypt_untrusted_at(self, data: bytes, start: int, nonce: bytes) -> bytearray:
-        """Open the ``tag || cipher`` that begins at ``data[start]`` into a new buffer;
-        raises only ``BadPacket`` (``DropReason.DECRYPT``)."""
-        size = len(data) - start - TAG_SIZE
-        if len(nonce) != NONCE_SIZE or size < 0:
-            raise BadPacket("box too short or bad nonce", DropReason.DECRYPT)
-        if _lib is None:
-            return bytearray(self.decrypt_untrusted(data[start:], nonce))
-        out = bytearray(size)
-        cipher = _ffi.from_buffer(data) + start
-        if _lib.crypto_box_open_easy_afternm(
-            _ffi.from_buffer(out), cipher, size + TAG_SIZE, nonce, self._key
-        ):
-            raise BadPacket("box does not open", DropReason.DECRYPT)
-        return out
 
     def decrypt_untrusted(self, cipher: bytes, nonce: bytes) -> bytes:
         """Open ``tag || cipher``; raises only ``BadPacket`` (``DropReason.DECRYPT``)."""

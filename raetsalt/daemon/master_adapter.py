@@ -33,7 +33,6 @@ from raetsalt.daemon.cachewriter import QueuedDataCache, QueuedJobCache
 from raetsalt.daemon.keys import SHARE_KEY, KeyService
 from raetsalt.daemon.roster import RoadRoster
 from raetsalt.daemon.saltmaster import MasterBridge
-from raetsalt.engine.alive_native import announced_period
 from raetsalt.engine.events import MessageReceived
 from raetsalt.errors import LocalError
 from raetsalt.lane.page import MAX_PAGE_SIZE
@@ -120,8 +119,6 @@ class MasterAdapter:
             utcnow=utcnow,
             unrestricted=unrestricted_users(opts),
         )
-        self.announced = 0.0
-        """The silence last asked of all connected minions (``_announce_alive``)."""
         self.gate = AccessGate(opts, opts["sock_dir"], node.manor.lane.yard_path,
                                self._send_answer, self._fire, estate=node.stack.road.name,
                                serving=self.jobs.serving)
@@ -248,20 +245,17 @@ class MasterAdapter:
             elif share == p.SHARE_PILLAR_REFRESH:
                 actions.extend(self.salt.on_pillar_refresh(minion, grains))
             elif share == p.SHARE_CLOCK_REQ:
-                road = self.node.stack.road
-                alive = announced_period(road.config, len(road.remotes))
-                actions.extend(self.jobs.on_clock_req(minion, alive))
+                actions.extend(self.jobs.on_clock_req(minion))
         messages.clear()
         return actions
 
     def poll(self, now: float) -> list[MasterAction]:
-        """Time and the workers: job time-outs, runner gatherings and cache cleaning, Salt's
-        worker answers, and a longer alive period told to the connected minions."""
+        """Time and the workers: job time-outs, runner gatherings and cache cleaning, and Salt's
+        worker answers."""
         actions: list[MasterAction] = list(self.salt.poll(self.jobs.grains))
         timer = self.jobs.get_timer()
         if timer is not None and timer <= now:
             actions.extend(self.jobs.handle_timer(now))
-        actions.extend(self._announce_alive())
         return actions
 
     def perform(self, actions: Iterable[MasterAction]) -> None:
@@ -313,21 +307,6 @@ class MasterAdapter:
             assert self.gate.server is not None
             return self.gate.server.backlog(sink.yard) < CLIENT_ROOM * MAX_PAGE_SIZE
         return self.node.manor.lane.backlog(sink.yard) < CLIENT_ROOM
-
-    def _announce_alive(self) -> list[MasterAction]:
-        """When the silence we ask of minions grew by a quarter (more minions), tell the
-        connected ones at once: those that connected early would otherwise keep the
-        shorter period until they reconnect (``raetsalt.engine.alive_native``)."""
-        road = self.node.stack.road
-        alive = announced_period(road.config, len(road.remotes))
-        if alive <= self.announced * 1.25:
-            return []
-        self.announced = alive
-        actions: list[MasterAction] = []
-        for remote in list(road.remotes.values()):
-            if remote.allowed and not remote.main:
-                actions.extend(self.jobs.on_clock_req(remote.role or remote.name, alive))
-        return actions
 
     def _to_minion(self, minion: str, body: dict[str, Any]) -> None:
         name = self.roster.remote_name(minion)

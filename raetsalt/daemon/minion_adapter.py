@@ -29,7 +29,6 @@ from typing import Any, assert_never
 from raetsalt import protocol as p
 from raetsalt.daemon.executor import ForkExecutor
 from raetsalt.daemon.grainsfile import load_grains, save_static_grains, static_grains_path
-from raetsalt.engine.alive_native import take_hint_untrusted
 from raetsalt.engine.events import Allowed, MessageReceived
 from raetsalt.errors import LocalError
 from raetsalt.execution.loader import Context, Loader
@@ -173,10 +172,6 @@ class MinionAdapter:
             if share == p.SHARE_FUN:
                 actions.extend(self.jobs.on_publish(event.body, now, now_wall))
             elif share == p.SHARE_CLOCK:
-                road = self.node.stack.road
-                remote = road.remotes_by_name.get(event.remote)
-                if remote is not None:
-                    take_hint_untrusted(remote, event.body.get("alive"))
                 actions.extend(self.jobs.on_clock(event.body, now, now_wall))
             elif share == p.SHARE_PILLAR:
                 pillar = event.body.get("pillar")

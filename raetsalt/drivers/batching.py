@@ -32,7 +32,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from raetsalt.engine.trains import Train
+from raetsalt.engine.native.trains import Train
 
 Address = tuple[str, int]
 Datagram = bytes | bytearray

@@ -8,8 +8,9 @@ touches a socket or a file: the keep's records come in once (``Keep.load_state``
 every change goes out as a ``KeepEvent`` for the driver to write.
 
 Imports run one way: ``road`` -> ``joindesk`` -> transactions (``join``, ``allow``,
-``alive``, ``message``, ``native``) -> ``transaction`` -> ``port`` -> ``remote``,
-``identity``, ``events``, ``config``; no transaction module imports ``road``.
+``alive``, ``message``) and the native profile's wing (``native/``, whose
+``native.channel`` the road drives) -> ``transaction`` -> ``port`` -> ``remote``,
+``identity``, ``events``, ``config``; no transaction or native module imports ``road``.
 """
 
 from raetsalt.engine.config import RoadConfig

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from raetsalt.crypto import KeyPair, SessionBox, random_bytes
 from raetsalt.drops import DropReason
 from raetsalt.engine.events import TransactionFailed
-from raetsalt.engine.native import FQDN_MARK, OREO_MARK
+from raetsalt.engine.native.frames import FQDN_MARK, OREO_MARK
 from raetsalt.engine.transaction import Transaction
 from raetsalt.errors import BadPacket
 from raetsalt.wire import allow as layout

@@ -57,7 +57,8 @@ class RoadConfig:
     ``trains.Train`` (set by a driver that sends them: one UDP GSO send, or each alone)."""
     native_window: int = 2 * 1024 * 1024
     """Bytes a native sender may have unacknowledged (below the receiver's socket buffer)."""
-    # Reassembly caps and time-out (engine.reassembly); the largest express message.
+    # Reserved bytes of undelivered messages per remote / in all, a partial one's time-out
+    # (engine.reassembly); the largest native message on the express stream (scheduler).
     reassembly_per_remote: int = 32 * 1024 * 1024
     reassembly_total: int = 256 * 1024 * 1024
     reassembly_timeout: float = 30.0
@@ -65,7 +66,7 @@ class RoadConfig:
     native_rekey_interval: float = 120.0
     native_rekey_packets: int = 1 << 24
     """A native session's key rotates after this many seconds or datagrams sealed under it,
-    whichever comes first (engine/rekey.py; WireGuard rotates every 120 s)."""
+    whichever comes first (engine/native/rekey.py; WireGuard rotates every 120 s)."""
     # -- limits on unauthenticated input --------------------------------------------------
     max_pending: int = 1000
     """Keys waiting for an operator; joins of further new ids are dropped and counted."""

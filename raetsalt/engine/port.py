@@ -6,7 +6,8 @@ against a stub port, and every call back into the road is one of these:
 
 * services: ``transmit`` / ``transmit_datagram`` (queue a datagram), ``emit`` (an event),
   ``arm`` (a timer), the boxes (``seal_body``, ``open_coat``, ``open_body``,
-  ``long_box``), ``drop`` (count a datagram found bad late), ``want_flush``;
+  ``long_box``), ``drop`` (count a datagram found bad late), ``want_flush``,
+  ``announced_period`` (the presence hint a native channel sends);
 * join bookkeeping: ``name_holder``, ``decide_key`` (the key policy over the road's
   records), ``adopt_identity``, ``forget_join``, ``register_lazy`` / ``forget_lazy``,
   ``remote_changed`` (persist the remote if it changed);
@@ -76,6 +77,10 @@ class RoadPort(Protocol):
     def drop(self, reason: DropReason, address: Address, detail: str) -> None:
         """Count a datagram a transaction took and then found bad."""
 
+    def announced_period(self) -> float:
+        """The silence this road asks of its remotes before they probe it (0: their own
+        period; ``engine/native/alive.py``): a native channel tells its remote."""
+
     # -- joins ----------------------------------------------------------------------------
 
     def name_holder(self, name: str) -> Remote | None:
@@ -138,7 +143,7 @@ class RoadPort(Protocol):
 
     def on_path_validated(self, remote: Remote, ha: Address) -> None:
         """A native session's remote answered a challenge from ``ha``: it lives there
-        now (engine/migration.py)."""
+        now (engine/native/migration.py)."""
 
     def on_estate_moved(self, placeholder: Remote, known: Remote) -> None:
         """The estate we joined at ``placeholder``'s address is ``known`` (same name,

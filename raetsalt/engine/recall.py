@@ -2,7 +2,7 @@
 
 A main that restarts has lost every session key; its remotes find out only when they next
 probe it, which a main with 10,000 remotes asks them to do after up to 20 s of silence
-(``alive_native``), and then they all come at once.  ``Recall`` instead starts an allow
+(``native/alive.py``), and then they all come at once.  ``Recall`` instead starts an allow
 (an authenticated handshake: only the real main can make a remote take it) towards every
 remote its keep knows as joined, as soon as it starts, in the keep's order: at most
 ``config.recall_window`` of them at a time (fewer while calls go unanswered:

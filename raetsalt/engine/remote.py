@@ -101,7 +101,7 @@ class Sending(Protocol):
 
 
 class SessionChannel(Protocol):
-    """The native-profile session with a remote (``raetsalt.engine.native.Channel``)."""
+    """The native-profile session with a remote (``raetsalt.engine.native.channel.Channel``)."""
 
     datagram_size: int
     deadline: float | None

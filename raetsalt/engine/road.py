@@ -43,7 +43,6 @@ from typing import Any
 
 from raetsalt.crypto import SessionBox
 from raetsalt.drops import DropReason
-from raetsalt.engine.alive_native import probe_at, start_alive
 from raetsalt.engine.allow import AllowCorrespondent, AllowInitiator
 from raetsalt.engine.busy import Admission, screen_untrusted
 from raetsalt.engine.config import RoadConfig
@@ -69,7 +68,9 @@ from raetsalt.engine.message import (
     MessageSender,
     take_lazy_segment,
 )
-from raetsalt.engine.native import MAGIC, Channel, Datagram, is_native, parse_prefix_untrusted
+from raetsalt.engine.native.alive import announced_period, probe_at, start_alive
+from raetsalt.engine.native.channel import Channel, Datagram
+from raetsalt.engine.native.frames import MAGIC, is_native, parse_prefix_untrusted
 from raetsalt.engine.reassembly import ReassemblyBudget
 from raetsalt.engine.recall import Recall
 from raetsalt.engine.remote import (
@@ -431,6 +432,9 @@ class Road:
     def want_flush(self, channel: SessionChannel) -> None:
         self._dirty[channel] = None
 
+    def announced_period(self) -> float:
+        return announced_period(self.config, len(self.remotes))
+
     def long_box(self, remote: Remote) -> SessionBox:
         box = self._long_boxes.get(remote.long_public)
         if box is None:
@@ -551,8 +555,13 @@ class Road:
             config = self.config
             size = config.native_loopback_datagram_size if loopback else config.native_datagram_size
             remote.channel = Channel(
-                self, remote, session, initiator=initiator, datagram_size=size,
-                window=config.native_window, now=now,
+                self,
+                remote,
+                session,
+                initiator=initiator,
+                datagram_size=size,
+                window=config.native_window,
+                now=now,
             )
         remote.session = session
         remote.link = Link.ALLOWED

@@ -228,13 +228,12 @@ class MasterJobs:
         }
         return [Fire(tag, data)]
 
-    def on_clock_req(self, minion: str, alive: float = 0.0) -> list[Action]:
+    def on_clock_req(self, minion: str) -> list[Action]:
         """The master's clock for ``minion`` (the answer to its ``clock_req``), so that it
-        can judge publication deadlines; with ``alive``, the silence the master asks of
-        its minions before they probe it (``raetsalt.engine.alive_native``)."""
-        extra = {"alive": alive} if alive > 0 else {}
+        can judge publication deadlines.  (The silence the master asks of its minions
+        before they probe it travels in the road's own frames: the native HINT.)"""
         return [ToMinion(minion, p.road_message(self.estate, None, p.SHARE_CLOCK,
-                                                time=self.utcnow().timestamp(), **extra))]
+                                                time=self.utcnow().timestamp()))]
 
     def on_return(self, minion: str, body: Mapping[str, Any]) -> list[Action]:
         """A minion's job return.  The id is the road's, never the payload's."""

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from raetsalt.engine import Road, RoadConfig
 from raetsalt.engine.events import Allowed, Event, KeepEvent, MessageReceived
-from raetsalt.engine.native import Channel
+from raetsalt.engine.native.channel import Channel
 from raetsalt.keep.policy import Action
 from raetsalt.keep.records import AutoMode, Keep, KeyRef, KeyState
 from raetsalt.keep.store import MemoryKeep

@@ -17,7 +17,7 @@ import pytest
 
 from raetsalt.drivers.udp import RoadStack
 from raetsalt.engine.events import Allowed, MessageDelivered
-from raetsalt.engine.scheduler import BULK, DATA_HEAD
+from raetsalt.engine.native.frames import BULK, DATA_HEAD
 from raetsalt.keep.records import AutoMode
 from raetsalt.keep.store import FileKeep
 from raetsalt.wire.enums import BodyKind

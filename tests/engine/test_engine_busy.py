@@ -9,7 +9,7 @@ import pytest
 
 from raetsalt.engine.busy import ALLOW_HELLO, JOIN_REQUEST, MAX_RESERVED, RESERVED_FOR, Admission
 from raetsalt.engine.events import Allowed, Joined, PresenceChanged, TransactionFailed
-from raetsalt.engine.native import is_native
+from raetsalt.engine.native.frames import is_native
 from raetsalt.engine.road import Road
 from raetsalt.keep.store import MemoryKeep
 from raetsalt.testing.fakenet import Conditions, FakeNet

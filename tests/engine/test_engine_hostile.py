@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raetsalt.engine.events import MessageReceived, PacketDropped
-from raetsalt.engine.native import is_native
+from raetsalt.engine.native.frames import is_native
 from raetsalt.testing.pair import MINION_HA, Pair, road_pair
 from raetsalt.wire.enums import FootKind, PacketKind, TransactionKind
 from raetsalt.wire.packet import pack_packet, parse_packet_untrusted

@@ -6,7 +6,7 @@ already are not called; and no working session is torn down."""
 from __future__ import annotations
 
 from raetsalt.engine.events import Allowed, Joined, TransactionFailed
-from raetsalt.engine.native import is_native
+from raetsalt.engine.native.frames import is_native
 from raetsalt.engine.recall import WINDOW_MIN, WINDOW_START, Recall
 from raetsalt.keep.store import MemoryKeep
 from raetsalt.testing.fakenet import Conditions, FakeNet

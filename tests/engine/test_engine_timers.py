@@ -9,8 +9,8 @@ import random
 import pytest
 
 from raetsalt.engine import Road, RoadConfig
-from raetsalt.engine.alive_native import PRESENCE_GRID
 from raetsalt.engine.events import PresenceChanged, TransactionFailed
+from raetsalt.engine.native.alive import PRESENCE_GRID
 from raetsalt.engine.remote import SID_BLOCK
 from raetsalt.keep.records import AutoMode, KeepState
 from raetsalt.testing.pair import MAIN_HA, road_pair
@@ -88,7 +88,7 @@ def test_reconnect_back_off_doubles_up_to_its_maximum() -> None:
 def test_presence_probe_after_a_silent_period_and_dead_after_the_alive_timeout(
     period: float,
 ) -> None:
-    # raet's alive: a raet-profile session (native sessions: test_engine_alive_native.py)
+    # raet's alive: a raet-profile session (native sessions: native/test_native_alive.py)
     pair = road_pair(
         main_config={"native": False},
         minion_config={"presence_period": period, "alive_timeout": 2.0, "native": False},

@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raetsalt.engine.message import MessageSender
+from raetsalt.engine.native.frames import BULK, DATA_HEAD
 from raetsalt.engine.reassembly import Reassembly, ReassemblyBudget, charge
 from raetsalt.engine.remote import Outgoing
-from raetsalt.engine.scheduler import BULK, DATA_HEAD
 from raetsalt.errors import BadPacket
 from raetsalt.keep.policy import Action
 from raetsalt.keep.store import MemoryKeep
@@ -36,7 +36,7 @@ RAET = {"native": False}
 
 
 def _frame(seq: int, total: int, offset: int, data: bytes, stream: int = BULK) -> bytes:
-    """A native DATA frame (engine/scheduler.py) of message ``seq`` of ``stream``."""
+    """A native DATA frame (native/frames.py) of message ``seq`` of ``stream``."""
     return DATA_HEAD.pack(1, BodyKind.MSGPACK, stream, seq, total, offset, len(data)) + data
 
 

@@ -35,7 +35,7 @@ def we_say(words: list[str], no_parse: tuple[str, ...] = ()) -> str:
     return repr(packed)
 
 
-# Every case the issue names, and the YAML corners around them.
+# Every case a user reported, and the YAML corners around them.
 CASES = [
     "'123'", '"123"', "1_2_3", "foo: bar", "a= b", "x=None", "x=null", "12345678901234567890",
     "-1234567890123456789", "123456789012345678901", "017", "-017", "+017", "00", "08",

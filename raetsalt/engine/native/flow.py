@@ -3,7 +3,7 @@
 ``SendWindow.allowance`` is asked before every datagram with new frames ("may I have N
 more bytes in flight?"), the controller's pacer (``Controller.paced``) whether one may go
 now, and the gate is told what went (``on_sent``).  The window is the congestion
-controller's (``engine/congestion.py``: NewReno with slow start exit, recovery and a
+controller's (``native/congestion.py``: NewReno with slow start exit, recovery and a
 bandwidth-based reduction, paced), which the channel tells what the network did; it is
 never more than ``RoadConfig.native_window``, which stays below the receiver's socket
 buffer so a fast sender never overruns it.
@@ -13,7 +13,7 @@ in front of anything sent after them; so while express messages flow (within
 ``QUIET_HOLD`` of the last one sent) the bulk stream may have only the path's measured
 bandwidth-delay product in flight, and at least ``QUIET_WINDOW``, in datagrams of at
 most ``QUIET_PIECE``: a ping sent during a transfer waits behind about one small datagram
-of bulk work on each end instead of a whole window (issue 15; measured on loopback with
+of bulk work on each end instead of a whole window (measured on loopback with
 4 x 1 MiB outstanding: p50 0.75 ms instead of 1.6 ms with a 64 KiB quiet window of 64 KB
 datagrams; see the fast path's report for the smaller units), and on a long path the
 link stays busy without a standing queue.  A transfer alone runs at the full window in
@@ -23,7 +23,7 @@ held by the pacer, so they never wait for bulk acknowledgements.
 
 from __future__ import annotations
 
-from raetsalt.engine.congestion import Controller
+from raetsalt.engine.native.congestion import Controller
 
 EXPRESS_EXTRA = 64 * 1024
 """Bytes of express frames allowed beyond the window."""

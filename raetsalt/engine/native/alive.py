@@ -17,11 +17,13 @@ The presence period adapts to the number of remotes (``presence_period``): an al
 to a remote only after it has been silent for the period, and the period grows so that a
 road probes at most ``config.alive_rate`` remotes per second on average.  A main also
 tells its remotes how long they may stay silent (``announced_period``: a little less
-than its own period, at most ``ALIVE_HINT_MAX``; the daemons carry it in the answer to a
-minion's clock request), and a remote takes it as its period for that main
-(``Remote.presence_hint``, bounded): so the minions' probes, not the main's, keep both
-sides informed, and a main with 10,000 minions gets a few hundred probes a second, not
-thousands.
+than its own period, at most ``ALIVE_HINT_MAX``), in a ``HINT`` frame of the session
+(``native/frames.py``) at its start and in the answer to every probe, so a remote that
+connected early learns a longer period at its next probe; the remote takes it as its
+period for that main (``Remote.presence_hint``, bounded).  So the minions' probes, not
+the main's, keep both sides informed, and a main with 10,000 minions gets a few hundred
+probes a second, not thousands.  A road that asks for nothing sends no hint (and a 0
+to withdraw one it gave).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from raetsalt.engine.alive import AliveInitiator
-from raetsalt.engine.native import ACK_NOW
+from raetsalt.engine.native.frames import ACK_NOW
 from raetsalt.engine.transaction import Transaction
 
 if TYPE_CHECKING:
@@ -74,6 +76,11 @@ def announced_period(config: RoadConfig, remotes: int) -> float:
     if period <= config.presence_period:
         return 0.0
     return min(HINT_SHARE * period, ALIVE_HINT_MAX)
+
+
+def hint_millis(period: float) -> int:
+    """``announced_period``'s answer as a HINT frame carries it (milliseconds)."""
+    return round(min(max(period, 0.0), ALIVE_HINT_MAX) * 1000)
 
 
 def take_hint_untrusted(remote: Remote, value: Any) -> None:

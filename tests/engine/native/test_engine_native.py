@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from raetsalt.engine.events import Allowed
-from raetsalt.engine.native import is_native
+from raetsalt.engine.native.frames import is_native
 from raetsalt.testing.pair import MAIN_HA, Pair, road_pair
 from raetsalt.wire.enums import PacketKind, TransactionKind
 from raetsalt.wire.packet import parse_packet_untrusted

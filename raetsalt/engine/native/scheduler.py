@@ -1,5 +1,5 @@
 """What a native channel sends next: messages on streams, so small ones never wait behind
-bulk bytes (issue 15).
+bulk bytes.
 
 **Streams and ordering.**  Every message travels on a stream and gets the next sequence
 number of that stream; the receiver delivers each stream in sequence order, and the
@@ -19,7 +19,7 @@ copy of the body before the datagram's own).
 **Scheduling.**  ``fill`` puts frames into one datagram in this order: frames to send
 again (lost), then the express stream, then the bulk stream; every ``BULK_TURN``-th
 datagram the bulk stream goes first, so a steady flow of express messages cannot starve
-it.  Which datagrams may go at all is the channel's flow gate (``engine/flow.py``).
+it.  Which datagrams may go at all is the channel's flow gate (``native/flow.py``).
 
 **Confirmation.**  A frame's messages count as delivered when the packet carrying it is
 acknowledged; a stream confirms them in sequence order (``confirmed``).  Messages queued
@@ -29,36 +29,27 @@ one by one are confirmed one ``MessageDelivered`` each; a batch queued at once
 
 from __future__ import annotations
 
-import struct
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-DATA_HEAD = struct.Struct("!BBBIIIH")
-"""DATA frame: type, body kind, stream, seq, total length, offset, length; bytes follow."""
-BATCH_HEAD = struct.Struct("!BBBIH")
-"""BATCH frame: type, body kind, stream, first seq, count; then count lengths (2 bytes
-each), then the bodies."""
-DATA_FRAME = 1
-BATCH_FRAME = 4
-EXPRESS = 0
-BULK = 1
-STREAMS = 2
+from raetsalt.engine.native.frames import (
+    BATCH_FRAME,
+    BATCH_HEAD,
+    BATCH_LENGTH,
+    BULK,
+    DATA_FRAME,
+    DATA_HEAD,
+    EXPRESS,
+    STREAMS,
+    lengths_struct,
+)
+
 BULK_TURN = 8
 """Every this many-th datagram the bulk stream is served before the express stream."""
 RUN_SPAN = 0.05
 """Messages queued one by one join the previous run (sharing its expiry) within this many
 seconds of it."""
-
-_LENGTHS: dict[int, struct.Struct] = {}
-
-
-def lengths_struct(count: int) -> struct.Struct:
-    """The layout of ``count`` message lengths in a BATCH frame."""
-    layout = _LENGTHS.get(count)
-    if layout is None:
-        layout = _LENGTHS[count] = struct.Struct(f"!{count}H")
-    return layout
 
 
 @dataclass(slots=True, eq=False)
@@ -248,7 +239,7 @@ class Scheduler:
                 item, start, count = retx[0]
                 if isinstance(item, Bulk):
                     return DATA_HEAD.size + count
-                return BATCH_HEAD.size + 2 + len(item.bodies[start])
+                return BATCH_HEAD.size + BATCH_LENGTH + len(item.bodies[start])
         for stream_id in self._order():
             queue = self.streams[stream_id].queue
             while queue and queue[0].dead:
@@ -257,7 +248,7 @@ class Scheduler:
                 item = queue[0]
                 if isinstance(item, Bulk):
                     return DATA_HEAD.size + min(self.chunk, len(item.body) - item.sent)
-                return BATCH_HEAD.size + 2 + len(item.bodies[item.sent])
+                return BATCH_HEAD.size + BATCH_LENGTH + len(item.bodies[item.sent])
         return 0
 
     def _order(self) -> tuple[int, int]:
@@ -399,7 +390,7 @@ class Scheduler:
         stop = start
         end = start + count
         while stop < end:
-            need = size + len(bodies[stop]) + 2
+            need = size + len(bodies[stop]) + BATCH_LENGTH
             if need > space:
                 break
             size = need

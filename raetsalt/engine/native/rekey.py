@@ -1,13 +1,12 @@
-"""Rotating a native session's key inside the session, without pausing it (issue 16).
+"""Rotating a native session's key inside the session, without pausing it.
 
 The allow handshake gives a native channel its first key (epoch 0): the box of the two
 ends' short-term keys.  After ``RoadConfig.native_rekey_interval`` seconds, or once
 ``RoadConfig.native_rekey_packets`` datagrams were sealed under it, either end starts a
-rotation, a fresh Diffie-Hellman exchange carried in two frames inside the session::
-
-    KEY_OFFER   0x08 | epoch (4) | the offerer's fresh public key (32)
-    KEY_ACCEPT  0x09 | epoch (4) | the accepter's fresh public key (32)
-    KEY_CONFIRM 0x0a | epoch (4): "I seal with this epoch's key; answer under it"
+rotation, a fresh Diffie-Hellman exchange carried in frames inside the session
+(layouts in ``native/frames.py``): ``KEY_OFFER`` and ``KEY_ACCEPT`` carry an epoch and
+the sender's fresh public key, ``KEY_CONFIRM`` an epoch ("I seal with this epoch's key;
+answer under it").
 
 1. The offerer makes a fresh key pair and sends KEY_OFFER (again every probe time-out
    until the answer comes; it keeps sending under the current key meanwhile).
@@ -45,18 +44,17 @@ memory is overwritten before it is reused (the libsodium buffers hold it until t
 
 from __future__ import annotations
 
-import struct
-
 from raetsalt.crypto import KeyPair, SessionBox
 from raetsalt.drops import DropReason
+from raetsalt.engine.native.frames import (
+    CONFIRM_FRAME,
+    KEY_ACCEPT_FRAME,
+    KEY_CONFIRM_FRAME,
+    KEY_FRAME,
+    KEY_OFFER_FRAME,
+)
 from raetsalt.errors import BadPacket, LocalError
 
-KEY_OFFER_FRAME = 0x08
-KEY_ACCEPT_FRAME = 0x09
-KEY_CONFIRM_FRAME = 0x0A
-KEY_FRAME = struct.Struct("!BI32s")
-"""KEY_OFFER and KEY_ACCEPT: kind, epoch, public key."""
-CONFIRM_FRAME = struct.Struct("!BI")
 RETIRE_PTOS = 3
 """Probe time-outs after the other end's switch for which the previous key is kept."""
 MIN_OFFER_GAP = 0.05

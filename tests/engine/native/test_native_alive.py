@@ -8,16 +8,26 @@ import math
 
 import pytest
 
-from raetsalt.engine import RoadConfig
-from raetsalt.engine.alive_native import (
+from raetsalt.engine import Road, RoadConfig
+from raetsalt.engine.events import Allowed, Joined, MessageReceived, PresenceChanged
+from raetsalt.engine.native import trains
+from raetsalt.engine.native.alive import (
     ALIVE_HINT_MAX,
     PRESENCE_GRID,
     announced_period,
     presence_period,
     take_hint_untrusted,
 )
-from raetsalt.engine.events import Allowed, Joined, PresenceChanged
-from raetsalt.engine.native import is_native
+from raetsalt.engine.native.frames import (
+    ACK_FRAME,
+    ACK_HEAD,
+    HINT,
+    HINT_FRAME,
+    RANGE,
+    is_native,
+    nonce_head,
+    parse_prefix_untrusted,
+)
 from raetsalt.testing.pair import MAIN_HA, MINION_HA, Pair, road_pair
 from raetsalt.testing.tap import Tap
 from raetsalt.wire.enums import PacketKind, TransactionKind
@@ -62,13 +72,15 @@ def test_an_idle_native_session_stays_up_without_a_signed_packet() -> None:
 
 def test_a_side_with_a_longer_period_never_probes_a_remote_that_probes_it() -> None:
     """Alives only for remotes that have been silent: a master whose period is longer
-    than its minions' (many remotes) is kept informed by their probes alone."""
+    than its minions' (many remotes) is kept informed by their probes alone, at the
+    silence it asked for in its HINT frame (0.8 of its own period)."""
     pair = road_pair(minion_config={"presence_period": 3.0},
                      main_config={"presence_period": 3.0, "alive_rate": 0.1})  # 10 s
     assert pair.connect()
     pair.net.run_until(lambda: False, timeout=120.0)
     assert pair.main.road.stats["native_alive_tx"] == 0
-    assert 120 / 3.0 / 1.5 <= pair.minion.road.stats["native_alive_tx"] <= 120 / 3.0
+    assert pair.minion.road.remote("main").presence_hint == pytest.approx(8.0)
+    assert 120 / 8.0 / 1.5 <= pair.minion.road.stats["native_alive_tx"] <= 120 / 8.0 + 1
     assert pair.main.road.remote("minion").alive
 
 
@@ -168,3 +180,103 @@ def test_a_main_asks_its_remotes_for_a_longer_silence_and_a_remote_bounds_it() -
         minion.handle_timer(when)
         assert minion.stats["native_alive_tx"] == 0
     assert minion.get_timer() == pytest.approx(_on_grid(remote.last_rx + 8.0))
+
+
+def _asking_pair() -> Pair:
+    """A pair whose main asks for 8 s of silence (its period is 10 s for one remote)."""
+    return road_pair(minion_config={"presence_period": 3.0},
+                     main_config={"presence_period": 3.0, "alive_rate": 0.1})
+
+
+def _hints(tap: Tap, pair: Pair, sender: str) -> list[int]:
+    """The HINT frames (milliseconds) in the native datagrams ``tap`` saw ``sender`` send,
+    opened with the session's key."""
+    road = getattr(pair, sender).road
+    remote = next(iter(road.remotes.values()))
+    channel = remote.channel
+    assert channel is not None
+    found = []
+    for data in tap.sent:
+        if not is_native(data):
+            continue
+        _, counter = parse_prefix_untrusted(data)
+        plain = trains.KERNEL.open(channel.box.shared_key, nonce_head(sender == "minion"),
+                                   data, counter)
+        if plain is None:  # (the other direction's)
+            continue
+        pos = 0
+        while pos < len(plain):
+            if plain[pos] == HINT_FRAME:
+                found.append(HINT.unpack_from(plain, pos)[1])
+                pos += HINT.size
+            elif plain[pos] == ACK_FRAME:
+                pos += ACK_HEAD.size + plain[pos + 1] * RANGE.size
+            else:
+                break  # (the frames after it are not this test's)
+    return found
+
+
+def test_the_hint_travels_in_the_sessions_frames_at_the_start_and_in_probe_answers() -> None:
+    pair = _asking_pair()
+    main_tap = Tap(pair.main.road)
+    pair.net.attach(MAIN_HA, main_tap)
+    assert pair.connect()
+    assert pair.minion.road.remote("main").profile == "native"
+    pair.net.run_until(lambda: False, timeout=1.0)
+    remote = pair.minion.road.remote("main")
+    assert remote.presence_hint == pytest.approx(8.0)  # no message, no daemon: the road
+    assert pair.minion.of(MessageReceived) == []
+    assert _hints(main_tap, pair, "main") == [8000]
+    remote.presence_hint = 0.0  # (as if that datagram was lost)
+    pair.minion.road.alive(remote.uid, pair.net.now)  # a probe: the answer carries it
+    pair.net.run_until(lambda: False, timeout=1.0)
+    assert remote.presence_hint == pytest.approx(8.0)
+    assert _hints(main_tap, pair, "main") == [8000, 8000]
+
+
+def test_a_road_that_asks_for_nothing_sends_no_hint() -> None:
+    pair, minion_tap, main_tap = _native_pair()
+    minion = pair.minion.road
+    minion.alive(minion.remote("main").uid, pair.net.now)
+    pair.net.run_until(lambda: False, timeout=10.0)
+    assert _hints(main_tap, pair, "main") == [] and _hints(minion_tap, pair, "minion") == []
+    assert minion.remote("main").presence_hint == 0.0
+
+
+def test_a_hint_is_withdrawn_with_zero_when_the_main_no_longer_needs_it() -> None:
+    pair = _asking_pair()
+    assert pair.connect()
+    pair.net.run_until(lambda: False, timeout=1.0)
+    remote = pair.minion.road.remote("main")
+    assert remote.presence_hint == pytest.approx(8.0)
+    channel = pair.main.road.remote("minion").channel
+    assert channel is not None
+    channel.port = _Asking(pair.main.road, 0.0)  # fewer remotes now: nothing to ask
+    pair.minion.road.alive(remote.uid, pair.net.now)
+    pair.net.run_until(lambda: False, timeout=1.0)
+    assert remote.presence_hint == 0.0
+
+
+class _Asking:
+    """The main's road, asking its remotes for ``period``."""
+
+    def __init__(self, road: Road, period: float) -> None:
+        self._road = road
+        self._period = period
+
+    def announced_period(self) -> float:
+        return self._period
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._road, name)
+
+
+def test_a_forged_hint_value_is_bounded() -> None:
+    pair = _asking_pair()
+    assert pair.connect()
+    channel = pair.minion.road.remote("main").channel
+    assert channel is not None
+    # What a main could put in the frame at most: 2**32 - 1 ms, taken as ALIVE_HINT_MAX.
+    plain = bytearray(HINT.pack(HINT_FRAME, 2**32 - 1))
+    channel._control_frame_untrusted(HINT_FRAME, plain, 0, pair.net.now)
+    assert pair.minion.road.remote("main").presence_hint == ALIVE_HINT_MAX

@@ -1,4 +1,4 @@
-"""Congestion control and pacing of the native profile (engine/congestion.py), on a FakeNet
+"""Congestion control and pacing of the native profile (native/congestion.py), on a FakeNet
 bottleneck: the targets of docs/native-profile.md, asserted in virtual time (deterministic, seeded).
 
 The path of every test is the targets': 20 Mbit/s each way, 25 ms one way (50 ms round
@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from raetsalt.engine.congestion import Controller, LossResponse
 from raetsalt.engine.events import Allowed, MessageDelivered, MessageReceived
-from raetsalt.engine.flow import SendWindow
+from raetsalt.engine.native.congestion import Controller, LossResponse
 from raetsalt.keep.store import MemoryKeep
 from raetsalt.testing.fakenet import Bottleneck, Conditions, FakeNet, Link
 from raetsalt.testing.pair import MAIN_HA, Peer, make_peer
@@ -193,8 +192,7 @@ def test_a_window_without_congestion_control_would_overflow_the_queue() -> None:
     path = star(1)
     sender = path.main.road.remote("minion0").channel
     assert sender is not None
-    sender.cc = FixedWindow(sender.datagram_size, sender.cc.limit)
-    sender.flow = SendWindow(sender.cc)
+    sender.use_controller(FixedWindow(sender.datagram_size, sender.cc.limit))
     path.main.road.send_messages("minion0", [BODY] * 4, path.net.now)
     assert path.until(lambda: path.delivered(path.main) == 4, timeout=120)
     down = path.down
@@ -210,13 +208,12 @@ def test_random_loss_keeps_most_of_the_link(seed: int) -> None:
 
 
 def test_plain_newreno_halving_keeps_less_under_random_loss() -> None:
-    # The floor the issue names: plain NewReno (halve on every loss episode) is what the
+    # The floor the target names: plain NewReno (halve on every loss episode) is what the
     # bandwidth-based reduction improves on; on this path it keeps well under half.
     path = star(1, loss=0.01, seed=0)
     sender = path.main.road.remote("minion0").channel
     assert sender is not None
-    sender.cc = Controller(sender.datagram_size, sender.cc.limit, LossResponse.HALVE)
-    sender.flow = SendWindow(sender.cc)
+    sender.use_controller(Controller(sender.datagram_size, sender.cc.limit, LossResponse.HALVE))
     start = path.net.now
     path.main.road.send_messages("minion0", [BODY] * 8, start)
     assert path.until(lambda: path.delivered(path.main) == 8, timeout=120)
@@ -317,7 +314,7 @@ def test_pacing_spreads_a_window_over_the_round_trip() -> None:
     start = path.net.now
     main.send_message("minion0", BODY, start)
     assert path.until(lambda: path.delivered(path.main) == 5, timeout=60)
-    first_round = [(at, count) for at, count in bursts if at < start + channel.srtt]
+    first_round = [(at, count) for at, count in bursts if at < start + channel.recovery.srtt]
     assert max(count for _, count in bursts) <= 16
     # The first window's datagrams leave over most of a round trip, not in one instant.
     assert first_round[-1][0] - first_round[0][0] >= 0.5 * BASE_RTT

@@ -1,12 +1,10 @@
-"""Address migration of a native session, after path validation (issue 16, RFC 9000 8.2/9).
+"""Address migration of a native session, after path validation (RFC 9000 8.2 and 9).
 
 A remote's address changes when a NAT rebinds or a minion gets a new IP.  When a native
 datagram that opens under the session key (so it is the remote's, not a forgery) and is
 the newest the remote sent (the highest counter, so not one replayed or delayed from an
 old path) arrives from another address, the channel sends a challenge there, inside the
-session::
-
-    PATH_CHALLENGE 0x06 | token (8)      PATH_RESPONSE 0x07 | token (8)
+session (``PATH_CHALLENGE`` and ``PATH_RESPONSE`` frames, ``native/frames.py``).
 
 The remote answers every challenge it receives with the token, to the address it sends
 to.  Only an answer with the token, in a datagram that opens under the session key and
@@ -30,14 +28,10 @@ one (RFC 9000 9.4).
 
 from __future__ import annotations
 
-import struct
-
 from raetsalt.crypto import random_bytes
+from raetsalt.engine.native.frames import PATH_CHALLENGE_FRAME, PATH_FRAME, PATH_RESPONSE_FRAME
 from raetsalt.engine.remote import Address
 
-PATH_CHALLENGE_FRAME = 0x06
-PATH_RESPONSE_FRAME = 0x07
-PATH_FRAME = struct.Struct("!B8s")
 CHALLENGES = 4
 """Challenges sent to one address before the validation is given up."""
 MIN_GAP = 0.25

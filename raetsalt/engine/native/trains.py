@@ -1,4 +1,4 @@
-"""The native profile's per-datagram work, one call per datagram or per train (issue 15).
+"""The native profile's per-datagram work, one call per datagram or per train.
 
 A *train* is a run of native datagrams laid back to back in one buffer: what a UDP GSO
 send takes and what a GRO receive returns.  The four operations here are the whole of
@@ -17,21 +17,35 @@ the per-datagram work that does not need the channel's state:
   layouts in ``PyKernel.open_train``).
 
 ``COMPILED`` is the compiled module ``raetsalt._trains`` (built from ``raetsalt/_trains.c``
-when a C compiler is there; libsodium is PyNaCl's own, through function pointers from its
-cffi module); ``PyKernel`` is the same in Python and the fallback.  Both give the same
-bytes and the same entries (``tests/engine/test_trains.py``).  ``KERNEL`` is the one
+when a C compiler is there; libsodium is PyNaCl's own, through the function pointers
+``raetsalt.crypto.kernel`` finds); ``PyKernel`` is the same in Python and the fallback.
+The layouts are ``native/frames.py``'s.  Both give the same
+bytes and the same entries (``tests/engine/native/test_trains.py``).  ``KERNEL`` is the one
 channels use: the compiled one unless it is missing or ``RAETSALT_PURE_PYTHON`` is set.
 """
 
 from __future__ import annotations
 
 import os
-import struct
 from collections.abc import Sequence
 from typing import Any
 
-import nacl.bindings as _sodium
-import nacl.exceptions
+from raetsalt.crypto.box import open_with_key_untrusted, seal_with_key
+from raetsalt.crypto.kernel import box_function_addresses
+from raetsalt.engine.native.frames import (
+    ACK_NOW_FRAME,
+    DATA_FRAME,
+    LEAST,
+    LEAST_FRAME,
+    MAGIC,
+    MAX_DATAGRAM,
+    NONCE,
+    OVERHEAD,
+    PIECE,
+    PREFIX,
+    STREAMS,
+    TAG,
+)
 
 Buffer = bytes | bytearray | memoryview
 Entry = tuple[int, ...]
@@ -40,26 +54,10 @@ RUN = 0
 PLAIN = 1
 RAW = 2
 FORGED = 3
-PREFIX = struct.Struct("!2sIQ")  # magic, receiver's uid, counter
-MAGIC = b"\xf5\x01"
-TAG = 16
-LEAST = struct.Struct("!BQ")
-DATA = struct.Struct("!BBBIIIH")
-PIECE = struct.Struct("!BQBBBIIIH")  # LEAST then a DATA head
-OVERHEAD = PREFIX.size + TAG + PIECE.size
-"""Bytes of a bulk piece's datagram beyond its data."""
-LEAST_FRAME = 3
-DATA_FRAME = 1
-ACK_NOW_FRAME = 5
-STREAMS = 2
-MAX_DATAGRAM = 65535
 ABI = 2
 """The compiled module's ``ABI``: one built from older source (a stale in-place build
 left by an earlier install) does not match and is not used."""
 
-_easy = _sodium.crypto_box_easy_afternm
-_open_easy = _sodium.crypto_box_open_easy_afternm
-_NONCE = struct.Struct("!16sQ")
 
 
 class Train(bytearray):
@@ -82,18 +80,16 @@ class PyKernel:
         if len(plain) > MAX_DATAGRAM - PREFIX.size - TAG:
             raise ValueError("datagram too large")
         out = bytearray(PREFIX.pack(MAGIC, fuid, counter))
-        out += _easy(plain, _NONCE.pack(nonce_head, counter), key)
+        out += seal_with_key(key, plain, NONCE.pack(nonce_head, counter))
         return out
 
     def open(self, key: bytes, nonce_head: bytes, data: Buffer, counter: int) -> bytearray | None:
         if len(data) < PREFIX.size + TAG:
             return None
-        try:
-            return bytearray(
-                _open_easy(bytes(data[PREFIX.size :]), _NONCE.pack(nonce_head, counter), key)
-            )
-        except (nacl.exceptions.CryptoError, TypeError, ValueError):
-            return None
+        plain = open_with_key_untrusted(
+            key, bytes(data[PREFIX.size :]), NONCE.pack(nonce_head, counter)
+        )
+        return None if plain is None else bytearray(plain)
 
     def seal_pieces(
         self,
@@ -270,21 +266,17 @@ def _piece(plain: bytearray) -> tuple[int, int, int, int, int, int, int, int] | 
 def _load_compiled() -> Kernel | None:
     """``raetsalt._trains`` bound to PyNaCl's libsodium, or None."""
     try:
-        from nacl._sodium import ffi, lib  # type: ignore[import-not-found]
-
         from raetsalt import _trains  # type: ignore[attr-defined]
     except ImportError:
         return None
-
     if getattr(_trains, "ABI", None) != ABI:
         return None
-
-    def address(name: str) -> int:
-        return int(ffi.cast("uintptr_t", ffi.addressof(lib, name)))
-
+    addresses = box_function_addresses()
+    if addresses is None:
+        return None
     try:
-        _trains.bind(address("crypto_box_easy_afternm"), address("crypto_box_open_easy_afternm"))
-    except (AttributeError, TypeError, ValueError):
+        _trains.bind(*addresses)
+    except (TypeError, ValueError):
         return None
     _trains.name = "c"
     return _trains  # type: ignore[no-any-return]

@@ -1,11 +1,11 @@
-"""Address migration of a native session after path validation (engine/migration.py):
+"""Address migration of a native session after path validation (native/migration.py):
 NAT rebinding and a new IP move the session without a new join or allow; a forged
 datagram, or a genuine one re-sent from elsewhere, never moves it."""
 
 from __future__ import annotations
 
 from raetsalt.engine.events import Allowed, Joined
-from raetsalt.engine.migration import CHALLENGES, response
+from raetsalt.engine.native.migration import CHALLENGES, response
 from raetsalt.testing.fakenet import Conditions, RawHost
 from raetsalt.testing.pair import MAIN_HA, MINION_HA, Pair, road_pair
 

@@ -1,4 +1,4 @@
-"""Key rotation inside a native session (engine/rekey.py), under load, both ends, both
+"""Key rotation inside a native session (native/rekey.py), under load, both ends, both
 directions: nothing lost, duplicated or held up; old keys dropped and useless after."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import pytest
 
 from raetsalt.crypto import KeyPair, SessionBox
 from raetsalt.engine.events import Allowed, MessageDelivered
-from raetsalt.engine.rekey import KEY_ACCEPT_FRAME, KEY_FRAME, KeyRing
+from raetsalt.engine.native.frames import KEY_ACCEPT_FRAME, KEY_FRAME
+from raetsalt.engine.native.rekey import KeyRing
 from raetsalt.errors import BadPacket
 from raetsalt.testing.fakenet import Conditions
 from raetsalt.testing.pair import Pair, road_pair
@@ -151,9 +152,9 @@ def test_a_datagram_sealed_for_a_key_frame_does_not_shift_the_next_bursts_record
     channel.seal_packet(b"")  # as a KEY_CONFIRM answer would be
     pair.minion.road.send_message("main", {"big": "x" * 300_000}, pair.net.now)
     pair.minion.road.datagrams_to_send(pair.net.now)  # the burst
-    last = channel._sent[channel.counter - channel._sent_base]
+    recovery = channel.recovery
+    last = recovery.record(recovery.counter)
     assert last is not None and last.frames  # the newest counter's own record
-    assert all(
-        record is None or record.frames for record in channel._sent[channel._head :]
-    )
-    assert len(channel._sent) == channel.counter - channel._sent_base + 1
+    first = recovery.oldest_unacked()
+    records = [recovery.record(counter) for counter in range(first, recovery.counter + 1)]
+    assert all(record is None or record.frames for record in records)

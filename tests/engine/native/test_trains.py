@@ -1,4 +1,4 @@
-"""The per-datagram kernels of the native profile (``raetsalt.engine.trains``).
+"""The per-datagram kernels of the native profile (``raetsalt.engine.native.trains``).
 
 The compiled kernel (``raetsalt._trains``) and the Python one must give the same bytes and
 the same entries for every input, honest or hostile; a train of hostile datagrams may only
@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raetsalt.engine import trains
+from raetsalt.engine.native import trains
 
 PY = trains.PyKernel()
 C = trains.COMPILED
@@ -47,7 +47,7 @@ def test_the_kernel_is_compiled_where_a_compiler_is() -> None:
 
 
 def test_the_fallback_is_chosen_by_the_environment() -> None:
-    code = "from raetsalt.engine import trains; print(trains.KERNEL.name)"
+    code = "from raetsalt.engine.native import trains; print(trains.KERNEL.name)"
     env = dict(os.environ, RAETSALT_PURE_PYTHON="1")
     forced = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert forced.stdout.strip() == "python", forced.stderr

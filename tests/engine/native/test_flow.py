@@ -1,11 +1,11 @@
-"""The native flow gate (engine/flow.py): the congestion window for a transfer alone, a
+"""The native flow gate (native/flow.py): the congestion window for a transfer alone, a
 short queue for bulk bytes while express messages flow, express frames a little beyond
 the window."""
 
 from __future__ import annotations
 
-from raetsalt.engine.congestion import Controller
-from raetsalt.engine.flow import EXPRESS_EXTRA, QUIET_HOLD, QUIET_WINDOW, SendWindow
+from raetsalt.engine.native.congestion import Controller
+from raetsalt.engine.native.flow import EXPRESS_EXTRA, QUIET_HOLD, QUIET_WINDOW, SendWindow
 
 MiB = 1024 * 1024
 

@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raetsalt.engine.scheduler import BATCH_HEAD, DATA_HEAD
+from raetsalt.engine.native.frames import BATCH_HEAD, DATA_HEAD
 from raetsalt.testing.pair import MINION_HA, Pair, road_pair
 
 _PAIR: dict[str, Pair] = {}

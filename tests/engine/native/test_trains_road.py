@@ -20,8 +20,9 @@ import nacl.utils
 import pytest
 
 from raetsalt.crypto import box as box_module
-from raetsalt.engine import Road, trains
+from raetsalt.engine import Road
 from raetsalt.engine.events import Event, MessageDelivered, MessageReceived
+from raetsalt.engine.native import trains
 from raetsalt.testing.pair import MAIN_HA, MINION_HA, road_pair
 
 NATIVE = {"native": True, "native_datagram_size": 1400, "native_trains": True}

@@ -1,4 +1,4 @@
-"""Congestion control and pacing for a native channel (issue 16).
+"""Congestion control and pacing for a native channel.
 
 **The controller** is NewReno as RFC 9002 (section 7) specifies it, with the loss signal
 only (no ECN):
@@ -30,7 +30,7 @@ bandwidth-delay product in flight, so the window falls to about that product: th
 drains and the link stays busy.  A random loss (a lossy line, not a full queue) happens
 with the queue short, so the window hardly falls: with 1 % random loss on a 20 Mbit/s,
 50 ms path plain NewReno keeps about 15 % of the link (the Mathis limit) and this one
-keeps most of it (``tests/engine/test_congestion.py``).  Competing flows still converge:
+keeps most of it (``tests/engine/native/test_congestion.py``).  Competing flows still converge:
 each falls by the same factor, the lowest round trip over the current one.
 
 **Random loss** (``LossResponse.BANDWIDTH`` only): a loss declared while the latest round
@@ -51,7 +51,7 @@ on losses up to ``LINE_SHARE_MARGIN`` times it (plus the one in ``RANDOM_LOSS_SH
 are the line's.  A probe that loses less confirms congestion and forgets the share.  On
 a line that loses ``p`` at random a policer can so see up to about ``p / 2 + 5 %`` more
 before the window falls; without random loss it sees a few percent
-(``tests/engine/test_congestion.py``).
+(``tests/engine/native/test_congestion.py``).
 
 Delivery rate is measured per acknowledged packet as the bytes acknowledged between
 its sending and its acknowledgement over the longer of the two intervals (send and ack),
@@ -75,7 +75,7 @@ MIN_INITIAL = 14720
 MIN_DATAGRAMS = 2
 LOSS_DETECTION_DATAGRAMS = 8
 """The initial window holds at least this many datagrams, however large: with fewer, a
-loss has too few later packets acknowledged to be declared (``native.PACKET_THRESHOLD``)
+loss has too few later packets acknowledged to be declared (``recovery.PACKET_THRESHOLD``)
 and waits for the probe time-out (RFC 9002 has 2 of the 64 KB datagrams of loopback)."""
 """The smallest window, in datagrams (after persistent congestion)."""
 LOSS_REDUCTION = 0.5
@@ -107,7 +107,7 @@ PROBE_DATAGRAMS = 32
 """The probe after a reduction lasts a window, and at least this many datagrams."""
 PROBE_LAG = 4
 """Datagrams acknowledged beyond the probe's window before its verdict: a loss is
-declared when three later packets are acknowledged (``native.PACKET_THRESHOLD``)."""
+declared when three later packets are acknowledged (``recovery.PACKET_THRESHOLD``)."""
 PROBE_PACING = 0.9
 """The probe's pacing rate, times the measured bandwidth: below what the path delivers,
 so a policer or a tiny queue drops nothing while it runs, and a lossy line still does."""

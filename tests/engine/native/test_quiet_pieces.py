@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from raetsalt.engine.events import MessageDelivered
-from raetsalt.engine.flow import QUIET_HOLD, QUIET_PIECE
-from raetsalt.engine.native import is_native
+from raetsalt.engine.native.flow import QUIET_HOLD, QUIET_PIECE
+from raetsalt.engine.native.frames import is_native
 from raetsalt.testing.fakenet import Conditions
 from raetsalt.testing.pair import road_pair
 
