@@ -13,7 +13,9 @@ so everything here is bounded and keyed so that one address cannot steer another
   from the same address supersedes an older one;
 * ids never seen before: ``new_ids_burst`` per source address, then ``new_ids_per_second``;
   beyond ``max_pending`` waiting keys they are dropped (``KeyBook``);
-* a role whose key record the keep could not read is refused, not taken for a new id.
+* a role whose key record the keep could not read is refused, not taken for a new id;
+* a signed request (a raetsalt joiner that knows us: ``raetsalt.engine.join``) gets
+  signed replies, its ``reject`` and ``renew`` too (they mirror the request's foot kind).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from raetsalt.engine.join import JoinCorrespondent
 from raetsalt.engine.port import RoadPort
 from raetsalt.errors import BadPacket
 from raetsalt.keep.records import Acceptance
-from raetsalt.wire.enums import PacketKind
+from raetsalt.wire.enums import FootKind, PacketKind
 
 if TYPE_CHECKING:
     from raetsalt.engine.guard import Guard
@@ -151,6 +153,7 @@ class JoinDesk:
             reply_to=address,
             join=join,
             now=now,
+            signed=header.foot_kind == FootKind.NACL,
         )
         key = (address, header.source_uid, header.transaction_id)
         self.live[key] = txn

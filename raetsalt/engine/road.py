@@ -322,7 +322,9 @@ class Road:
 
     def allow(self, uid: int, now: float) -> None:
         remote = self.remotes[uid]
-        if not remote.joined:
+        if not remote.joined or remote.fuid == 0:
+            # No id of ours there (it told us to renew, or it joined us and we never
+            # joined it): an allow would carry de 0 and be dropped, so join instead.
             self.join(uid, now)
             return
         if remote.in_progress(TransactionKind.ALLOW) is not None:
@@ -555,6 +557,8 @@ class Road:
                 window=config.native_window, now=now,
             )
         remote.session = session
+        if self.config.native:
+            remote.signs_joins = native  # it showed (or not) that it is ours, authenticated
         remote.link = Link.ALLOWED
         remote.replay = type(remote.replay)()  # a new session key: a fresh window
         remote.retry_delay = 0.0
