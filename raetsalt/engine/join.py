@@ -82,6 +82,10 @@ class JoinInitiator(Transaction):
         self.signed = remote.signs_joins and remote.verifier is not None
         """Our packets are signed and the replies must be (module docstring)."""
         self.renew_unverified = False
+        self.busy_deaf = remote.busy_honoured
+        """The attempt before honoured an unsigned ``BUSY``: this one ignores them
+        (``raetsalt.engine.busy``)."""
+        remote.busy_honoured = False
 
     def send(self, kind: PacketKind, coat: bytes = b"", **fields: Any) -> None:
         if self.signed:

@@ -175,6 +175,8 @@ class Remote:
     signs_joins: bool = False
     """A raetsalt estate (an authenticated allow showed the native marks): our join
     requests to it are signed, and its join replies must be (``raetsalt.engine.join``)."""
+    busy_honoured: bool = False
+    """Our last join attempt ended on an unsigned ``BUSY`` (``raetsalt.engine.busy``)."""
     trusted: bool = False
     """``ha`` is validated: we chose it, or an allow from it completed (anti-amplification)."""
     transactions: dict[tuple[bool, int, int], Exchange] = field(default_factory=dict)
