@@ -30,14 +30,14 @@ from raetsalt.engine.events import (
     TransactionFailed,
 )
 from raetsalt.errors import LocalError
-from raetsalt.keep.records import AutoMode
+from raetsalt.keep.records import AutoMode, fingerprint
 from raetsalt.manor import LocalMessage
 from raetsalt.node import Node, NodeEvent
 from raetsalt.paths import keep_dir
 from raetsalt.timefmt import salt_stamp
 
 from .droplog import DropLog
-from .policy import auto_mode, key_policy
+from .policy import auto_mode, key_policy, minion_key_policy
 
 log = logging.getLogger("raetsalt.daemon")
 
@@ -130,7 +130,7 @@ def open_node(opts: Mapping[str, Any], node: str) -> Node:
         main=node == "master",
         config=road_config(opts, node),
         buffer_size=buffer_size,
-        policy=key_policy(opts) if node == "master" else None,
+        policy=key_policy(opts) if node == "master" else minion_key_policy(opts),
     ).open()
     for problem in stack.problems:
         log.error("keep: %s (skipped; that key is refused until the file is fixed or "
@@ -282,6 +282,15 @@ class MinionLink:
                             "anyone can forge it); retrying",
                             format_ha(self.ha) if self.ha else "?",
                         )
+                elif event.unpinned:
+                    self._once(
+                        "master_unpinned",
+                        f"refusing the master {event.remote}: the fingerprint of its key, "
+                        f"{fingerprint(event.verhex, str(self.opts.get('hash_type') or 'sha256'))}"
+                        f", is not master_finger {self.opts.get('master_finger')!r} (a wrong "
+                        "master_finger, or another host answers at the master's address); "
+                        "retrying",
+                    )
                 else:
                     self._once(
                         "master_refused",

@@ -127,7 +127,8 @@ class JoinInitiator(Transaction):
         decision = port.decide_key(join.role, join.verhex, join.pubhex)
         if decision.acceptance is Acceptance.REJECTED:
             self.send(PacketKind.REJECT)
-            port.emit(JoinRejected(join.name, join.role, here=True, denied=decision.denial))
+            port.emit(JoinRejected(join.name, join.role, here=True, denied=decision.denial,
+                                   unpinned=decision.unpinned, verhex=join.verhex))
             self.fail("rejected", now)
             return
         port.adopt_identity(remote, join, fuid=join.uid)
