@@ -498,6 +498,13 @@ class Road:
     def remote_changed(self, remote: Remote) -> None:
         if not remote.joined and remote.fuid == 0:
             return  # nothing worth keeping about a remote that never joined
+        if not remote.trusted and remote.name not in self._persisted:
+            # A join proves nothing about its source address (a blind spoofer can ack
+            # it): a new remote is stored only once an allow from its address completed
+            # (it receives there), so a restarted main never calls addresses that were
+            # only claimed (``raetsalt.engine.recall``).
+            self.stats["remote_unvalidated_unsaved"] += 1
+            return
         record = remote.record()
         if self._persisted.get(remote.name) != record:
             self._persisted[remote.name] = record

@@ -112,3 +112,40 @@ def test_another_master_at_the_address_for_a_while_does_not_strand_a_minion(
     master.expect("serving on")
     minion.expect("connected to the master themaster", timeout=60)
     assert ping(world)
+
+
+def test_blind_joins_do_not_make_a_restarted_master_an_amplifier(world: World) -> None:
+    """A victim address that sends auto-accepted joins and their acks blind (it never
+    reads an answer) must not be called back at the master's restarts beyond three
+    times what it sent."""
+    from raetsalt.testing.forge import join_request
+
+    master = world.start("master", world.master_dir("auto_accept: true\n"))
+    master.expect("serving on")
+    victim = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    victim.bind(("127.0.0.1", 0))
+    target = ("127.0.0.1", world.port)
+    sent = 0
+    with victim:
+        for index in range(20):
+            uid, tid = 100 + index, 1
+            ack = Header(packet_kind=PacketKind.ACK, transaction_kind=TransactionKind.JOIN,
+                         source_uid=uid, destination_uid=0, transaction_id=tid)
+            for data in (join_request(f"ghost{index}", source_uid=uid, tid=tid),
+                         pack_packet(ack, b"")):
+                sent += victim.sendto(data, target)
+            master.expect(f"ghost{index}", timeout=10)  # its key, accepted: the join went on
+        received = 0
+        for _ in range(2):
+            master.terminate_within(2.0)
+            master = world.start("master", world.master_dir("auto_accept: true\n"))
+            master.expect("serving on")
+            # The attacker's measuring window: a call's allow ends within 4 s.
+            victim.settimeout(0.2)
+            until = time.monotonic() + 6.0
+            while time.monotonic() < until:
+                try:
+                    received += len(victim.recv(65536))
+                except TimeoutError:
+                    continue
+    assert received <= 3 * sent
