@@ -147,9 +147,9 @@ class Admission:
     def __init__(self, rate: float, burst: float, *, crowded_rate: float = 0.0) -> None:
         self.bucket = TokenBucket(rate, burst)
         self.crowded = TokenBucket(crowded_rate, crowded_rate)
+        """New joins taken while the join desk is crowded (its turnover: ``for_config``)."""
         self.signed_busy = TokenBucket(SIGNED_BUSY_RATE, SIGNED_BUSY_RATE)
         """Signed ``BUSY`` answers (module docstring)."""
-        """New joins taken while the join desk is crowded (its turnover: ``for_config``)."""
         self.loaded = False
         """Set by the driver: the socket had a backlog at the last read."""
         self.reserved: OrderedDict[Address, float] = OrderedDict()

@@ -91,3 +91,27 @@ def test_a_real_busy_answer_to_a_signed_handshake_is_signed_and_honoured() -> No
     assert pair.main.road.stats["handshake_busy"] >= 1
     pair.main.road.admission.loaded = False
     assert pair.until(lambda: minion.remote("main").allowed, timeout=30.0)
+
+
+def test_signed_busy_answers_are_bounded_per_second() -> None:
+    """A flood of "signed" hellos (their signatures are not checked before the busy
+    answer) costs the main at most SIGNED_BUSY_RATE signatures a second."""
+    import os
+
+    from raetsalt.engine.busy import SIGNED_BUSY_RATE
+
+    pair = road_pair()
+    main = pair.main.road
+    main.admission.loaded = True
+    hello = Header(packet_kind=PacketKind.HELLO, transaction_kind=TransactionKind.ALLOW,
+                   source_uid=5, destination_uid=2, session_id=1, transaction_id=1,
+                   foot_kind=FootKind.NACL)
+    flood = int(SIGNED_BUSY_RATE) + 500
+    for index in range(flood):
+        data = pack_packet(hello, b"x" * 40, lambda _: os.urandom(64))
+        main.receive_datagram(data, ("10.0.7.7", 1000 + index), 0.0)
+    assert main.stats["handshake_busy"] == SIGNED_BUSY_RATE
+    assert main.stats["handshake_busy_sign_limit"] == 500
+    sent = main.datagrams_to_send(0.0)
+    assert len(sent) == SIGNED_BUSY_RATE
+    assert {parse_packet_untrusted(bytes(d)).header.foot_kind for d, _ in sent} == {FootKind.NACL}
