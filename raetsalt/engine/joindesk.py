@@ -1,4 +1,5 @@
-"""``JoinDesk``: where unsigned join requests come in, and the join correspondents live.
+"""``JoinDesk``: where join packets come in (requests, and replies to our own joins), and
+the join correspondents live.
 
 A join request proves nothing about its sender (plaintext, unsigned, any source address),
 so everything here is bounded and keyed so that one address cannot steer another's join:
@@ -83,6 +84,24 @@ class JoinDesk:
             joins.pop(key, None)
             if not joins:
                 del self._of[txn.remote.uid]
+
+    def receive_reply(self, packet: Packet, address: Address, now: float) -> None:
+        """A join packet of a correspondent (``cf`` set): an answer to our own join."""
+        host, header = self.host, packet.header
+        remote = host.remotes.get(header.destination_uid)
+        if remote is None:
+            raise BadPacket("join reply for an unknown remote", DropReason.UNKNOWN_REMOTE)
+        if address != remote.ha:
+            raise BadPacket("join reply from an address we did not join", DropReason.WRONG_ADDRESS)
+        txn = remote.transactions.get((True, 0, header.transaction_id))
+        if txn is not None:
+            txn.receive(packet, now)  # (a signed join checks the reply's signature)
+        elif header.packet_kind == PacketKind.RESPONSE and remote.joined:
+            # Our ack was lost and the correspondent repeats its response: ack again, so it
+            # does not wait for its time-out and answer our allow with "unjoined".
+            host.reply_stale(packet, address, PacketKind.ACK)
+        else:
+            raise BadPacket("join reply for no transaction", DropReason.STALE)
 
     def receive(self, packet: Packet, address: Address, now: float) -> None:
         """A join packet of an initiator (``cf`` clear)."""
