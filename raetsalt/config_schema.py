@@ -269,7 +269,19 @@ SCHEMA: tuple[Option, ...] = (
         s.boolean(),
         {"minion": False},
         "When the master rejects this minion's key: false exits (code 77, as Salt "
-        "does); true keeps retrying as if pending.",
+        "does); true keeps retrying as if pending.  Only a reject signed with the "
+        "master's key counts: an unsigned one (first contact, a raet 0.6.8 master) is "
+        "logged and the minion keeps trying.",
+        "Presence and reconnection",
+    ),
+    Option(
+        "master_finger",
+        s.string(nullable=True),
+        {"minion": None},
+        "Fingerprint of the master's key, as 'raetsalt-key -F' prints it on the master "
+        "(hash_type, colon-separated hex pairs): the minion pins it and refuses any "
+        "master whose key has another one (one ERROR line; it keeps trying).  Empty: "
+        "the key seen at first contact is trusted from then on.",
         "Presence and reconnection",
     ),
     # ---------------------------------------------------------------- paths
@@ -669,8 +681,9 @@ SALTBRIDGE_OPTIONS: tuple[Option, ...] = (
     Option(
         "hash_type",
         s.choice(("md5", "sha1", "sha224", "sha256", "sha384", "sha512")),
-        {"master": "sha256"},
-        "Hash of the files the master serves; minions compare it with their cache.",
+        {"master": "sha256", "minion": "sha256"},
+        "Hash of the files the master serves (minions compare it with their cache), and "
+        "of key fingerprints (raetsalt-key -f/-F, a minion's master_finger).",
         _SALT_SECTION,
     ),
     Option(

@@ -305,9 +305,10 @@ def test_minion_salt_keys_and_master_options_are_ignored(tmp_path: Path) -> None
                                "hash_type: sha256\nschedule: {}\npeer: {}\n")
     warnings: list[str] = []
     load_node_config(tmp_path, "minion", warnings)
-    assert warnings[0].endswith("'hash_type' (a raetsalt master option), 'schedule', "
+    assert warnings[0].endswith("'startup_states', 'mine_functions', 'schedule', "
                                 "'peer' (a raetsalt master option)")
-    assert "ignoring 6 key(s)" in warnings[0]  # file_client is a minion option
+    # file_client, master_finger and hash_type are minion options
+    assert "ignoring 4 key(s)" in warnings[0]
 
 
 def test_all_unknown_keys_in_one_error(tmp_path: Path) -> None:

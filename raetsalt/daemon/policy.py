@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from raetsalt.keep.policy import KeyPolicy
-from raetsalt.keep.records import AutoMode
+from raetsalt.keep.records import AutoMode, fingerprint, normalize_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +108,23 @@ def key_policy(opts: Mapping[str, Any]) -> KeyPolicy:
         autosign=FileMatcher(sign, permissive=permissive) if sign else None,
         autoreject=FileMatcher(reject, permissive=permissive) if reject else None,
     )
+
+
+def minion_key_policy(opts: Mapping[str, Any]) -> KeyPolicy:
+    """A minion's ``KeyPolicy``: the master's key is trusted at first sight (Salt's
+    minion_master.pub), or only if its fingerprint is ``master_finger`` (in
+    ``hash_type``, as ``raetsalt-key -F`` prints it on the master; colons and case do
+    not matter)."""
+    finger = opts.get("master_finger")
+    if not finger:
+        return KeyPolicy(auto=AutoMode.ONCE)
+    hash_type = str(opts.get("hash_type") or "sha256")
+    want = normalize_fingerprint(str(finger))
+
+    def pinned(verhex: str) -> bool:
+        return fingerprint(verhex, hash_type) == want
+
+    return KeyPolicy(auto=AutoMode.ONCE, pin=pinned)
 
 
 def auto_mode(opts: Mapping[str, Any]) -> AutoMode:

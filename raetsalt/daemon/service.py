@@ -24,18 +24,20 @@ from raetsalt.engine.events import (
     JoinPending,
     JoinRejected,
     MessageReceived,
+    PacketDropped,
     PendingLimitReached,
     PresenceChanged,
     TransactionFailed,
 )
 from raetsalt.errors import LocalError
-from raetsalt.keep.records import AutoMode
+from raetsalt.keep.records import AutoMode, fingerprint
 from raetsalt.manor import LocalMessage
 from raetsalt.node import Node, NodeEvent
 from raetsalt.paths import keep_dir
 from raetsalt.timefmt import salt_stamp
 
-from .policy import auto_mode, key_policy
+from .droplog import DropLog
+from .policy import auto_mode, key_policy, minion_key_policy
 
 log = logging.getLogger("raetsalt.daemon")
 
@@ -128,7 +130,7 @@ def open_node(opts: Mapping[str, Any], node: str) -> Node:
         main=node == "master",
         config=road_config(opts, node),
         buffer_size=buffer_size,
-        policy=key_policy(opts) if node == "master" else None,
+        policy=key_policy(opts) if node == "master" else minion_key_policy(opts),
     ).open()
     for problem in stack.problems:
         log.error("keep: %s (skipped; that key is refused until the file is fixed or "
@@ -195,6 +197,7 @@ class MinionLink:
         self.last_failure = ""
         self._last_resolve = 0.0
         self._reported: set[str] = set()
+        self.drops = DropLog("the minion")
 
     # -- commands ---------------------------------------------------------------------------
 
@@ -268,8 +271,26 @@ class MinionLink:
                     )
             elif isinstance(event, JoinRejected):
                 self.pending = False
-                if not event.here:
+                if not event.here and event.authenticated:
                     self.rejected = True
+                elif not event.here:
+                    if "unsigned_reject" not in self._reported:
+                        self._reported.add("unsigned_reject")  # once until the next join
+                        log.warning(
+                            "ignoring an unsigned join reject from the master's address %s: "
+                            "it proves nothing (a raet 0.6.8 master cannot sign it, and "
+                            "anyone can forge it); retrying",
+                            format_ha(self.ha) if self.ha else "?",
+                        )
+                elif event.unpinned:
+                    self._once(
+                        "master_unpinned",
+                        f"refusing the master {event.remote}: the fingerprint of its key, "
+                        f"{fingerprint(event.verhex, str(self.opts.get('hash_type') or 'sha256'))}"
+                        f", is not master_finger {self.opts.get('master_finger')!r} (a wrong "
+                        "master_finger, or another host answers at the master's address); "
+                        "retrying",
+                    )
                 else:
                     self._once(
                         "master_refused",
@@ -287,6 +308,8 @@ class MinionLink:
                 log.debug(
                     "join with %s failed (%s); retrying with back-off", event.remote, event.reason
                 )
+            elif isinstance(event, PacketDropped):
+                self.drops.note(event)
             elif isinstance(event, MessageReceived | LocalMessage):
                 log.debug("unhandled message %r", event)
 
@@ -347,6 +370,7 @@ class MasterWatch:
         """role -> last reported key state (pending, accepted, rejected, denied)."""
         self.connected: set[str] = set()
         self.alive: set[str] = set()
+        self.drops = DropLog("the master")
 
     def handle(self, events: Iterable[NodeEvent]) -> bool:
         """Follow road events; True when an event was fired on the bus (to be sent)."""
@@ -360,6 +384,8 @@ class MasterWatch:
             elif isinstance(event, JoinRejected) and event.here:
                 fired |= self._key(event.role, "denied" if event.denied else "rejected",
                                    event.remote)
+            elif isinstance(event, PacketDropped):
+                self.drops.note(event)
             elif isinstance(event, Departed):
                 self.keys.pop(event.role, None)
                 self.connected.discard(event.remote)

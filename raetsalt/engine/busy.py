@@ -21,8 +21,19 @@ so they come back spread out at the rate it can serve.
 Packets of working sessions (native frames, alives, messages) are never refused, so an
 overloaded main never tears down a session that works.
 
+A ``BUSY`` answering a signed packet (an allow hello, or the signed join request of a
+raetsalt estate that knows us: ``raetsalt.engine.join``) is signed too, at most
+``SIGNED_BUSY_RATE`` a second (beyond, the packet is not answered: its sender
+retransmits), so that the refused can tell it from a forgery.
+
 On the other side, ``take_busy_untrusted`` honours a ``BUSY`` only as an answer to a
-join or allow this road started, from the address it sent it to; the handshake ends and
+join or allow this road started, from the address it sent it to.  If that packet was
+signed, the ``BUSY`` must verify with the remote's key, or it is a counted drop (an
+attacker who can inject but not drop could otherwise keep a minion out for as long as
+it sends them).  An unsigned one (first contact, when no key is known) is honoured for
+one attempt in two: the attempt after one that honoured it ignores unsigned ``BUSY``
+answers (counted), so a forger can at most delay every other attempt while the main's
+real answers get through.  An honoured ``BUSY`` ends the handshake and
 the road tries again after the hint (plus up to 10 %), or, from a main that gives none,
 at a random time within a back-off that is ``config.busy_retry`` the first time and
 doubles up to ``retry_max`` (0.1 to 1 times it: a crowd that was refused comes back
@@ -42,6 +53,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from raetsalt.drops import DropReason
 from raetsalt.engine.events import TransactionFailed
+from raetsalt.engine.join import JoinInitiator, signed_by
 from raetsalt.engine.timers import backoff
 from raetsalt.engine.transaction import mirrored_header
 from raetsalt.errors import BadPacket
@@ -51,6 +63,7 @@ from raetsalt.wire.packet import pack_packet
 if TYPE_CHECKING:
     from raetsalt.engine.config import RoadConfig
     from raetsalt.engine.events import Event
+    from raetsalt.engine.identity import LocalEstate
     from raetsalt.engine.joindesk import JoinDesk
     from raetsalt.engine.remote import Address, Remote
     from raetsalt.wire.packet import Packet
@@ -72,6 +85,8 @@ DESK_SHARE = 0.75
 """The join desk is crowded from this share of ``max_joins`` on: a join admitted when the
 desk is full pushes out one still waiting for its joiner's ack (that joiner is then told
 "unjoined" at its allow and joins again)."""
+SIGNED_BUSY_RATE = 2000.0
+"""Signed ``BUSY`` answers a second at most (an Ed25519 signature each)."""
 PACE_MIN = 20.0
 """Handshakes a second a busy main assumes it takes at least, for its retry-after hints."""
 
@@ -89,6 +104,9 @@ class Screening(Admitting, Protocol):
     """What of the road this module uses."""
 
     joins: JoinDesk
+
+    @property
+    def local(self) -> LocalEstate: ...
 
     def transmit_datagram(self, data: bytes, address: Address) -> None: ...
 
@@ -130,6 +148,8 @@ class Admission:
         self.bucket = TokenBucket(rate, burst)
         self.crowded = TokenBucket(crowded_rate, crowded_rate)
         """New joins taken while the join desk is crowded (its turnover: ``for_config``)."""
+        self.signed_busy = TokenBucket(SIGNED_BUSY_RATE, SIGNED_BUSY_RATE)
+        """Signed ``BUSY`` answers (module docstring)."""
         self.loaded = False
         """Set by the driver: the socket had a backlog at the last read."""
         self.reserved: OrderedDict[Address, float] = OrderedDict()
@@ -230,7 +250,15 @@ def screen_untrusted(road: Screening, packet: Packet, address: Address, now: flo
         foot_kind=FootKind.NADA,
         message_length=max(1, round(hint * 1000)),
     )
-    data = pack_packet(answer, b"", None, max_size=road.config.max_packet_size)
+    sign = None
+    if header.foot_kind == FootKind.NACL:
+        # The refused can check this one: sign it (within the rate, else say nothing).
+        if not admission.signed_busy.take(now):
+            road.stats["handshake_busy_sign_limit"] += 1
+            return True
+        answer = replace(answer, foot_kind=FootKind.NACL)
+        sign = road.local.signer.sign
+    data = pack_packet(answer, b"", sign, max_size=road.config.max_packet_size)
     road.stats["handshake_busy"] += 1
     if len(data) <= len(packet.head) + len(packet.coat) + len(packet.foot):
         road.transmit_datagram(data, address)
@@ -248,6 +276,17 @@ def take_busy_untrusted(road: Screening, packet: Packet, address: Address, now: 
     txn = remote.transactions.get((True, header.session_id, header.transaction_id))
     if txn is None or txn.kind not in (TransactionKind.JOIN, TransactionKind.ALLOW):
         raise BadPacket("busy answer for no handshake of ours", DropReason.STALE)
+    joining = txn if isinstance(txn, JoinInitiator) else None
+    if joining is None or joining.signed:
+        # We signed what it answers, so the main signs its answer.
+        if not signed_by(packet, remote.verifier):
+            raise BadPacket("unsigned or forged busy answer", DropReason.SIGNATURE)
+    elif joining.busy_deaf:
+        raise BadPacket("unsigned busy answer in an attempt that ignores them",
+                        DropReason.UNSIGNED)
+    else:
+        remote.busy_honoured = True  # the next attempt ignores unsigned ones
+        road.stats["busy_rx_unsigned"] += 1
     txn.finish()
     road.stats["busy_rx"] += 1
     road.emit(TransactionFailed(remote.name, txn.kind.name.lower(), "busy"))

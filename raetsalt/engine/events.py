@@ -77,6 +77,14 @@ class JoinRejected(Event):
     denied: bool = False
     """``here`` only: the role is known with other keys (Salt's *denied*), rather than
     rejected by an operator."""
+    unpinned: bool = False
+    """``here`` only: the remote's key is not the pinned one (``master_finger``)."""
+    verhex: str = ""
+    """``here`` only: the remote's verify key that was refused (hex)."""
+    authenticated: bool = True
+    """Not ``here``: the remote's ``reject`` was signed with its key.  An unsigned one
+    (first contact, or a raet 0.6.8 peer) may be forged by anyone: a daemon must not act
+    on it beyond retrying (``raetsalt.engine.join``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,6 +72,13 @@ class Guard:
         credit = self._credit.get(address, 0)
         _bounded_put(self._credit, address, min(CREDIT_CAP, credit + self.factor * size))
 
+    def grant(self, address: Address, size: int) -> None:
+        """Let ``size`` bytes go to ``address`` before it sent anything (a restarted
+        main's one call to an address a session validated before: ``Recall``)."""
+        if address not in self.trusted:
+            credit = self._credit.get(address, 0)
+            _bounded_put(self._credit, address, min(CREDIT_CAP, max(credit, size)))
+
     def spend(self, address: Address, size: int) -> bool:
         """May ``size`` bytes go to ``address``?  Pays for them if so."""
         if address in self.trusted:

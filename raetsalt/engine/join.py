@@ -30,18 +30,36 @@ it.  Deliberate differences from raet 0.6.8:
 * an initiator that finds the estate it joined already known under its name, with the
   same role and keys, at another address, takes it over (the estate moved) instead of
   refusing the name.
+
+Signed joins (raetsalt only).  Unsigned replies would let anyone who can send from the
+main's address reject, renew or answer a minion's join (one forged ``reject`` made a
+minion exit).  So once an estate knows the other's key *and* knows it is a raetsalt
+estate (``Remote.signs_joins``: an authenticated allow showed the native marks; the keep
+records it), its join request carries an Ed25519 foot, and the correspondent of a signed
+request signs every reply (its ``reject`` and ``renew`` too: ``JoinDesk``).  Such an
+initiator takes only replies that verify: a ``response`` with the key it carries (the
+key itself must then pass the key policy, so only the accepted key completes a join),
+everything else with the key it knows; anything else is a counted drop and the join goes
+on.  raet 0.6.8 never signs a join packet and never sees a signed one (we sign only
+towards an estate that showed it is ours), so it is served byte for byte as before; an
+unsigned ``reject`` (first contact, or a raet peer) still ends that join attempt, but is
+reported as unauthenticated (``JoinRejected.authenticated``): it never makes a daemon
+exit.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from raetsalt.crypto import Verifier
+from raetsalt.drops import DropReason
 from raetsalt.engine.events import Joined, JoinPending, JoinRejected, TransactionFailed
 from raetsalt.engine.identity import JoinBody, parse_join_body_untrusted
 from raetsalt.engine.transaction import Transaction
+from raetsalt.errors import BadPacket
 from raetsalt.keep.records import Acceptance
 from raetsalt.wire.body import encode_body
-from raetsalt.wire.enums import BodyKind, PacketKind, TransactionKind
+from raetsalt.wire.enums import BodyKind, FootKind, PacketKind, TransactionKind
 
 if TYPE_CHECKING:
     from raetsalt.engine.port import RoadPort
@@ -62,6 +80,30 @@ class JoinInitiator(Transaction):
         self.timeout_at = now + port.config.join_timeout
         self.pended = False  # the remote holds our key as pending
         self.waiting_here: JoinBody | None = None  # we hold the remote's key as pending
+        self.signed = remote.signs_joins and remote.verifier is not None
+        """Our packets are signed and the replies must be (module docstring)."""
+        self.renew_unverified = False
+        self.busy_deaf = remote.busy_honoured
+        """The attempt before honoured an unsigned ``BUSY``: this one ignores them
+        (``raetsalt.engine.busy``)."""
+        remote.busy_honoured = False
+
+    def send(self, kind: PacketKind, coat: bytes = b"", **fields: Any) -> None:
+        if self.signed:
+            fields.setdefault("foot_kind", FootKind.NACL)
+        super().send(kind, coat, **fields)
+
+    def receive(self, packet: Packet, now: float) -> None:
+        if self.signed and packet.header.packet_kind != PacketKind.RESPONSE:
+            verifier = self.remote.verifier
+            if not signed_by(packet, verifier):
+                if packet.header.packet_kind == PacketKind.RENEW:
+                    # Someone at its address does not know our ids: the main lost its
+                    # keep, or another estate answers there.  If nothing authentic
+                    # answers this attempt, the next one is vacuous (``on_timeout``).
+                    self.renew_unverified = True
+                raise BadPacket("unsigned or forged join reply", DropReason.SIGNATURE)
+        super().receive(packet, now)
 
     def start(self, now: float) -> None:
         self._send_request(now)
@@ -72,6 +114,9 @@ class JoinInitiator(Transaction):
 
     def _on_response(self, packet: Packet, now: float) -> None:
         join = parse_join_body_untrusted(packet, response=True)
+        if self.signed and not signed_by(packet, Verifier(bytes.fromhex(join.verhex))):
+            # A key of ours (only the accepted one passes the key policy below) must sign.
+            raise BadPacket("unsigned or forged join response", DropReason.SIGNATURE)
         port, remote = self.port, self.remote
         other = port.name_holder(join.name)
         if other is not None and other is not remote:
@@ -83,7 +128,8 @@ class JoinInitiator(Transaction):
         decision = port.decide_key(join.role, join.verhex, join.pubhex)
         if decision.acceptance is Acceptance.REJECTED:
             self.send(PacketKind.REJECT)
-            port.emit(JoinRejected(join.name, join.role, here=True, denied=decision.denial))
+            port.emit(JoinRejected(join.name, join.role, here=True, denied=decision.denial,
+                                   unpinned=decision.unpinned, verhex=join.verhex))
             self.fail("rejected", now)
             return
         port.adopt_identity(remote, join, fuid=join.uid)
@@ -107,11 +153,18 @@ class JoinInitiator(Transaction):
         self.schedule()
 
     def _on_reject(self, packet: Packet, now: float) -> None:
-        self.port.emit(JoinRejected(self.remote.name, self.port.local.role, here=False))
+        if not self.signed:
+            # Anyone can send this from the main's address: it ends this attempt (raet
+            # does as much) but is reported as proving nothing.
+            self.port.stats["join_reject_unauthenticated"] += 1
+        self.port.emit(JoinRejected(self.remote.name, self.port.local.role, here=False,
+                                    authenticated=self.signed))
         self.fail("rejected", now)
 
     def _on_renew(self, packet: Packet, now: float) -> None:
         # The remote no longer knows our ids (it lost its keep): rejoin vacuously.
+        if not self.signed:
+            self.port.stats["join_renew_unauthenticated"] += 1
         self.finish()
         self.port.on_renew(self.remote, now)
 
@@ -157,6 +210,11 @@ class JoinInitiator(Transaction):
         self._send_request(now)
 
     def on_timeout(self, now: float) -> None:
+        if self.renew_unverified:
+            # A main that lost its keep, or a new one with other keys, can only answer a
+            # vacuous join: the next attempt is one (its reply is checked as any other).
+            self.port.stats["join_vacuous_after_unverified_renew"] += 1
+            self.remote.fuid = 0
         self.fail("timeout", now)
 
     def fail(self, reason: str, now: float) -> None:
@@ -183,6 +241,7 @@ class JoinCorrespondent(Transaction):
         reply_to: Address,
         join: JoinBody,
         now: float,
+        signed: bool = False,
     ) -> None:
         super().__init__(
             port,
@@ -199,6 +258,13 @@ class JoinCorrespondent(Transaction):
         self.pending = False
         self.remote_pended = False
         self.timeout_at = now + port.config.join_timeout
+        self.signed = signed
+        """The request was signed: a raetsalt joiner that checks our replies' signatures."""
+
+    def send(self, kind: PacketKind, coat: bytes = b"", **fields: Any) -> None:
+        if self.signed:
+            fields.setdefault("foot_kind", FootKind.NACL)
+        super().send(kind, coat, **fields)
 
     def start(self, acceptance: Acceptance, now: float) -> None:
         if acceptance is Acceptance.PENDING:
@@ -284,3 +350,12 @@ class JoinCorrespondent(Transaction):
     def finish(self) -> None:
         super().finish()
         self.port.forget_join(self)
+
+
+def signed_by(packet: Packet, verifier: Verifier | None) -> bool:
+    """``packet`` carries an Ed25519 foot that ``verifier`` verifies."""
+    return (
+        verifier is not None
+        and packet.header.foot_kind == FootKind.NACL
+        and verifier.verify(packet.signed_bytes(), packet.foot)
+    )

@@ -1,4 +1,5 @@
-"""``JoinDesk``: where unsigned join requests come in, and the join correspondents live.
+"""``JoinDesk``: where join packets come in (requests, and replies to our own joins), and
+the join correspondents live.
 
 A join request proves nothing about its sender (plaintext, unsigned, any source address),
 so everything here is bounded and keyed so that one address cannot steer another's join:
@@ -13,7 +14,9 @@ so everything here is bounded and keyed so that one address cannot steer another
   from the same address supersedes an older one;
 * ids never seen before: ``new_ids_burst`` per source address, then ``new_ids_per_second``;
   beyond ``max_pending`` waiting keys they are dropped (``KeyBook``);
-* a role whose key record the keep could not read is refused, not taken for a new id.
+* a role whose key record the keep could not read is refused, not taken for a new id;
+* a signed request (a raetsalt joiner that knows us: ``raetsalt.engine.join``) gets
+  signed replies, its ``reject`` and ``renew`` too (they mirror the request's foot kind).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from raetsalt.engine.join import JoinCorrespondent
 from raetsalt.engine.port import RoadPort
 from raetsalt.errors import BadPacket
 from raetsalt.keep.records import Acceptance
-from raetsalt.wire.enums import PacketKind
+from raetsalt.wire.enums import FootKind, PacketKind
 
 if TYPE_CHECKING:
     from raetsalt.engine.guard import Guard
@@ -81,6 +84,24 @@ class JoinDesk:
             joins.pop(key, None)
             if not joins:
                 del self._of[txn.remote.uid]
+
+    def receive_reply(self, packet: Packet, address: Address, now: float) -> None:
+        """A join packet of a correspondent (``cf`` set): an answer to our own join."""
+        host, header = self.host, packet.header
+        remote = host.remotes.get(header.destination_uid)
+        if remote is None:
+            raise BadPacket("join reply for an unknown remote", DropReason.UNKNOWN_REMOTE)
+        if address != remote.ha:
+            raise BadPacket("join reply from an address we did not join", DropReason.WRONG_ADDRESS)
+        txn = remote.transactions.get((True, 0, header.transaction_id))
+        if txn is not None:
+            txn.receive(packet, now)  # (a signed join checks the reply's signature)
+        elif header.packet_kind == PacketKind.RESPONSE and remote.joined:
+            # Our ack was lost and the correspondent repeats its response: ack again, so it
+            # does not wait for its time-out and answer our allow with "unjoined".
+            host.reply_stale(packet, address, PacketKind.ACK)
+        else:
+            raise BadPacket("join reply for no transaction", DropReason.STALE)
 
     def receive(self, packet: Packet, address: Address, now: float) -> None:
         """A join packet of an initiator (``cf`` clear)."""
@@ -151,6 +172,7 @@ class JoinDesk:
             reply_to=address,
             join=join,
             now=now,
+            signed=header.foot_kind == FootKind.NACL,
         )
         key = (address, header.source_uid, header.transaction_id)
         self.live[key] = txn

@@ -17,6 +17,11 @@ or handshaking by the time its turn comes is skipped; one that does not answer (
 gone) costs its allow's retransmissions and time-out, and no retry: it comes back on its
 own schedule when it returns.
 
+The keep holds only remotes whose address an allow validated (a join alone proves
+nothing about its source address: ``Road.remote_changed``), and a call sends one hello
+there; anything more is paid from what the address sends back, at most three times it
+(``raetsalt.engine.guard``): recall is no amplifier for addresses a spoofer claimed.
+
 A remote that notices first (its probe unanswered, it sends its signed alive) is called
 next (``Recall.hurry``) instead of being answered "unallowed": the call is the answer,
 and the remote neither starts an allow of its own nor costs the main a signed answer
@@ -39,6 +44,9 @@ if TYPE_CHECKING:
     from raetsalt.engine.identity import LocalEstate
     from raetsalt.engine.timers import Timed
 
+CALL_CREDIT = 512
+"""Bytes a call may send to an address not validated since the restart before anything
+came back from it: one allow hello (about 330 bytes), not its retransmissions."""
 TICK = 0.05
 """Seconds between looks at the window while remotes are waiting for their call."""
 WINDOW_START = 16.0
@@ -127,11 +135,11 @@ class Recall:
                 break
             del self.queued[line.popleft()]
             if not remote.trusted:
-                # The address its last session validated, kept: we call it as a minion
-                # calls the main it was configured with (the guard's budget is for
-                # answers to strangers).
-                remote.trusted = True
-                road.guard.trust(remote.ha)
+                # The address a session validated before the restart: one hello may go
+                # there; whatever else (retransmissions, the rest of the handshake) is
+                # paid from what comes back (the guard's 3x), so a stale or claimed
+                # address costs one datagram, and the allow's success validates it.
+                road.guard.grant(remote.ha, CALL_CREDIT)
             road.stats["recall_allow"] += 1
             road.allow(remote.uid, now)
             self.calling.add(remote.uid)

@@ -172,6 +172,11 @@ class Remote:
     verifier: Verifier | None = None
     auto_connect: bool = False
     """We keep this remote connected: join, allow and re-join after failures by ourselves."""
+    signs_joins: bool = False
+    """A raetsalt estate (an authenticated allow showed the native marks): our join
+    requests to it are signed, and its join replies must be (``raetsalt.engine.join``)."""
+    busy_honoured: bool = False
+    """Our last join attempt ended on an unsigned ``BUSY`` (``raetsalt.engine.busy``)."""
     trusted: bool = False
     """``ha`` is validated: we chose it, or an allow from it completed (anti-amplification)."""
     transactions: dict[tuple[bool, int, int], Exchange] = field(default_factory=dict)
@@ -219,6 +224,7 @@ class Remote:
             sid_reserved=saved.sid,
             sid_epoch=saved.epoch,
             link=Link.JOINED if saved.joined else Link.UNJOINED,
+            signs_joins=saved.signs_joins,
         )
         remote.set_keys(bytes.fromhex(keys.verhex), bytes.fromhex(keys.pubhex))
         return remote
@@ -236,6 +242,7 @@ class Remote:
             kind=self.kind,
             joined=self.joined,
             epoch=self.sid_epoch,
+            signs_joins=self.signs_joins,
         )
 
     def sid_ceiling(self, epoch: int) -> int:

@@ -323,7 +323,8 @@ class Road:
 
     def allow(self, uid: int, now: float) -> None:
         remote = self.remotes[uid]
-        if not remote.joined:
+        if not remote.joined or remote.fuid == 0:
+            # No id of ours there (renewed, or joined by it): an allow would carry de 0.
             self.join(uid, now)
             return
         if remote.in_progress(TransactionKind.ALLOW) is not None:
@@ -500,6 +501,11 @@ class Road:
     def remote_changed(self, remote: Remote) -> None:
         if not remote.joined and remote.fuid == 0:
             return  # nothing worth keeping about a remote that never joined
+        if not remote.trusted and remote.name not in self._persisted:
+            # A join (which a blind spoofer can ack) proves no address: a new remote is
+            # stored once an allow from its address completed (``engine.recall``).
+            self.stats["remote_unvalidated_unsaved"] += 1
+            return
         record = remote.record()
         if self._persisted.get(remote.name) != record:
             self._persisted[remote.name] = record
@@ -564,6 +570,8 @@ class Road:
                 now=now,
             )
         remote.session = session
+        if self.config.native:
+            remote.signs_joins = native  # it showed (or not) that it is ours, authenticated
         remote.link = Link.ALLOWED
         remote.replay = type(remote.replay)()  # a new session key: a fresh window
         remote.retry_delay = 0.0
@@ -986,23 +994,6 @@ class Road:
         if packet.header.session_id != 0:
             raise BadPacket("join packet with a session id", DropReason.IDS)
         if packet.header.flags & Flag.CF:
-            self._dispatch_join_reply(packet, address, now)
+            self.joins.receive_reply(packet, address, now)
         else:
             self.joins.receive(packet, address, now)
-
-    def _dispatch_join_reply(self, packet: Packet, address: Address, now: float) -> None:
-        header = packet.header
-        remote = self.remotes.get(header.destination_uid)
-        if remote is None:
-            raise BadPacket("join reply for an unknown remote", DropReason.UNKNOWN_REMOTE)
-        if address != remote.ha:
-            raise BadPacket("join reply from an address we did not join", DropReason.WRONG_ADDRESS)
-        txn = remote.transactions.get((True, 0, header.transaction_id))
-        if txn is not None:
-            txn.receive(packet, now)
-        elif header.packet_kind == PacketKind.RESPONSE and remote.joined:
-            # Our ack was lost and the correspondent repeats its response: ack again, so it
-            # does not wait for its time-out and answer our allow with "unjoined".
-            self.reply_stale(packet, address, PacketKind.ACK)
-        else:
-            raise BadPacket("join reply for no transaction", DropReason.STALE)

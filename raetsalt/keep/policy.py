@@ -60,6 +60,8 @@ class KeyDecision:
     """The role's new denied pairs (None: unchanged)."""
     denial: bool = False
     """Rejected because the role is known with other keys (Salt's *denied*)."""
+    unpinned: bool = False
+    """Rejected because the key is not the pinned one (``KeyPolicy.pin``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,9 @@ class KeyPolicy:
     open_mode: bool = False
     autosign: Callable[[str], bool] | None = None
     autoreject: Callable[[str], bool] | None = None
+    pin: Callable[[str], bool] | None = None
+    """Is this verify key (hex) the one configured?  Others are rejected before anything
+    else and nothing is recorded for them (a minion's ``master_finger``)."""
 
     def decide(
         self,
@@ -81,6 +86,8 @@ class KeyPolicy:
         denied: Sequence[Pair] = (),
     ) -> KeyDecision:
         keys = (verhex, pubhex)
+        if self.pin is not None and not self.pin(verhex):
+            return KeyDecision(Acceptance.REJECTED, unpinned=True)
         if self.open_mode:
             if stored is not None and (stored.acceptance, stored.verhex, stored.pubhex) == (
                 Acceptance.ACCEPTED,

@@ -88,6 +88,9 @@ class RemoteRecord:
     kind: int
     joined: bool
     epoch: int = 0
+    signs_joins: bool = False
+    """The remote is a raetsalt estate (an authenticated allow showed it): its join
+    packets to us must be signed with its key (``raetsalt.engine.join``)."""
 
 
 @dataclass

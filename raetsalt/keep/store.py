@@ -171,6 +171,7 @@ _REMOTE_SCHEMA: _Schema = {
     "kind": _check_int,
     "joined": _check_bool,
     "epoch": _check_count,
+    "signs_joins": _check_bool,
 }
 _ROLE_SCHEMA: _Schema = {
     "role": _check_name,
@@ -180,7 +181,7 @@ _ROLE_SCHEMA: _Schema = {
 }
 
 
-_OPTIONAL = frozenset({"epoch"})
+_OPTIONAL = frozenset({"epoch", "signs_joins"})
 """Fields added after the format's first version: a document without them still loads."""
 _SCHEMAS = {_LOCAL: _LOCAL_SCHEMA, _REMOTE: _REMOTE_SCHEMA, _ROLE: _ROLE_SCHEMA}
 
