@@ -34,9 +34,11 @@ from raetsalt.engine.events import Allowed, MessageReceived
 from raetsalt.errors import LocalError
 from raetsalt.execution.grains import core_grains
 from raetsalt.execution.loader import Context, Loader
+from raetsalt.execution.returners import deliver
 from raetsalt.lane.page import MAX_PAGE_SIZE
 from raetsalt.manor import LocalMessage
 from raetsalt.node import Node, NodeEvent
+from raetsalt.saltbridge.saltjob import salt_loader_returners
 from raetsalt.services import protocol as p
 from raetsalt.services.jids import new_jid
 from raetsalt.services.master import (
@@ -55,6 +57,7 @@ from raetsalt.services.minion import (
     Spawn,
     ToMaster,
     execute,
+    returner_fields,
 )
 from raetsalt.services.peer import PeerRelay
 from raetsalt.services.protocol import ToClient
@@ -736,4 +739,9 @@ class MinionService:
             kill_job=kill_job,
             master_client=lambda: CommandClient("minion", opts["sock_dir"], str(opts["id"])),
         )
-        return execute(self.loader, spec, ctx, os.getpid()).to_wire()
+        outcome = execute(self.loader, spec, ctx, os.getpid())
+        if spec.ret and spec.kind == "publish":
+            deliver(opts, returner_fields(spec), outcome.ret,
+                    fire_master=lambda tag, data: fire(tag, data, True),
+                    salt_returners=salt_loader_returners(opts))
+        return outcome.to_wire()

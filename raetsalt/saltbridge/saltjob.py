@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from raetsalt import event as raet_event
+from raetsalt.execution import returners
 
 from . import channel
 
@@ -84,6 +85,8 @@ def salt_opts(config: Mapping[str, Any]) -> dict[str, Any]:
     opts: dict[str, Any] = salt.config.apply_minion_config(
         overrides, salt.config.DEFAULT_MINION_OPTS.copy())
     opts["sock_dir"] = config["sock_dir"]  # the raetsalt minion's bus, whatever Salt derived
+    # Settings of Salt's modules from the raetsalt config (``redis.host``...).
+    opts.update({k: v for k, v in config.items() if "." in k.strip(".")})
     return opts
 
 
@@ -127,6 +130,7 @@ class SaltRuntime:
         _patch_salt(self.opts)
         self.functions: Any = None
         self.executors: Any = None
+        self._returners: Any = None
         self.load()
 
     def load(self) -> None:
@@ -139,6 +143,14 @@ class SaltRuntime:
         utils = salt.loader.utils(opts)
         self.functions = salt.loader.minion_mods(opts, utils=utils)
         self.executors = salt.loader.executors(opts, self.functions)
+
+    def returners(self) -> Any:
+        """Salt's returner modules (loaded on first use, in the job that needs them)."""
+        import salt.loader
+
+        if self._returners is None:
+            self._returners = salt.loader.returners(self.opts, self.functions)
+        return self._returners
 
     def warm(self, name: str) -> None:
         """Import the module of function ``name`` now rather than in every job
@@ -180,6 +192,10 @@ class SaltRuntime:
                 ret, missing = self._multi(data), False
             else:
                 ret, missing = self._one(data["fun"], data["arg"], data)
+            if data["ret"] and spec.get("kind", "publish") == "publish":
+                returners.deliver(self.opts, {**spec, "arg": data["arg"]}, ret,
+                                  fire_master=_fire_master(self.opts),
+                                  salt_returners=self.returners)
         finally:
             channel.close_all()
         return {"ret": ret, "missing_fun": missing, "grains_set": {}, "refresh_grains": False,
@@ -260,6 +276,32 @@ class SaltRuntime:
             if reason:
                 value += f" Possible reasons: '{reason}'"
         return {"return": value, "retcode": 1, "success": False, "out": "nested"}
+
+
+def salt_loader_returners(opts: Mapping[str, Any]) -> returners.SaltReturners:
+    """Salt's returners for a raetsalt minion with ``opts``, built with Salt's loader when
+    first asked (in a job's process); None without the salt extra."""
+
+    def build() -> Mapping[str, Any] | None:
+        try:
+            import salt.loader  # noqa: F401 - only whether Salt is there
+        except ImportError:
+            return None
+        config = {key: opts.get(key) for key in CONFIG_KEYS}
+        config.update(returners.module_settings(opts))
+        found: Mapping[str, Any] = SaltRuntime(config).returners()
+        return found
+
+    return build
+
+
+def _fire_master(opts: Mapping[str, Any]) -> returners.FireMaster:
+    def fire(tag: str, data: dict[str, Any]) -> bool:
+        with raet_event.MinionEvent({"id": str(opts["id"]), "sock_dir": str(opts["sock_dir"])},
+                                    listen=False) as bus:
+            return bus.fire_master(data, tag)
+
+    return fire
 
 
 def _collect(values: types.GeneratorType[Any, None, None]) -> Any:

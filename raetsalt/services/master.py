@@ -37,7 +37,7 @@ from raetsalt.timefmt import salt_stamp
 from . import protocol as p
 from .jids import is_jid, new_jid
 from .ports import Gather, GrainsStore, JobStore, MinionState, Roster
-from .protocol import Requester, ToClient
+from .protocol import Requester, ToClient, returner_options_untrusted
 from .runners import run_runner
 
 log = logging.getLogger(__name__)
@@ -384,6 +384,7 @@ class MasterJobs:
             fun = p.text_untrusted(body, "fun")
             arg = p.list_untrusted(body, "arg")
             ret_to = p.text_untrusted(body, "ret", default="")
+            returner_extra = returner_options_untrusted(body)
         except BadPacket as exc:
             return fail(str(exc))
         if not fun:
@@ -429,7 +430,7 @@ class MasterJobs:
             self.opts.get("timeout", 5))
         wait = min(wait, p.MAX_JOB_TTL)
         pub = {"jid": jid, "tgt": sent_tgt, "tgt_type": sent_type, "fun": fun, "arg": arg,
-               "delimiter": delimiter, "user": user, "ret": ret_to,
+               "delimiter": delimiter, "user": user, "ret": ret_to, **returner_extra,
                **self._deadline(wait)}
         not_connected = []
         for minion in sorted(bounds.possible):
