@@ -34,6 +34,7 @@ __all__ = [
     "minion_id",
     "nodegroups",
     "number",
+    "reactor_map",
     "roots",
     "rule_mapping",
     "string",
@@ -235,6 +236,22 @@ def nodegroups() -> Spec:
         return value
 
     return Spec("a mapping of group names to compound targets", check)
+
+
+def reactor_map() -> Spec:
+    """Salt's ``reactor:``: a list of one-key mappings, tag glob -> file(s)."""
+    from raetsalt.services.reactor import ReactorConfigError, ReactorMap
+
+    def check(value: Any) -> Any:
+        if value is None:
+            return []
+        try:
+            ReactorMap.from_config(value)
+        except ReactorConfigError as exc:
+            raise SpecMismatch(str(exc)) from None
+        return value
+
+    return Spec("a list of one-key mappings of tag globs to SLS files", check)
 
 
 def ip_address() -> Spec:

@@ -1,0 +1,215 @@
+"""The master's automation process: the reactor and ``event_return``, beside the master.
+
+``start(opts)`` (called by ``raetsalt-master`` before its flow runs) decides what is
+configured and usable, says in one line what is not (``reactor:`` without the salt
+extra, an ``event_return`` returner that does not exist), and starts one child process
+(``python -c ... main``) when there is work.  The child subscribes to the master's bus
+like any listener, so the master's loop never waits for it: the bus reader only matches
+tags and queues (``raetsalt.daemon.reactor``) and spools (``raetsalt.daemon.eventreturn``);
+rendering, publishing and database writes happen on the child's other threads.
+
+The child gets its settings as one JSON line on its standard input, which then stays
+open: its end (the master stopped, or died) stops the child, which finishes the batch
+it is giving to a returner (what is left stays in the spool for the next start).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import logging.handlers
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("raetsalt.daemon")
+
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+_CHILD = ("import sys; sys.path.insert(0, sys.argv[1]); "
+          "from raetsalt.daemon.automation import main; sys.exit(main())")
+READ_WAIT = 0.25
+"""Seconds the bus reader waits for an event before looking at its stop flag."""
+READ_BATCH = 512
+"""Events the reader takes from the bus before spooling them (one sync)."""
+NO_SALT = ("reactor: ignored: reactor files are rendered with Salt's renderers (jinja, "
+           "yaml); install the salt extra (pip install 'raetsalt[salt]') to use the "
+           "'reactor' key")
+
+
+def salt_importable() -> bool:
+    try:
+        import salt.template  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def plan(opts: Mapping[str, Any]) -> dict[str, bool]:
+    """What the child will run (``reactor``, ``event_return``); logs, once, why a
+    configured part will not."""
+    from raetsalt.services.reactor import ReactorConfigError, ReactorMap
+
+    wanted = {"reactor": False, "event_return": bool(opts.get("event_return"))}
+    try:
+        wanted["reactor"] = bool(ReactorMap.from_config(opts.get("reactor")))
+    except ReactorConfigError as exc:
+        log.error("reactor: ignored: %s", exc)
+    if wanted["reactor"] and not salt_importable():
+        log.warning("%s", NO_SALT)
+        wanted["reactor"] = False
+    return wanted
+
+
+class Automation:
+    """The master's handle on its automation child."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self.popen = popen
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.popen.stdin is not None:
+            try:
+                self.popen.stdin.close()
+            except OSError:
+                pass
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log.warning("the automation process (pid %d) did not stop in %g s: killed",
+                        self.popen.pid, timeout)
+            self.popen.kill()
+            self.popen.wait()
+
+
+def start(opts: Mapping[str, Any]) -> Automation | None:
+    """Start the child when the reactor or event_return is configured and usable."""
+    wanted = plan(opts)
+    if not any(wanted.values()):
+        return None
+    levels = [logging.getLevelName(h.level) for h in logging.getLogger().handlers]
+    header = {"opts": dict(opts), "levels": levels, "wanted": wanted}
+    try:
+        popen = subprocess.Popen([sys.executable, "-c", _CHILD, _PACKAGE_ROOT],
+                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                 close_fds=True)
+    except OSError as exc:
+        log.error("the reactor/event_return process did not start: %s", exc)
+        return None
+    assert popen.stdin is not None
+    popen.stdin.write(json.dumps(header, default=str).encode() + b"\n")
+    popen.stdin.flush()
+    return Automation(popen)
+
+
+# ---------------------------------------------------------------------------- the child
+
+
+def _logging(log_file: Any, levels: Any) -> None:
+    """The master's console and log file, at its levels (the file exists: the master made
+    it private)."""
+    root = logging.getLogger()
+    names = [str(n) for n in levels] if isinstance(levels, list) else ["WARNING"]
+    console = logging.StreamHandler(sys.stderr)
+    console.setFormatter(logging.Formatter("[%(levelname)-8s] %(message)s"))
+    handlers: list[logging.Handler] = [console]
+    if isinstance(log_file, str) and os.path.exists(log_file):
+        try:
+            handlers.append(logging.handlers.WatchedFileHandler(log_file, encoding="utf-8"))
+        except OSError:
+            pass
+        handlers[-1].setFormatter(logging.Formatter(
+            "%(asctime)s [%(name)-18s][%(levelname)-8s][raetsalt-master %(process)d] "
+            "%(message)s"))
+    for handler, name in zip(handlers, names + names[-1:], strict=False):
+        handler.setLevel(logging.getLevelName(name) if name.isupper() else logging.WARNING)
+        root.addHandler(handler)
+    root.setLevel(min(h.level for h in handlers))
+
+
+def main() -> int:
+    line = sys.stdin.buffer.readline()
+    try:
+        header = json.loads(line)
+    except ValueError:
+        return 1
+    opts: dict[str, Any] = header["opts"]
+    _logging(opts.get("log_file"), header.get("levels"))
+    stop = threading.Event()
+
+    def watch_parent() -> None:
+        while sys.stdin.buffer.read(4096):
+            pass
+        stop.set()
+
+    threading.Thread(target=watch_parent, name="parent", daemon=True).start()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the master's Ctrl-C reaches us via EOF
+    wanted = header.get("wanted") or {}
+    try:
+        return run(opts, wanted, stop)
+    except Exception:  # noqa: BLE001 - logged; the master goes on without it
+        log.exception("the reactor/event_return process failed")
+        return 1
+
+
+def run(opts: dict[str, Any], wanted: Mapping[str, bool], stop: threading.Event) -> int:
+    from raetsalt.daemon.eventreturn import EventReturn, event_returners
+    from raetsalt.daemon.reactor import Reactor, salt_renderer
+    from raetsalt.event import MasterEvent
+    from raetsalt.services.reactor import ReactorMap
+
+    reactor: Reactor | None = None
+    returns: EventReturn | None = None
+    if wanted.get("reactor"):
+        mapping = ReactorMap.from_config(opts.get("reactor"))
+        reactor = Reactor(mapping, salt_renderer(opts), opts,
+                          threads=int(opts.get("reactor_worker_threads") or 4),
+                          hwm=int(opts.get("reactor_worker_hwm") or 10000))
+    if wanted.get("event_return"):
+        try:
+            returns = EventReturn(opts, event_returners(opts))
+        except (LookupError, ValueError, OSError) as exc:
+            log.error("%s", exc)
+    if reactor is None and returns is None:
+        return 0
+    bus = MasterEvent(str(opts["sock_dir"]), opts={"event_match_type": "startswith"},
+                      listen=False)
+    parts = [name for name, on in (("reactor", reactor), ("event_return", returns)) if on]
+    try:
+        # The master's bus comes up once its flow runs: wait for its socket (a first
+        # attempt before would log that the bus cannot be reached).
+        while not stop.is_set() and not (os.path.exists(bus.manor_path)
+                                         and bus.connect_pub(READ_WAIT)):
+            stop.wait(READ_WAIT / 5)
+        if not stop.is_set():
+            log.info("%s listening on the master's bus (pid %d)", " and ".join(parts),
+                     os.getpid())
+        while not stop.is_set():
+            first = bus.get_event(wait=READ_WAIT, full=True)
+            if first is None:
+                continue
+            batch = [first]
+            while len(batch) < READ_BATCH:
+                more = bus.get_event_noblock()
+                if more is None:
+                    break
+                batch.append(more)
+            events = [(str(e["tag"]), e["data"] if isinstance(e["data"], dict) else
+                       {"data": e["data"]}) for e in batch]
+            if returns is not None:
+                returns.add(events)
+            if reactor is not None:
+                for tag, data in events:
+                    reactor.offer(tag, data)
+    finally:
+        bus.destroy()
+        if reactor is not None:
+            reactor.close()
+        if returns is not None:
+            returns.close()
+    return 0

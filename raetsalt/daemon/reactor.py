@@ -1,0 +1,279 @@
+"""The reactor's worker: renders the SLS files an event selects and carries out their
+reactions, off the bus (``raetsalt.services.reactor`` decides what; this does it).
+
+``Reactor.offer(tag, data)`` is all the bus reader calls: a tag glob match (microseconds)
+and, when files match, a put on a bounded queue (``reactor_worker_hwm``).  A full queue
+drops the event: counted (``stats['dropped']``) and logged at most once a minute with
+the count, never blocking the reader.  ``reactor_worker_threads`` threads take events,
+render each file with Salt's renderers (``tag`` and ``data`` in the template's context;
+a ``Renderer``, see ``salt_renderer``), and run the reactions:
+
+* ``local.FUN``: publishes the job through the master's lane, as the master's user
+  (``raetsalt.services.protocol`` ``publish``; the master's ACLs see a local root-like
+  user), without waiting for returns;
+* ``runner.FUN``: raetsalt's runners (``raetsalt.services.runners``) through the master;
+* ``wheel.key.accept|reject|delete`` (``match``): key decisions sent to the master as
+  ``raetsalt-key`` sends them; ``wheel.key.list_all`` is answered from the keep;
+* ``caller.FUN``: raetsalt's own execution functions, run in the worker on the master's
+  host (Salt's masterless ``Caller``).
+
+A failing reaction (rendering, a malformed reaction, a refusal by the master) is logged
+once per (file, tag, problem) with its file and tag, never with a traceback.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import queue
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from raetsalt.errors import DaemonUnavailable, RaetSaltError
+from raetsalt.log import Throttle, clip
+from raetsalt.services import protocol as p
+from raetsalt.services.reactor import (
+    Reaction,
+    ReactorMap,
+    event_context,
+    reactions_from_high,
+)
+
+log = logging.getLogger("raetsalt.reactor")
+
+Renderer = Callable[[str, str, Mapping[str, Any]], Any]
+"""``(sls path, tag, data)`` -> the rendered high data (raises on a bad file)."""
+ANSWER_TIMEOUT = 10.0
+"""Seconds a worker waits for the master to acknowledge a reaction."""
+DROP_LOG_INTERVAL = 60.0
+
+
+class Reactor:
+    """The bounded queue and its worker threads (see the module docstring)."""
+
+    def __init__(self, mapping: ReactorMap, render: Renderer, opts: Mapping[str, Any], *,
+                 threads: int = 4, hwm: int = 10000,
+                 client_factory: Callable[[], Any] | None = None) -> None:
+        self.mapping = mapping
+        self.render = render
+        self.opts = opts
+        self.queue: queue.Queue[tuple[str, dict[str, Any], list[str]] | None] = queue.Queue(hwm)
+        self.stats: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._throttle = Throttle(DROP_LOG_INTERVAL)
+        self._failures = Throttle(3600.0, max_keys=4096)
+        self._client_factory = client_factory or self._master_client
+        self._threads = [threading.Thread(target=self._work, name=f"reactor-{n}", daemon=True)
+                         for n in range(max(1, threads))]
+        for thread in self._threads:
+            thread.start()
+
+    # -- the reader's side ----------------------------------------------------------------
+
+    def offer(self, tag: str, data: dict[str, Any]) -> bool:
+        """Queue the event when its tag selects files; False when it was dropped."""
+        files = self.mapping.files_for(tag)
+        if not files:
+            return True
+        with self._lock:
+            self.stats["matched"] += 1
+        try:
+            self.queue.put_nowait((tag, data, files))
+        except queue.Full:
+            with self._lock:
+                self.stats["dropped"] += 1
+            count = self._throttle.note("full", time.monotonic())
+            if count:
+                log.warning("reactor: %d event(s) dropped, the reaction queue is full "
+                            "(reactor_worker_hwm %d); latest tag %s", count,
+                            self.queue.maxsize, clip(tag, 120, bare=True))
+            return False
+        return True
+
+    def close(self, timeout: float = 5.0) -> None:
+        for _ in self._threads:
+            try:
+                self.queue.put(None, timeout=timeout)
+            except queue.Full:
+                break
+        for thread in self._threads:
+            thread.join(timeout)
+
+    # -- the workers ----------------------------------------------------------------------
+
+    def _master_client(self) -> Any:
+        from raetsalt.cli.client import CommandClient
+
+        return CommandClient("master", str(self.opts["sock_dir"]))
+
+    def _work(self) -> None:
+        client: Any = None
+        while True:
+            item = self.queue.get()
+            if item is None:
+                break
+            tag, data, files = item
+            for sls in files:
+                client = self._react(client, sls, tag, data)
+            with self._lock:
+                self.stats["done"] += 1
+        if client is not None:
+            client.close()
+
+    def _react(self, client: Any, sls: str, tag: str, data: dict[str, Any]) -> Any:
+        try:
+            high = self.render(sls, tag, data)
+        except Exception as exc:  # noqa: BLE001 - any renderer failure is the file's
+            self._failed(sls, tag, f"cannot be rendered: {_one_line(exc)}")
+            return client
+        reactions, problems = reactions_from_high(high, sls)
+        for problem in problems:
+            self._failed(sls, tag, problem)
+        for reaction in reactions:
+            try:
+                if client is None and reaction.kind != "caller":
+                    client = self._client_factory()
+                self._run(client, reaction)
+                with self._lock:
+                    self.stats["reactions"] += 1
+                    self.stats[reaction.kind] += 1
+            except DaemonUnavailable as exc:
+                if client is not None:
+                    client.close()
+                client = None
+                self._failed(sls, tag, f"{reaction.kind}.{reaction.fun}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - a reaction's failure is logged
+                self._failed(sls, tag, f"{reaction.kind}.{reaction.fun} ({reaction.id}): "
+                                       f"{_one_line(exc)}")
+        return client
+
+    def _failed(self, sls: str, tag: str, problem: str) -> None:
+        with self._lock:
+            self.stats["failed"] += 1
+        if self._failures.note((sls, tag, problem), time.monotonic()):
+            log.error("reactor: %s for tag %s: %s", sls, clip(tag, 120, bare=True),
+                      clip(problem, 300, bare=True))
+
+    def _run(self, client: Any, reaction: Reaction) -> None:
+        match reaction.kind:
+            case "local":
+                self._local(client, reaction)
+            case "runner":
+                self._runner(client, reaction)
+            case "wheel":
+                self._wheel(client, reaction)
+            case "caller":
+                self._caller(reaction)
+            case _:
+                raise AssertionError(reaction.kind)
+
+    def _ask(self, client: Any, share: str, answer: str, **fields: Any) -> dict[str, Any]:
+        req = client.request(share, **fields)
+        deadline = time.monotonic() + ANSWER_TIMEOUT
+        while (left := deadline - time.monotonic()) > 0:
+            for body in client.receive(left):
+                if body.get("req") == req and p.share_of(body) == answer:
+                    return dict(body)
+        raise DaemonUnavailable(f"the master did not answer within {ANSWER_TIMEOUT:g} s")
+
+    def _local(self, client: Any, reaction: Reaction) -> None:
+        timeout = reaction.timeout or float(self.opts.get("timeout", 5))
+        fields: dict[str, Any] = {"tgt": reaction.tgt, "tgt_type": reaction.tgt_type,
+                                  "fun": reaction.fun, "delimiter": ":", "timeout": timeout,
+                                  "arg": p.pack_args(reaction.arg, reaction.kwarg)}
+        if reaction.ret:
+            fields["ret"] = reaction.ret
+        ack = self._ask(client, p.SHARE_PUBLISH, p.SHARE_PUB_ACK, **fields)
+        if "error" in ack:
+            raise RaetSaltError(f"the master refused the job: {ack['error']}")
+        with self._lock:
+            self.stats["jobs"] += 1 if ack.get("jid") else 0
+
+    def _runner(self, client: Any, reaction: Reaction) -> None:
+        reply = self._ask(client, p.SHARE_RUNNER, p.SHARE_RUN_RET, fun=reaction.fun,
+                          arg=p.pack_args(reaction.arg, reaction.kwarg))
+        if "error" in reply:
+            raise RaetSaltError(str(reply["error"]))
+
+    def _wheel(self, client: Any, reaction: Reaction) -> None:
+        from raetsalt.cli import key as keytool
+        from raetsalt.keep.store import FileKeep
+        from raetsalt.paths import keep_dir
+
+        action = {"key.accept": "accept", "key.reject": "reject",
+                  "key.delete": "delete"}.get(reaction.fun)
+        if action is None:
+            raise RaetSaltError(f"wheel.{reaction.fun} is not available (wheel.key.accept, "
+                                "key.reject and key.delete are)")
+        match = reaction.kwarg.get("match", reaction.arg[0] if reaction.arg else None)
+        if isinstance(match, list):
+            match = ",".join(str(m) for m in match)
+        if not isinstance(match, str) or not match:
+            raise RaetSaltError(f"wheel.{reaction.fun} needs 'match'")
+        statuses = {"accept": (keytool.PRE,), "reject": (keytool.PRE,),
+                    "delete": keytool.STATUSES}[action]
+        if reaction.kwarg.get("include_rejected") and action == "accept":
+            statuses = (*statuses, keytool.REJ)
+        if reaction.kwarg.get("include_accepted") and action == "reject":
+            statuses = (*statuses, keytool.ACC)
+        keep = FileKeep(keep_dir(dict(self.opts)))
+        chosen = [e for e in keytool.snapshot(keep)
+                  if e.status in statuses and any(fnmatch.fnmatchcase(e.id, m)
+                                                  for m in match.split(","))]
+        if not chosen:
+            return
+        reply = self._ask(client, "key", "key_ret", action=action,
+                          keys=[entry.wire() for entry in chosen])
+        if isinstance(reply.get("error"), str):
+            raise RaetSaltError(f"the master: {reply['error']}")
+
+    def _caller(self, reaction: Reaction) -> None:
+        from raetsalt.execution.grains import core_grains
+        from raetsalt.execution.loader import Context, Loader
+
+        loader = Loader()
+        ctx = Context(opts=dict(self.opts), grains=core_grains(str(self.opts["id"])), loader=loader)
+        loader.call(reaction.fun, list(reaction.arg), dict(reaction.kwarg), ctx)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+def salt_renderer(opts: Mapping[str, Any]) -> Renderer:
+    """Salt's renderers (``renderer``, default ``jinja|yaml``) for reactor files; raises
+    ImportError without the salt extra."""
+    import os
+
+    import salt.config
+    import salt.loader
+    import salt.template
+
+    cachedir = os.path.join(str(opts["cachedir"]), "salt-reactor")
+    salt_opts = salt.config.apply_master_config(
+        {"id": opts["id"], "root_dir": "/", "cachedir": cachedir,
+         "pki_dir": os.path.join(cachedir, "pki"), "sock_dir": opts["sock_dir"],
+         "file_roots": dict(opts.get("file_roots") or {}),
+         "pillar_roots": dict(opts.get("pillar_roots") or {}),
+         "log_file": opts.get("log_file"), "conf_file": opts.get("conf_file")},
+        salt.config.DEFAULT_MASTER_OPTS.copy())
+    renderers = salt.loader.render(salt_opts, salt.loader.minion_mods(salt_opts))
+    # Salt logs a template's error with its traceback, at every render; the reactor says
+    # it once, in one line, with the file and the tag (``Reactor._failed``).
+    logging.getLogger("salt").setLevel(logging.CRITICAL)
+    lock = threading.Lock()
+
+    def render(sls: str, tag: str, data: Mapping[str, Any]) -> Any:
+        if not os.path.isfile(sls):
+            raise FileNotFoundError(f"no such file {sls}")
+        context = event_context(tag, data)
+        with lock:  # Salt's loader is not meant for several threads at once
+            return salt.template.compile_template(
+                sls, renderers, salt_opts["renderer"], salt_opts["renderer_blacklist"],
+                salt_opts["renderer_whitelist"], **context)
+
+    return render
