@@ -173,8 +173,8 @@ def run(opts: dict[str, Any], wanted: Mapping[str, bool], stop: threading.Event)
     if wanted.get("event_return"):
         try:
             returns = EventReturn(opts, event_returners(opts))
-        except (LookupError, ValueError, OSError) as exc:
-            log.error("%s", exc)
+        except Exception as exc:  # noqa: BLE001 - one line; the reactor may still run
+            log.error("event_return: not started: %s", " ".join(str(exc).split()))
     if reactor is None and returns is None:
         return 0
     bus = MasterEvent(str(opts["sock_dir"]), opts={"event_match_type": "startswith"},
