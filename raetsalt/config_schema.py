@@ -784,6 +784,14 @@ SCHEMA += (
         _AUTOMATION,
     ),
     Option(
+        "reactor_niceness",
+        s.integer(0, 19),
+        {"master": 5},
+        "Niceness of the process running the reactor and event_return: under load the "
+        "master's own loop, which serves the bus, comes first.  0 keeps the master's.",
+        _AUTOMATION,
+    ),
+    Option(
         "reactor_worker_hwm",
         s.integer(1),
         {"master": 10000},

@@ -150,6 +150,12 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the master's Ctrl-C reaches us via EOF
     wanted = header.get("wanted") or {}
+    niceness = opts.get("reactor_niceness")
+    if isinstance(niceness, int) and niceness > 0:
+        try:
+            os.nice(niceness)  # the master's own loop (and the bus) comes first
+        except OSError as exc:
+            log.warning("reactor_niceness %d not applied: %s", niceness, exc)
     try:
         return run(opts, wanted, stop)
     except Exception:  # noqa: BLE001 - logged; the master goes on without it
