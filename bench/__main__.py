@@ -12,6 +12,7 @@ BENCHES = [
     ["bench_road.py"],
     ["bench_wan.py"],
     ["bench_daemons.py"],
+    ["bench_reactor.py", "--events", "1000"],
     ["bench_many_minions.py", "--short"],  # the full table: bench_many_minions.py alone
 ]
 

@@ -41,17 +41,10 @@ NO_SALT = ("reactor: ignored: reactor files are rendered with Salt's renderers (
            "'reactor' key")
 
 
-def salt_importable() -> bool:
-    try:
-        import salt.template  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def plan(opts: Mapping[str, Any]) -> dict[str, bool]:
     """What the child will run (``reactor``, ``event_return``); logs, once, why a
     configured part will not."""
+    from raetsalt.saltbridge.mastersalt import salt_renderer_available
     from raetsalt.services.reactor import ReactorConfigError, ReactorMap
 
     wanted = {"reactor": False, "event_return": bool(opts.get("event_return"))}
@@ -59,7 +52,7 @@ def plan(opts: Mapping[str, Any]) -> dict[str, bool]:
         wanted["reactor"] = bool(ReactorMap.from_config(opts.get("reactor")))
     except ReactorConfigError as exc:
         log.error("reactor: ignored: %s", exc)
-    if wanted["reactor"] and not salt_importable():
+    if wanted["reactor"] and not salt_renderer_available():
         log.warning("%s", NO_SALT)
         wanted["reactor"] = False
     return wanted
@@ -165,8 +158,9 @@ def main() -> int:
 
 def run(opts: dict[str, Any], wanted: Mapping[str, bool], stop: threading.Event) -> int:
     from raetsalt.daemon.eventreturn import EventReturn, event_returners
-    from raetsalt.daemon.reactor import Reactor, salt_renderer
+    from raetsalt.daemon.reactor import Reactor
     from raetsalt.event import MasterEvent
+    from raetsalt.saltbridge.mastersalt import salt_renderer
     from raetsalt.services.reactor import ReactorMap
 
     reactor: Reactor | None = None

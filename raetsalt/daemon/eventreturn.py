@@ -294,26 +294,12 @@ def event_returners(opts: Mapping[str, Any]) -> dict[str, EventReturner]:
             found[name] = sqlite_event_return(opts)
             continue
         if salt_funcs is None:
-            salt_funcs = _salt_returners(opts)
+            from raetsalt.saltbridge.mastersalt import salt_returners
+
+            salt_funcs = salt_returners(opts)
         func = salt_funcs.get(f"{name}.event_return")
         if func is None:
             raise LookupError(f"event_return: Salt has no returner {name!r} with "
                               "event_return")
         found[name] = func
     return found
-
-
-def _salt_returners(opts: Mapping[str, Any]) -> Any:
-    try:
-        import salt.config
-        import salt.loader
-    except ImportError:
-        raise LookupError("event_return: returners other than sqlite3 are Salt's; install "
-                          "the salt extra (pip install 'raetsalt[salt]')") from None
-    cachedir = os.path.join(str(opts["cachedir"]), "salt-reactor")
-    salt_opts = salt.config.apply_master_config(
-        {"id": opts["id"], "root_dir": "/", "cachedir": cachedir,
-         "pki_dir": os.path.join(cachedir, "pki"), "sock_dir": opts["sock_dir"],
-         **{k: v for k, v in opts.items() if "." in k.strip(".")}},
-        salt.config.DEFAULT_MASTER_OPTS.copy())
-    return salt.loader.returners(salt_opts, salt.loader.minion_mods(salt_opts))

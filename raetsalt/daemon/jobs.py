@@ -25,7 +25,7 @@ import yaml
 
 from raetsalt.daemon.access import REQUEST_SHARES, AccessGate
 from raetsalt.daemon.cachewriter import QueuedDataCache, QueuedJobCache
-from raetsalt.daemon.executor import ForkExecutor
+from raetsalt.daemon.executor import ForkExecutor, after_result
 from raetsalt.daemon.keys import SHARE_KEY, KeyService
 from raetsalt.daemon.roster import RoadRoster
 from raetsalt.daemon.saltmaster import MasterBridge
@@ -741,7 +741,8 @@ class MinionService:
         )
         outcome = execute(self.loader, spec, ctx, os.getpid())
         if spec.ret and spec.kind == "publish":
-            deliver(opts, returner_fields(spec), outcome.ret,
-                    fire_master=lambda tag, data: fire(tag, data, True),
-                    salt_returners=salt_loader_returners(opts))
+            ret = outcome.ret
+            after_result(lambda: None if deliver(
+                opts, returner_fields(spec), ret, fire_master=lambda tag, data: fire(
+                    tag, data, True), salt_returners=salt_loader_returners(opts)) else None)
         return outcome.to_wire()

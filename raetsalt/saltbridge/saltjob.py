@@ -193,9 +193,12 @@ class SaltRuntime:
             else:
                 ret, missing = self._one(data["fun"], data["arg"], data)
             if data["ret"] and spec.get("kind", "publish") == "publish":
-                returners.deliver(self.opts, {**spec, "arg": data["arg"]}, ret,
-                                  fire_master=_fire_master(self.opts),
-                                  salt_returners=self.returners)
+                from raetsalt.daemon.executor import after_result
+
+                job, opts = {**spec, "arg": data["arg"]}, self.opts
+                after_result(lambda: None if returners.deliver(
+                    opts, job, ret, fire_master=_fire_master(opts),
+                    salt_returners=self.returners) else None)
         finally:
             channel.close_all()
         return {"ret": ret, "missing_fun": missing, "grains_set": {}, "refresh_grains": False,
