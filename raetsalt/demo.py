@@ -73,7 +73,9 @@ greet_new_minion:
   local.cmd.run:
     - tgt: {{{{ data['id'] }}}}
     - args:
-      - cmd: echo "{{{{ data['id'] }}}} started; the reactor ran this" > {out}/reacted-{{{{ data['id'] }}}}
+      - cmd: >-
+          echo "{{{{ data['id'] }}}} started; the reactor ran this"
+          > {out}/reacted-{{{{ data['id'] }}}}
 """
 """The reactor file of ``salt/minion/*/start`` (Salt's jinja|yaml, ``data`` is the event's)."""
 CLI = {"raetsalt": "salt", "raetsalt-run": "run", "raetsalt-call": "call",
