@@ -32,6 +32,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import msgpack
+
 from raetsalt.errors import DaemonUnavailable, RaetSaltError
 from raetsalt.log import Throttle, clip
 from raetsalt.services import protocol as p
@@ -45,6 +47,9 @@ log = logging.getLogger("raetsalt.reactor")
 
 Renderer = Callable[[str, str, Mapping[str, Any]], Any]
 """``(sls path, tag, data)`` -> the rendered high data (raises on a bad file)."""
+MAX_QUEUED_BYTES = 64 << 20
+"""Bytes of event data (msgpack) waiting for the workers; beyond, events are dropped as
+when the queue is full (a minion may fire large events with a matching tag)."""
 ANSWER_TIMEOUT = 10.0
 """Seconds a worker waits for the master to acknowledge a reaction."""
 DROP_LOG_INTERVAL = 60.0
@@ -59,7 +64,9 @@ class Reactor:
         self.mapping = mapping
         self.render = render
         self.opts = opts
-        self.queue: queue.Queue[tuple[str, dict[str, Any], list[str]] | None] = queue.Queue(hwm)
+        self.queue: queue.Queue[tuple[str, dict[str, Any], list[str], int] | None] = \
+            queue.Queue(hwm)
+        self.queued_bytes = 0
         self.stats: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._throttle = Throttle(DROP_LOG_INTERVAL)
@@ -77,18 +84,30 @@ class Reactor:
         files = self.mapping.files_for(tag)
         if not files:
             return True
+        try:
+            size = len(msgpack.packb(data, use_bin_type=True, default=str))
+        except (TypeError, ValueError, OverflowError):
+            size = MAX_QUEUED_BYTES
         with self._lock:
             self.stats["matched"] += 1
+            room = self.queued_bytes + size <= MAX_QUEUED_BYTES
+            if room:
+                self.queued_bytes += size
         try:
-            self.queue.put_nowait((tag, data, files))
+            if not room:
+                raise queue.Full
+            self.queue.put_nowait((tag, data, files, size))
         except queue.Full:
             with self._lock:
+                if room:
+                    self.queued_bytes -= size
                 self.stats["dropped"] += 1
             count = self._throttle.note("full", time.monotonic())
             if count:
                 log.warning("reactor: %d event(s) dropped, the reaction queue is full "
-                            "(reactor_worker_hwm %d); latest tag %s", count,
-                            self.queue.maxsize, clip(tag, 120, bare=True))
+                            "(reactor_worker_hwm %d events or %d MiB); latest tag %s", count,
+                            self.queue.maxsize, MAX_QUEUED_BYTES >> 20,
+                            clip(tag, 120, bare=True))
             return False
         return True
 
@@ -114,11 +133,12 @@ class Reactor:
             item = self.queue.get()
             if item is None:
                 break
-            tag, data, files = item
+            tag, data, files, size = item
             for sls in files:
                 client = self._react(client, sls, tag, data)
             with self._lock:
                 self.stats["done"] += 1
+                self.queued_bytes -= size
         if client is not None:
             client.close()
 

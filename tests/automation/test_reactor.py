@@ -166,3 +166,19 @@ def test_failures_are_logged_once_per_file_tag_and_problem(
                for e in errors)
     assert any("/b.sls" in e and "not allowed" in e for e in errors)
     assert reactor.stats["failed"] == 10 and "Traceback" not in caplog.text
+
+
+def test_large_events_are_bounded_by_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("raetsalt.daemon.reactor.MAX_QUEUED_BYTES", 3000)
+    gate = threading.Event()
+
+    def render(sls: str, tag: str, data: dict[str, Any]) -> Any:
+        gate.wait(10)
+        return {}
+
+    reactor = _reactor(render, [], hwm=1000)
+    results = [reactor.offer("t/y", {"blob": "x" * 1000}) for _ in range(10)]
+    gate.set()
+    reactor.close()
+    assert results.count(True) <= 3 and reactor.stats["dropped"] >= 7
+    assert reactor.queued_bytes == 0
