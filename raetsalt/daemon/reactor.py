@@ -8,12 +8,11 @@ the count, never blocking the reader.  ``reactor_worker_threads`` threads take e
 render each file with Salt's renderers (``tag`` and ``data`` in the template's context;
 a ``Renderer``, see ``raetsalt.saltbridge.mastersalt.salt_renderer``), and run the reactions:
 
-* ``local.FUN``: publishes the job through the master's lane, as the master's user
-  (``raetsalt.services.protocol`` ``publish``; the master's ACLs see a local root-like
-  user), without waiting for returns;
-* ``runner.FUN``: raetsalt's runners (``raetsalt.services.runners``) through the master;
+* ``local.FUN``: publishes the job through the master's lane, as the master's user,
+  without waiting for returns (``raetsalt.clients.LocalClient.cmd_async``);
+* ``runner.FUN``: raetsalt's runners through the master (``RunnerClient``);
 * ``wheel.key.accept|reject|delete`` (``match``): key decisions sent to the master as
-  ``raetsalt-key`` sends them; ``wheel.key.list_all`` is answered from the keep;
+  ``raetsalt-key`` sends them (``WheelClient``);
 * ``caller.FUN``: raetsalt's own execution functions, run in the worker on the master's
   host (Salt's masterless ``Caller``).
 
@@ -23,7 +22,6 @@ once per (file, tag, problem) with its file and tag, never with a traceback.
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import queue
 import threading
@@ -34,9 +32,9 @@ from typing import Any
 
 import msgpack
 
-from raetsalt.errors import DaemonUnavailable, RaetSaltError
+from raetsalt.clients import LocalClient, RunnerClient, WheelClient
+from raetsalt.errors import DaemonUnavailable
 from raetsalt.log import Throttle, clip
-from raetsalt.services import protocol as p
 from raetsalt.services.reactor import (
     Reaction,
     ReactorMap,
@@ -50,8 +48,6 @@ Renderer = Callable[[str, str, Mapping[str, Any]], Any]
 MAX_QUEUED_BYTES = 64 << 20
 """Bytes of event data (msgpack) waiting for the workers; beyond, events are dropped as
 when the queue is full (a minion may fire large events with a matching tag)."""
-ANSWER_TIMEOUT = 10.0
-"""Seconds a worker waits for the master to acknowledge a reaction."""
 DROP_LOG_INTERVAL = 60.0
 
 
@@ -189,65 +185,20 @@ class Reactor:
             case _:
                 raise AssertionError(reaction.kind)
 
-    def _ask(self, client: Any, share: str, answer: str, **fields: Any) -> dict[str, Any]:
-        req = client.request(share, **fields)
-        deadline = time.monotonic() + ANSWER_TIMEOUT
-        while (left := deadline - time.monotonic()) > 0:
-            for body in client.receive(left):
-                if body.get("req") == req and p.share_of(body) == answer:
-                    return dict(body)
-        raise DaemonUnavailable(f"the master did not answer within {ANSWER_TIMEOUT:g} s")
-
     def _local(self, client: Any, reaction: Reaction) -> None:
-        timeout = reaction.timeout or float(self.opts.get("timeout", 5))
-        fields: dict[str, Any] = {"tgt": reaction.tgt, "tgt_type": reaction.tgt_type,
-                                  "fun": reaction.fun, "delimiter": ":", "timeout": timeout,
-                                  "arg": p.pack_args(reaction.arg, reaction.kwarg)}
-        if reaction.ret:
-            fields["ret"] = reaction.ret
-        ack = self._ask(client, p.SHARE_PUBLISH, p.SHARE_PUB_ACK, **fields)
-        if "error" in ack:
-            raise RaetSaltError(f"the master refused the job: {ack['error']}")
+        jid = LocalClient(self.opts, client=client).cmd_async(
+            reaction.tgt, reaction.fun, reaction.arg, reaction.tgt_type, reaction.ret,
+            reaction.kwarg, timeout=reaction.timeout)
         with self._lock:
-            self.stats["jobs"] += 1 if ack.get("jid") else 0
+            self.stats["jobs"] += 1 if jid else 0
 
     def _runner(self, client: Any, reaction: Reaction) -> None:
-        reply = self._ask(client, p.SHARE_RUNNER, p.SHARE_RUN_RET, fun=reaction.fun,
-                          arg=p.pack_args(reaction.arg, reaction.kwarg))
-        if "error" in reply:
-            raise RaetSaltError(str(reply["error"]))
+        RunnerClient(self.opts, client=client).cmd(reaction.fun, reaction.arg,
+                                                    reaction.kwarg)
 
     def _wheel(self, client: Any, reaction: Reaction) -> None:
-        from raetsalt.cli import key as keytool
-        from raetsalt.keep.store import FileKeep
-        from raetsalt.paths import keep_dir
-
-        action = {"key.accept": "accept", "key.reject": "reject",
-                  "key.delete": "delete"}.get(reaction.fun)
-        if action is None:
-            raise RaetSaltError(f"wheel.{reaction.fun} is not available (wheel.key.accept, "
-                                "key.reject and key.delete are)")
-        match = reaction.kwarg.get("match", reaction.arg[0] if reaction.arg else None)
-        if isinstance(match, list):
-            match = ",".join(str(m) for m in match)
-        if not isinstance(match, str) or not match:
-            raise RaetSaltError(f"wheel.{reaction.fun} needs 'match'")
-        statuses = {"accept": (keytool.PRE,), "reject": (keytool.PRE,),
-                    "delete": keytool.STATUSES}[action]
-        if reaction.kwarg.get("include_rejected") and action == "accept":
-            statuses = (*statuses, keytool.REJ)
-        if reaction.kwarg.get("include_accepted") and action == "reject":
-            statuses = (*statuses, keytool.ACC)
-        keep = FileKeep(keep_dir(dict(self.opts)))
-        chosen = [e for e in keytool.snapshot(keep)
-                  if e.status in statuses and any(fnmatch.fnmatchcase(e.id, m)
-                                                  for m in match.split(","))]
-        if not chosen:
-            return
-        reply = self._ask(client, "key", "key_ret", action=action,
-                          keys=[entry.wire() for entry in chosen])
-        if isinstance(reply.get("error"), str):
-            raise RaetSaltError(f"the master: {reply['error']}")
+        WheelClient(self.opts, client=client).cmd(reaction.fun, reaction.arg,
+                                                  reaction.kwarg)
 
     def _caller(self, reaction: Reaction) -> None:
         from raetsalt.execution.grains import core_grains

@@ -167,3 +167,38 @@ def test_salts_returners_through_salts_loader(fleet: tuple[World, dict[str, Daem
     record = json.loads(raw.read_text().splitlines()[0])
     assert record["id"] == SALTY and record["return"] == "via salt"
     assert record["fun"] == "test.echo" and record["ret_kwargs"] == {"tag": "salty/done"}
+
+
+CLIENT_SCRIPT = """\
+import json, sys
+from raetsalt.config import load_node_config
+from raetsalt.clients import LocalClient, RunnerClient, WheelClient
+
+opts = load_node_config(sys.argv[1], "master")
+local = LocalClient(opts)
+out = {
+    "jid": local.cmd_async("minion1", "test.ping"),
+    "nomatch": local.cmd_async("nobody", "test.ping"),
+    "cmd": local.cmd("minion*", "test.arg", ["a"], kwarg={"k": 1}, timeout=30),
+    "up": RunnerClient(opts).cmd("manage.up"),
+    "keys": WheelClient(opts).cmd("key.list_all"),
+}
+print(json.dumps(out))
+"""
+
+
+def test_salts_client_api_from_a_plain_script(fleet: tuple[World, dict[str, Daemon]]) -> None:
+    world, _ = fleet
+    script = world.root / "client.py"
+    script.write_text(CLIENT_SCRIPT)
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(script), str(world.root / "ma")],
+                          capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert len(out["jid"]) == 20 and out["nomatch"] == ""
+    assert set(out["cmd"]) == set(MINIONS)
+    assert out["cmd"]["minion1"]["args"] == ["a"] and out["cmd"]["minion1"]["kwargs"]["k"] == 1
+    assert set(MINIONS) <= set(out["up"]) and set(MINIONS) <= set(out["keys"]["minions"])
