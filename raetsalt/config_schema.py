@@ -800,6 +800,14 @@ SCHEMA += (
         _AUTOMATION,
     ),
     Option(
+        "return",
+        s.string_or_list(),
+        {"minion": []},
+        "Returners every job published to this minion also goes to (besides those the "
+        "publication names with --return): master_bus, sqlite3, or Salt's returners.",
+        _AUTOMATION,
+    ),
+    Option(
         "event_return",
         s.string_or_list(),
         {"master": []},

@@ -740,7 +740,7 @@ class MinionService:
             master_client=lambda: CommandClient("minion", opts["sock_dir"], str(opts["id"])),
         )
         outcome = execute(self.loader, spec, ctx, os.getpid())
-        if spec.ret and spec.kind == "publish":
+        if (spec.ret or opts.get("return")) and spec.kind == "publish":
             ret = outcome.ret
             after_result(lambda: None if deliver(
                 opts, returner_fields(spec), ret, fire_master=lambda tag, data: fire(

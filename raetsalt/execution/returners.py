@@ -170,8 +170,10 @@ def deliver(opts: Mapping[str, Any], job: Mapping[str, Any], ret: Mapping[str, A
             fire_master: FireMaster, salt_returners: SaltReturners | None = None
             ) -> dict[str, str]:
     """After job ``job`` (``jid``, ``fun``, ``arg``, ``ret``, ``ret_config``,
-    ``ret_kwargs``: a publication's fields) returned ``ret``: give it to its returners."""
+    ``ret_kwargs``: a publication's fields) returned ``ret``: give it to its returners
+    and to those of the minion's ``return`` option."""
     names = returner_names(job.get("ret"))
+    names += [n for n in returner_names(opts.get("return")) if n not in names]
     if not names:
         return {}
     kwargs = job.get("ret_kwargs")

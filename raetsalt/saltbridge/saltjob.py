@@ -43,7 +43,7 @@ from . import channel
 log = logging.getLogger(__name__)
 
 CONFIG_KEYS = ("id", "cachedir", "sock_dir", "conf_file", "log_file", "file_client",
-               "file_roots", "pillar_roots", "module_dirs", "grains")
+               "file_roots", "pillar_roots", "module_dirs", "grains", "return")
 """The raetsalt minion opts ``SaltRuntime`` needs."""
 WARM = ("test.ping", "cmd.run", "state.apply", "pillar.items", "grains.items",
         "cp.get_file", "saltutil.sync_all", "pkg.list_pkgs", "file.stat")
@@ -131,6 +131,8 @@ class SaltRuntime:
         self.functions: Any = None
         self.executors: Any = None
         self._returners: Any = None
+        self.returns_always = list(config.get("return") or [])
+        """The minion's ``return`` option: returners of every published job."""
         self.load()
 
     def load(self) -> None:
@@ -192,10 +194,12 @@ class SaltRuntime:
                 ret, missing = self._multi(data), False
             else:
                 ret, missing = self._one(data["fun"], data["arg"], data)
-            if data["ret"] and spec.get("kind", "publish") == "publish":
+            if (data["ret"] or self.returns_always) and spec.get("kind",
+                                                                 "publish") == "publish":
                 from raetsalt.daemon.executor import after_result
 
-                job, opts = {**spec, "arg": data["arg"]}, self.opts
+                job, opts = {**spec, "arg": data["arg"]}, {**self.opts,
+                                                           "return": self.returns_always}
                 after_result(lambda: None if returners.deliver(
                     opts, job, ret, fire_master=_fire_master(opts),
                     salt_returners=self.returners) else None)

@@ -114,3 +114,13 @@ def test_returner_options_raise_only_bad_packet(body: dict[str, Any]) -> None:
     except BadPacket:
         return
     assert set(out) <= {"ret_config", "ret_kwargs"}
+
+
+def test_the_minions_return_option_adds_returners_to_every_job() -> None:
+    fired: list[str] = []
+    job = {"jid": "J", "fun": "test.ping", "arg": [], "ret": ""}
+    opts = {"id": "m1", "return": ["master_bus"]}
+    assert r.deliver(opts, job, RET, fire_master=lambda t, d: fired.append(t) is None) == {}
+    assert r.deliver(opts, {**job, "ret": "master_bus"}, RET,
+                     fire_master=lambda t, d: fired.append(t) is None) == {}
+    assert fired == [r.DEFAULT_TAG, r.DEFAULT_TAG]  # named twice, given once
