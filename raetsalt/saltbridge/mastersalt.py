@@ -22,6 +22,21 @@ def salt_renderer_available() -> bool:
     return True
 
 
+def local_path(sls: str, opts: Mapping[str, Any]) -> str | None:
+    """A reactor file's path: as written, or ``salt://PATH`` in the master's base
+    ``file_roots`` (never outside them)."""
+    if not sls.startswith("salt://"):
+        return sls
+    relative = sls[len("salt://"):].lstrip("/")
+    roots = (opts.get("file_roots") or {}).get("base") or []
+    for root in roots:
+        real_root = os.path.realpath(str(root))
+        candidate = os.path.realpath(os.path.join(real_root, relative))
+        if candidate.startswith(real_root + os.sep) and os.path.isfile(candidate):
+            return candidate
+    return None
+
+
 def salt_renderer(opts: Mapping[str, Any]) -> Callable[[str, str, Mapping[str, Any]], Any]:
     """Salt's renderers (``renderer``, default ``jinja|yaml``) for reactor files; raises
     ImportError without the salt extra."""
@@ -45,8 +60,10 @@ def salt_renderer(opts: Mapping[str, Any]) -> Callable[[str, str, Mapping[str, A
     lock = threading.Lock()
 
     def render(sls: str, tag: str, data: Mapping[str, Any]) -> Any:
-        if not os.path.isfile(sls):
+        path = local_path(sls, opts)
+        if path is None or not os.path.isfile(path):
             raise FileNotFoundError(f"no such file {sls}")
+        sls = path
         context = event_context(tag, data)
         with lock:  # Salt's loader is not meant for several threads at once
             return salt.template.compile_template(

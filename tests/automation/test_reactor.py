@@ -182,3 +182,16 @@ def test_large_events_are_bounded_by_bytes(monkeypatch: pytest.MonkeyPatch) -> N
     reactor.close()
     assert results.count(True) <= 3 and reactor.stats["dropped"] >= 7
     assert reactor.queued_bytes == 0
+
+
+def test_salt_urls_resolve_inside_the_base_file_roots(tmp_path: Any) -> None:
+    from raetsalt.saltbridge.mastersalt import local_path
+
+    (tmp_path / "reactor").mkdir()
+    (tmp_path / "reactor" / "a.sls").write_text("{}")
+    (tmp_path.parent / "outside.sls").write_text("{}")
+    opts = {"file_roots": {"base": [str(tmp_path)]}}
+    assert local_path("salt://reactor/a.sls", opts) == str(tmp_path / "reactor" / "a.sls")
+    assert local_path("salt://../outside.sls", opts) is None
+    assert local_path("salt://nothing.sls", opts) is None
+    assert local_path("/abs/x.sls", opts) == "/abs/x.sls"
