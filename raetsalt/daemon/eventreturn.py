@@ -62,8 +62,11 @@ class Spool:
         self.max_bytes = max_bytes
         os.makedirs(directory, mode=0o700, exist_ok=True)
         self.committed = self._load_position()
+        # Always a new segment: a tail torn by a crash stays at the end of an old one,
+        # which the reader leaves for the next (appending after it would misalign every
+        # frame that follows).
         segments = self._segments()
-        self.write_segment = max(segments) if segments else self.committed[0]
+        self.write_segment = max([*segments, self.committed[0] - 1]) + 1
         self._out = open(self._path(self.write_segment), "ab")  # noqa: SIM115 - kept open
 
     def _path(self, number: int) -> str:
@@ -130,9 +133,10 @@ class Spool:
                         offset += _LENGTH.size + length
                         try:
                             tag, data = msgpack.unpackb(frame, raw=False)
-                        except (ValueError, msgpack.UnpackException):
-                            continue
-                        events.append({"tag": tag, "data": data})
+                        except (ValueError, TypeError, msgpack.UnpackException):
+                            continue  # not a frame of ours: left out
+                        if isinstance(tag, str):
+                            events.append({"tag": tag, "data": data})
             except FileNotFoundError:
                 pass
             if len(events) >= limit or segment >= self.write_segment:
