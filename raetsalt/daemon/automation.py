@@ -58,25 +58,62 @@ def plan(opts: Mapping[str, Any]) -> dict[str, bool]:
     return wanted
 
 
-class Automation:
-    """The master's handle on its automation child."""
+RESTART_MIN = 1.0
+RESTART_MAX = 60.0
+"""Seconds before a child that died is started again (doubling while it keeps dying)."""
 
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+
+class Automation:
+    """The master's handle on its automation child: a thread waits for it and starts it
+    again when it dies while the master runs (what it had spooled is kept)."""
+
+    def __init__(self, spawn: Any, popen: subprocess.Popen[bytes]) -> None:
+        self._spawn = spawn
         self.popen = popen
+        self.restarts = 0
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._watch, name="automation", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        delay = RESTART_MIN
+        while True:
+            code = self.popen.wait()
+            if self._stopping.is_set():
+                return
+            log.error("the reactor/event_return process exited with %d; starting it again "
+                      "in %g s", code, delay)
+            if self._stopping.wait(delay):
+                return
+            with self._lock:
+                if self._stopping.is_set():
+                    return
+                popen = self._spawn()
+                if popen is None:
+                    delay = min(RESTART_MAX, delay * 2)
+                    continue
+                self.popen = popen
+                self.restarts += 1
+            delay = min(RESTART_MAX, delay * 2)
 
     def stop(self, timeout: float = 10.0) -> None:
-        if self.popen.stdin is not None:
+        with self._lock:
+            self._stopping.set()
+            popen = self.popen
+        if popen.stdin is not None:
             try:
-                self.popen.stdin.close()
+                popen.stdin.close()
             except OSError:
                 pass
         try:
-            self.popen.wait(timeout)
+            popen.wait(timeout)
         except subprocess.TimeoutExpired:
             log.warning("the automation process (pid %d) did not stop in %g s: killed",
-                        self.popen.pid, timeout)
-            self.popen.kill()
-            self.popen.wait()
+                        popen.pid, timeout)
+            popen.kill()
+            popen.wait()
+        self._thread.join(timeout)
 
 
 def start(opts: Mapping[str, Any]) -> Automation | None:
@@ -85,18 +122,27 @@ def start(opts: Mapping[str, Any]) -> Automation | None:
     if not any(wanted.values()):
         return None
     levels = [logging.getLevelName(h.level) for h in logging.getLogger().handlers]
-    header = {"opts": dict(opts), "levels": levels, "wanted": wanted}
-    try:
-        popen = subprocess.Popen([sys.executable, "-c", _CHILD, _PACKAGE_ROOT],
-                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                 close_fds=True)
-    except OSError as exc:
-        log.error("the reactor/event_return process did not start: %s", exc)
-        return None
-    assert popen.stdin is not None
-    popen.stdin.write(json.dumps(header, default=str).encode() + b"\n")
-    popen.stdin.flush()
-    return Automation(popen)
+    header = json.dumps({"opts": dict(opts), "levels": levels, "wanted": wanted},
+                        default=str).encode() + b"\n"
+
+    def spawn() -> subprocess.Popen[bytes] | None:
+        try:
+            popen = subprocess.Popen([sys.executable, "-c", _CHILD, _PACKAGE_ROOT],
+                                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                     close_fds=True)
+        except OSError as exc:
+            log.error("the reactor/event_return process did not start: %s", exc)
+            return None
+        assert popen.stdin is not None
+        try:
+            popen.stdin.write(header)
+            popen.stdin.flush()
+        except OSError:
+            pass  # it died at once: the watcher sees it
+        return popen
+
+    popen = spawn()
+    return None if popen is None else Automation(spawn, popen)
 
 
 # ---------------------------------------------------------------------------- the child

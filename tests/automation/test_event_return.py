@@ -173,3 +173,37 @@ def test_a_corrupt_segment_never_raises(frames: list[bytes]) -> None:
         spool.commit(position)
         assert "ok" in [e["tag"] for e in spool.read(100)[0]]
         spool.close()
+
+
+@pytest.mark.integration
+def test_the_automation_process_is_started_again_when_it_dies() -> None:
+    import os
+    import re
+    import signal
+
+    with make_world() as world:
+        db = world.root / "events.db"
+        conf = world.master_dir(f"event_return: sqlite3\nsqlite3.database: {db}\n"
+                                "event_return_whitelist: ['again/*']\n")
+        master = world.start("master", conf)
+        line = master.expect("event_return listening on the master's bus", timeout=30)
+        pid = int(re.search(r"\(pid (\d+)\)", line).group(1))  # type: ignore[union-attr]
+        os.kill(pid, signal.SIGKILL)
+        master.expect("the reactor/event_return process exited with -9; starting it again",
+                      timeout=30)
+        master.expect("event_return listening on the master's bus", timeout=30)
+        bus = SaltEvent("master", load_node_config(conf, "master")["sock_dir"])
+        assert bus.fire_event({"n": 1}, "again/1")
+        bus.destroy()
+        deadline = time.monotonic() + 30
+        rows: list[Any] = []
+        while not rows and time.monotonic() < deadline:
+            if db.exists():
+                with sqlite3.connect(db) as conn:
+                    try:
+                        rows = conn.execute("SELECT tag FROM salt_events").fetchall()
+                    except sqlite3.OperationalError:
+                        rows = []
+            time.sleep(0.05)  # polling the database for the row
+        assert rows == [("again/1",)]
+        assert master.terminate_within(10.0) == 0
