@@ -226,11 +226,11 @@ class ForkExecutor:
         self._zombies = left
 
 
-_AFTER_RESULT: list[Callable[[], None]] = []
+_AFTER_RESULT: list[Callable[[], object]] = []
 """What a job process does once its outcome is written (``after_result``)."""
 
 
-def after_result(then: Callable[[], None]) -> None:
+def after_result(then: Callable[[], object]) -> None:
     """In a job process: run ``then`` once the outcome has reached the daemon (a job's
     returners: the master gets the return first, as from Salt's minion)."""
     _AFTER_RESULT.append(then)

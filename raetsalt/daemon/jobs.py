@@ -19,6 +19,7 @@ import selectors
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import yaml
@@ -741,8 +742,7 @@ class MinionService:
         )
         outcome = execute(self.loader, spec, ctx, os.getpid())
         if (spec.ret or opts.get("return")) and spec.kind == "publish":
-            ret = outcome.ret
-            after_result(lambda: None if deliver(
-                opts, returner_fields(spec), ret, fire_master=lambda tag, data: fire(
-                    tag, data, True), salt_returners=salt_loader_returners(opts)) else None)
+            after_result(partial(deliver, opts, returner_fields(spec), outcome.ret,
+                                 fire_master=lambda tag, data: fire(tag, data, True),
+                                 salt_returners=salt_loader_returners(opts)))
         return outcome.to_wire()

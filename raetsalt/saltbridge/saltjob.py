@@ -33,6 +33,7 @@ import os
 import traceback
 import types
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from raetsalt import event as raet_event
@@ -200,9 +201,9 @@ class SaltRuntime:
 
                 job, opts = {**spec, "arg": data["arg"]}, {**self.opts,
                                                            "return": self.returns_always}
-                after_result(lambda: None if returners.deliver(
-                    opts, job, ret, fire_master=_fire_master(opts),
-                    salt_returners=self.returners) else None)
+                after_result(partial(returners.deliver, opts, job, ret,
+                                     fire_master=_fire_master(opts),
+                                     salt_returners=self.returners))
         finally:
             channel.close_all()
         return {"ret": ret, "missing_fun": missing, "grains_set": {}, "refresh_grains": False,
