@@ -49,6 +49,8 @@ MAX_QUEUED_BYTES = 64 << 20
 """Bytes of event data (msgpack) waiting for the workers; beyond, events are dropped as
 when the queue is full (a minion may fire large events with a matching tag)."""
 DROP_LOG_INTERVAL = 60.0
+STOP_CHECK = 0.25
+"""Seconds an idle worker waits for an event before looking whether it must stop."""
 
 
 class Reactor:
@@ -68,6 +70,8 @@ class Reactor:
         self._throttle = Throttle(DROP_LOG_INTERVAL)
         self._failures = Throttle(3600.0, max_keys=4096)
         self._client_factory = client_factory or self._master_client
+        self._idle = threading.Condition(self._lock)
+        self._stopping = threading.Event()
         self._threads = [threading.Thread(target=self._work, name=f"reactor-{n}", daemon=True)
                          for n in range(max(1, threads))]
         for thread in self._threads:
@@ -93,6 +97,8 @@ class Reactor:
             if not room:
                 raise queue.Full
             self.queue.put_nowait((tag, data, files, size))
+            with self._lock:
+                self.stats["queued"] += 1
         except queue.Full:
             with self._lock:
                 if room:
@@ -107,14 +113,33 @@ class Reactor:
             return False
         return True
 
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until every queued event was reacted to; False after ``timeout`` s."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self.stats["done"] >= self.stats["queued"],
+                                       timeout)
+
     def close(self, timeout: float = 5.0) -> None:
-        for _ in self._threads:
+        """Stop the workers within ``timeout`` s: the reactions they are running finish,
+        events still queued are dropped (counted and logged: the master is stopping)."""
+        self._stopping.set()
+        left = 0
+        while True:
             try:
-                self.queue.put(None, timeout=timeout)
-            except queue.Full:
+                item = self.queue.get_nowait()
+            except queue.Empty:
                 break
+            if item is not None:
+                left += 1
+                with self._lock:
+                    self.queued_bytes -= item[3]
+        if left:
+            with self._lock:
+                self.stats["dropped"] += left
+            log.warning("reactor: stopping; %d queued event(s) not reacted to", left)
+        deadline = time.monotonic() + timeout
         for thread in self._threads:
-            thread.join(timeout)
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     # -- the workers ----------------------------------------------------------------------
 
@@ -125,8 +150,11 @@ class Reactor:
 
     def _work(self) -> None:
         client: Any = None
-        while True:
-            item = self.queue.get()
+        while not self._stopping.is_set():
+            try:
+                item = self.queue.get(timeout=STOP_CHECK)
+            except queue.Empty:
+                continue
             if item is None:
                 break
             tag, data, files, size = item
@@ -135,6 +163,7 @@ class Reactor:
             with self._lock:
                 self.stats["done"] += 1
                 self.queued_bytes -= size
+                self._idle.notify_all()
         if client is not None:
             client.close()
 

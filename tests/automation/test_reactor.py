@@ -125,6 +125,7 @@ def test_each_file_once_per_event_and_reactions_carried_out() -> None:
 
     reactor = _reactor(render, sent)
     assert reactor.offer("t/x", {"id": "m1"}) and reactor.offer("nothing", {})
+    assert reactor.wait_idle(10)
     reactor.close()
     assert [m["share"] for m in sent] == [p.SHARE_PUBLISH, p.SHARE_RUNNER]
     assert sent[0]["tgt"] == "m1" and sent[0]["arg"] == ["true"]
@@ -142,6 +143,7 @@ def test_a_full_queue_drops_counts_and_never_blocks(caplog: pytest.LogCaptureFix
     reactor = _reactor(render, sent, hwm=2)
     results = [reactor.offer("t/y", {}) for _ in range(10)]
     gate.set()
+    assert reactor.wait_idle(10)
     reactor.close()
     assert results.count(False) == reactor.stats["dropped"] >= 7
     assert sum("dropped" in r.message for r in caplog.records) == 1
@@ -159,6 +161,7 @@ def test_failures_are_logged_once_per_file_tag_and_problem(
     reactor = _reactor(render, sent, refuse=True)
     for _ in range(5):
         reactor.offer("t/y", {})
+    assert reactor.wait_idle(10)
     reactor.close()
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 2, errors
@@ -179,6 +182,7 @@ def test_large_events_are_bounded_by_bytes(monkeypatch: pytest.MonkeyPatch) -> N
     reactor = _reactor(render, [], hwm=1000)
     results = [reactor.offer("t/y", {"blob": "x" * 1000}) for _ in range(10)]
     gate.set()
+    assert reactor.wait_idle(10)
     reactor.close()
     assert results.count(True) <= 3 and reactor.stats["dropped"] >= 7
     assert reactor.queued_bytes == 0
@@ -195,3 +199,24 @@ def test_salt_urls_resolve_inside_the_base_file_roots(tmp_path: Any) -> None:
     assert local_path("salt://../outside.sls", opts) is None
     assert local_path("salt://nothing.sls", opts) is None
     assert local_path("/abs/x.sls", opts) == "/abs/x.sls"
+
+
+def test_closing_drops_what_waits_and_does_not_wait_for_it(
+        caplog: pytest.LogCaptureFixture) -> None:
+    gate, entered = threading.Event(), threading.Event()
+
+    def render(sls: str, tag: str, data: dict[str, Any]) -> Any:
+        entered.set()
+        gate.wait(10)
+        return {}
+
+    reactor = _reactor(render, [], hwm=100)
+    for _ in range(50):
+        assert reactor.offer("t/y", {})
+    assert entered.wait(10)  # the worker is in its first reaction
+    # ...which ends once close has begun
+    threading.Thread(target=lambda: (reactor._stopping.wait(10), gate.set())).start()
+    reactor.close(timeout=10)
+    assert reactor.stats["done"] == 1 and reactor.stats["dropped"] == 49
+    assert reactor.queued_bytes == 0
+    assert any("49 queued event(s) not reacted to" in r.getMessage() for r in caplog.records)
