@@ -80,8 +80,8 @@ class Automation:
         delay = RESTART_MIN
         while True:
             code = self.popen.wait()
-            if self._stopping.is_set():
-                return
+            if self._stopping.is_set() or code == 0:
+                return  # stopped, or nothing it could run (it said why)
             log.error("the reactor/event_return process exited with %d; starting it again "
                       "in %g s", code, delay)
             if self._stopping.wait(delay):
@@ -213,9 +213,15 @@ def run(opts: dict[str, Any], wanted: Mapping[str, bool], stop: threading.Event)
     returns: EventReturn | None = None
     if wanted.get("reactor"):
         mapping = ReactorMap.from_config(opts.get("reactor"))
-        reactor = Reactor(mapping, salt_renderer(opts), opts,
-                          threads=int(opts.get("reactor_worker_threads") or 4),
-                          hwm=int(opts.get("reactor_worker_hwm") or 10000))
+        try:
+            render = salt_renderer(opts)
+        except Exception as exc:  # noqa: BLE001 - one line; event_return may still run
+            log.error("reactor: not started: Salt's renderers could not be loaded: %s",
+                      " ".join(str(exc).split())[:300] or type(exc).__name__)
+        else:
+            reactor = Reactor(mapping, render, opts,
+                              threads=int(opts.get("reactor_worker_threads") or 4),
+                              hwm=int(opts.get("reactor_worker_hwm") or 10000))
     if wanted.get("event_return"):
         try:
             returns = EventReturn(opts, event_returners(opts))
