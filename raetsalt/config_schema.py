@@ -808,6 +808,25 @@ SCHEMA += (
         _AUTOMATION,
     ),
     Option(
+        "mine_get",
+        s.rule_mapping(nullable=True),
+        {"master": None},
+        "Salt's master-side mine ACL: minion id regexes to lists of function regexes a "
+        "matching minion may read with mine.get.  null: every minion may read every "
+        "function.  A denied mine.get fails with the reason (Salt returns {}).",
+        _AUTOMATION,
+        example=("mine_get:", "  'web.*':", "    - network.ip_addrs"),
+    ),
+    Option(
+        "mine_functions",
+        s.mapping(),
+        {"minion": {}},
+        "Salt's mine functions (function or alias -> arguments) that mine.update sends "
+        "to the master (needs Salt's loader on the minion).  raetsalt does not run "
+        "mine.update on a timer (mine_interval) yet: run it, or mine.send.",
+        _AUTOMATION,
+    ),
+    Option(
         "event_return",
         s.string_or_list(),
         {"master": []},

@@ -168,12 +168,13 @@ def mapping() -> Spec:
     return Spec("a mapping", check)
 
 
-def rule_mapping() -> Spec:
-    """``peer``/``peer_run``/``publisher_acl``: name or regex -> list of rules."""
+def rule_mapping(*, nullable: bool = False) -> Spec:
+    """``peer``/``peer_run``/``publisher_acl``: name or regex -> list of rules
+    (``nullable``: null stays null, "not configured", as ``mine_get`` needs)."""
 
     def check(value: Any) -> Any:
         if value is None:
-            return {}
+            return None if nullable else {}
         if not isinstance(value, dict):
             raise SpecMismatch()
         for name, rules in value.items():

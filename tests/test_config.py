@@ -308,7 +308,7 @@ def test_minion_salt_keys_and_master_options_are_ignored(tmp_path: Path) -> None
     load_node_config(tmp_path, "minion", warnings)
     assert warnings[0].endswith("'hash_type' (a raetsalt master option), 'schedule', "
                                 "'peer' (a raetsalt master option)")
-    assert "ignoring 6 key(s)" in warnings[0]  # file_client is a minion option
+    assert "ignoring 5 key(s)" in warnings[0]  # file_client, mine_functions: minion options
 
 
 def test_all_unknown_keys_in_one_error(tmp_path: Path) -> None:

@@ -44,7 +44,8 @@ from . import channel
 log = logging.getLogger(__name__)
 
 CONFIG_KEYS = ("id", "cachedir", "sock_dir", "conf_file", "log_file", "file_client",
-               "file_roots", "pillar_roots", "module_dirs", "grains", "return")
+               "file_roots", "pillar_roots", "module_dirs", "grains", "return",
+               "mine_functions")
 """The raetsalt minion opts ``SaltRuntime`` needs."""
 WARM = ("test.ping", "cmd.run", "state.apply", "pillar.items", "grains.items",
         "cp.get_file", "saltutil.sync_all", "pkg.list_pkgs", "file.stat")
@@ -59,6 +60,14 @@ class _MinionBus(raet_event.MinionEvent):
     """raetsalt's minion bus with Salt's ``MinionEvent`` call shape; notes refreshes."""
 
     def fire_event(self, data: Any, tag: str, timeout: float = 1000) -> bool:
+        if str(tag) == "_minion_mine" and isinstance(data, dict):
+            # Salt's minion daemon forwards this to the master; here it goes straight
+            # through the request channel (the master's mine, raetsalt.services.mine).
+            try:
+                return bool(channel.RaetReqChannel(dict(self.opts)).send(dict(data)))
+            except Exception as exc:  # noqa: BLE001 - Salt's mine.send reports False
+                log.warning("mine data not sent to the master: %s", exc)
+                return False
         what = REFRESH_TAGS.get(str(tag))
         if what is not None:
             _REFRESHES.add(what)
@@ -80,6 +89,7 @@ def salt_opts(config: Mapping[str, Any]) -> dict[str, Any]:
         "pillar_roots": dict(config.get("pillar_roots") or {}),
         "module_dirs": list(config.get("module_dirs") or []),
         "grains": dict(config.get("grains") or {}),
+        "mine_functions": dict(config.get("mine_functions") or {}),
         "multiprocessing": True, "cache_jobs": False, "grains_cache": False,
         "master_type": "str", "transport": "zeromq",
     }
