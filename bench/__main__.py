@@ -13,6 +13,8 @@ BENCHES = [
     ["bench_wan.py"],
     ["bench_daemons.py"],
     ["bench_wakeup.py"],
+    ["bench_reactor.py", "--events", "1000"],
+    ["bench_event_return.py"],
     ["bench_many_minions.py", "--short"],  # the full table: bench_many_minions.py alone
 ]
 

@@ -167,6 +167,9 @@ def _validate_file(path: str, raw: Mapping[Any, Any], node: str, left: _Leftover
         if key in DERIVED_KEYS:
             raise ConfigError(f"{path}: key '{key}' is set by raetsalt and cannot be configured")
         opt = BY_NAME.get(key)
+        if opt is None and "." in key.strip("."):
+            checked[key] = value  # a module's setting (``sqlite3.database``): for returners
+            continue
         if opt is None or node not in opt.defaults:
             known = opt is not None or key in SALT_KEYS or "." in key.strip(".")
             (left.ignored if known else left.unknown).append((path, key))

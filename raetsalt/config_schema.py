@@ -771,6 +771,115 @@ SCHEMA += (
     ),
 )
 
+# ---------------------------------------------------------------- reactor and returners
+# The master's automation process (raetsalt.daemon.automation): the reactor and
+# event_return.  Module settings (sqlite3.database, redis.host...) pass through as they
+# are, for the returners.
+_AUTOMATION = "Reactor and returners"
+SCHEMA += (
+    Option(
+        "reactor",
+        s.reactor_map(),
+        {"master": []},
+        "Salt's reactor: a list of one-key mappings, a tag glob to an SLS file or a "
+        "list of files, rendered with Salt's renderers (tag and data in the template) "
+        "for every event whose tag matches; their local.*, runner.*, wheel.* and "
+        "caller.* reactions run in the master's automation process.  Needs the salt "
+        "extra.",
+        _AUTOMATION,
+        example=("reactor:", "  - 'salt/minion/*/start':", "    - /srv/reactor/start.sls"),
+    ),
+    Option(
+        "reactor_worker_threads",
+        s.integer(1, 64),
+        {"master": 4},
+        "Threads rendering and carrying out reactions (Salt's default is 10).",
+        _AUTOMATION,
+    ),
+    Option(
+        "reactor_niceness",
+        s.integer(0, 19),
+        {"master": 5},
+        "Niceness of the process running the reactor and event_return: under load the "
+        "master's own loop, which serves the bus, comes first.  0 keeps the master's.",
+        _AUTOMATION,
+    ),
+    Option(
+        "reactor_worker_hwm",
+        s.integer(1),
+        {"master": 10000},
+        "Events waiting for a reactor thread; beyond, new ones are dropped, counted and "
+        "logged (the bus is never held up).",
+        _AUTOMATION,
+    ),
+    Option(
+        "return",
+        s.string_or_list(),
+        {"minion": []},
+        "Returners every job published to this minion also goes to (besides those the "
+        "publication names with --return): master_bus, sqlite3, or Salt's returners.",
+        _AUTOMATION,
+    ),
+    Option(
+        "mine_get",
+        s.rule_mapping(nullable=True),
+        {"master": None},
+        "Salt's master-side mine ACL: minion id regexes to lists of function regexes a "
+        "matching minion may read with mine.get.  null: every minion may read every "
+        "function.  A denied mine.get fails with the reason (Salt returns {}).",
+        _AUTOMATION,
+        example=("mine_get:", "  'web.*':", "    - network.ip_addrs"),
+    ),
+    Option(
+        "mine_functions",
+        s.mapping(),
+        {"minion": {}},
+        "Salt's mine functions (function or alias -> arguments) that mine.update sends "
+        "to the master (needs Salt's loader on the minion).  raetsalt does not run "
+        "mine.update on a timer (mine_interval) yet: run it, or mine.send.",
+        _AUTOMATION,
+    ),
+    Option(
+        "event_return",
+        s.string_or_list(),
+        {"master": []},
+        "Returners given every event of the master's bus in batches: the built-in "
+        "'sqlite3' (sqlite3.database) or Salt's returners that have event_return.  "
+        "Events go through an on-disk spool under <cachedir>/event_return: a returner "
+        "that fails gets the same batch again later, nothing is dropped.",
+        _AUTOMATION,
+    ),
+    Option(
+        "event_return_queue",
+        s.integer(0),
+        {"master": 0},
+        "Most events per batch given to the event_return returners (0: 500).",
+        _AUTOMATION,
+    ),
+    Option(
+        "event_return_whitelist",
+        s.string_list(),
+        {"master": []},
+        "Tag globs: when set, only matching events go to event_return.",
+        _AUTOMATION,
+    ),
+    Option(
+        "event_return_blacklist",
+        s.string_list(),
+        {"master": []},
+        "Tag globs of events event_return leaves out.",
+        _AUTOMATION,
+    ),
+    Option(
+        "event_return_spool_max",
+        s.integer(1 << 20),
+        {"master": 1 << 30},
+        "Bytes the event_return spool may hold while its returners are behind; beyond, "
+        "new events are dropped, counted and logged.",
+        _AUTOMATION,
+    ),
+)
+
 BY_NAME: dict[str, Option] = {opt.name: opt for opt in SCHEMA}
 PATH_KEYS: tuple[str, ...] = tuple(opt.name for opt in SCHEMA if opt.path)
 

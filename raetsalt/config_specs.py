@@ -34,6 +34,7 @@ __all__ = [
     "minion_id",
     "nodegroups",
     "number",
+    "reactor_map",
     "roots",
     "rule_mapping",
     "string",
@@ -167,12 +168,13 @@ def mapping() -> Spec:
     return Spec("a mapping", check)
 
 
-def rule_mapping() -> Spec:
-    """``peer``/``peer_run``/``publisher_acl``: name or regex -> list of rules."""
+def rule_mapping(*, nullable: bool = False) -> Spec:
+    """``peer``/``peer_run``/``publisher_acl``: name or regex -> list of rules
+    (``nullable``: null stays null, "not configured", as ``mine_get`` needs)."""
 
     def check(value: Any) -> Any:
         if value is None:
-            return {}
+            return None if nullable else {}
         if not isinstance(value, dict):
             raise SpecMismatch()
         for name, rules in value.items():
@@ -235,6 +237,22 @@ def nodegroups() -> Spec:
         return value
 
     return Spec("a mapping of group names to compound targets", check)
+
+
+def reactor_map() -> Spec:
+    """Salt's ``reactor:``: a list of one-key mappings, tag glob -> file(s)."""
+    from raetsalt.services.reactor import ReactorConfigError, ReactorMap
+
+    def check(value: Any) -> Any:
+        if value is None:
+            return []
+        try:
+            ReactorMap.from_config(value)
+        except ReactorConfigError as exc:
+            raise SpecMismatch(str(exc)) from None
+        return value
+
+    return Spec("a list of one-key mappings of tag globs to SLS files", check)
 
 
 def ip_address() -> Spec:

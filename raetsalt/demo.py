@@ -7,7 +7,9 @@ minion1 (a file rendered from a ``salt://`` jinja template with its pillar, and 
 command that requires it) when the ``salt`` extra is installed, let minion1 publish to
 the other minions and run ``manage.up`` through the master (``peer``/``peer_run``), see
 a peer call the master refuses (with its reason, the exit code and the audit event),
-ask ``acl.explain`` why, list the events the master's bus carried, and stop everything.
+ask ``acl.explain`` why, watch the reactor answer each minion's start event (with the
+``salt`` extra) and the ``master_bus`` returner put returns on the master's bus under a
+tag, list the events the master's bus carried, and stop everything.
 It all lives in a temporary directory and takes well under a minute.
 """
 
@@ -66,6 +68,16 @@ peer_run:                 # which minions may run which runners
   'minion1$':
     - manage.up$
 """
+REACTION = """\
+greet_new_minion:
+  local.cmd.run:
+    - tgt: {{{{ data['id'] }}}}
+    - args:
+      - cmd: >-
+          echo "{{{{ data['id'] }}}} started; the reactor ran this"
+          > {out}/reacted-{{{{ data['id'] }}}}
+"""
+"""The reactor file of ``salt/minion/*/start`` (Salt's jinja|yaml, ``data`` is the event's)."""
 CLI = {"raetsalt": "salt", "raetsalt-run": "run", "raetsalt-call": "call",
        "raetsalt-key": "key"}
 STARTED = time.monotonic()
@@ -136,12 +148,17 @@ def _story(root: Path, procs: dict[str, subprocess.Popen[bytes]]) -> int:
     _write_tree(srv / "salt" / "motd", {"init.sls": STATE.format(out=root / "motd"),
                                          "motd.j2": TEMPLATE})
     _write_tree(srv / "pillar", PILLAR)
-    step(f"configuration in {root}; the master's access rules:")
-    for line in PEER_CONFIG.splitlines():
+    reactor = ""
+    if salt_importable():
+        _write_tree(srv / "reactor", {"start.sls": REACTION.format(out=root)})
+        reactor = f"reactor:\n  - 'salt/minion/*/start':\n    - {srv}/reactor/start.sls\n"
+    step(f"configuration in {root}; the master's access rules"
+         + (" and its reactor:" if reactor else ":"))
+    for line in (PEER_CONFIG + reactor).splitlines():
         print(f"    {line}")
 
     step("start the master and three minions (each a daemon of its own)")
-    port, bus = _start_master(master_dir, srv, procs)
+    port, bus = _start_master(master_dir, srv, procs, reactor)
     opts = load_node_config(master_dir, "master")
     seen: list[str] = []
     for name, grains in MINIONS.items():
@@ -161,6 +178,8 @@ def _story(root: Path, procs: dict[str, subprocess.Popen[bytes]]) -> int:
     show("raetsalt-key", master_dir, "-A", "-y")
     wait_events(bus, {f"salt/minion/{m}/start" for m in MINIONS}, seen)
     print("    (every minion connected and reported its grains)")
+    if reactor:
+        _reactions(root)
 
     step("run a function on every minion")
     show("raetsalt", master_dir, "*", "test.ping")
@@ -203,6 +222,8 @@ def _story(root: Path, procs: dict[str, subprocess.Popen[bytes]]) -> int:
            lambda out: '"minion3": true' in out, "minion3 did not come back")
     show("raetsalt", master_dir, "minion3", "test.ping")
 
+    _master_bus_returner(master_dir, bus, seen)
+
     step("what the master's event bus carried")
     drain(bus, seen)
     counts: dict[str, int] = {}
@@ -224,6 +245,39 @@ def _story(root: Path, procs: dict[str, subprocess.Popen[bytes]]) -> int:
             raise SystemExit(f"demo: {name} exited {code}")
     print(f"\ndone in {time.monotonic() - STARTED:.1f} s.")
     return 0
+
+
+def _reactions(root: Path) -> None:
+    step("the reactor answered each minion's salt/minion/<id>/start: reactor/start.sls "
+         "ran cmd.run on that minion")
+    deadline = time.monotonic() + 30
+    files = [root / f"reacted-{name}" for name in MINIONS]
+    while not all(f.exists() and f.read_text() for f in files):
+        if time.monotonic() > deadline:
+            raise SystemExit("demo: the reactor did not run its jobs within 30 s")
+        time.sleep(0.1)
+    for path in files:
+        print(f"    {path.name}: {path.read_text().strip()}")
+
+
+def _master_bus_returner(master_dir: Path, bus: MasterEvent, seen: list[str]) -> None:
+    step("the master_bus returner: each minion's return also goes to the master's bus "
+         "under a tag, for a script listening there (the event-bus seed's example)")
+    show("raetsalt", master_dir, "*", "--return=master_bus", "--tag=monitoring",
+         "test.echo", "procs ok", "--out", "txt")
+    got: dict[str, object] = {}
+    deadline = time.monotonic() + 15
+    while len(got) < len(MINIONS) and time.monotonic() < deadline:
+        event = bus.get_event(wait=deadline - time.monotonic(), full=True)
+        if event is None:
+            break
+        seen.append(event["tag"])
+        if event["tag"] == "monitoring":
+            got[event["data"]["id"]] = event["data"]["data"]["return"]
+    for minion, value in sorted(got.items()):
+        print(f"    on the master's bus, tag monitoring: {minion} returned {value!r}")
+    if len(got) < len(MINIONS):
+        raise SystemExit("demo: the master_bus returns did not all arrive")
 
 
 def _write_tree(root: Path, files: dict[str, str]) -> None:
@@ -282,8 +336,8 @@ def _daemon(node: str, confdir: Path) -> subprocess.Popen[bytes]:
                             stderr=subprocess.DEVNULL)
 
 
-def _start_master(master_dir: Path, srv: Path, procs: dict[str, subprocess.Popen[bytes]]
-                  ) -> tuple[int, MasterEvent]:
+def _start_master(master_dir: Path, srv: Path, procs: dict[str, subprocess.Popen[bytes]],
+                  reactor: str) -> tuple[int, MasterEvent]:
     """Write the master's config with a port and start it; while it exits at once (its
     port was taken in the meantime: "address already in use"), again with another."""
     for _attempt in range(5):
@@ -291,7 +345,7 @@ def _start_master(master_dir: Path, srv: Path, procs: dict[str, subprocess.Popen
         (master_dir / "master").write_text(
             f"id: themaster\nroot_dir: {master_dir}\ninterface: 127.0.0.1\nraet_port: {port}\n"
             f"raet_alive_period: 2.0\nfile_roots: {{base: [{srv}/salt]}}\n"
-            f"pillar_roots: {{base: [{srv}/pillar]}}\n{PEER_CONFIG}")
+            f"pillar_roots: {{base: [{srv}/pillar]}}\n{PEER_CONFIG}{reactor}")
         procs["master"] = _daemon("master", master_dir)
         bus = _connect_bus(load_node_config(master_dir, "master")["sock_dir"], procs["master"])
         if bus is not None:

@@ -305,3 +305,47 @@ def target_untrusted(body: Mapping[str, Any]) -> tuple[Any, str, str]:
     tgt_type = text_untrusted(body, "tgt_type", default="glob")
     delimiter = text_untrusted(body, "delimiter", default=":")
     return tgt, tgt_type, delimiter
+
+
+MAX_RETURNER_TEXT = 256
+"""Longest ``ret_config`` a publication may carry."""
+MAX_RETURNER_ITEMS = 256
+"""Most values (counted through nested containers) in a publication's ``ret_kwargs``."""
+
+
+def _items(value: Any, budget: int) -> int:
+    """What is left of ``budget`` after counting the values of ``value``; < 0 when over."""
+    budget -= 1
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return -1
+            budget = _items(item, budget - 1)
+            if budget < 0:
+                break
+    elif isinstance(value, list | tuple):
+        for item in value:
+            budget = _items(item, budget)
+            if budget < 0:
+                break
+    elif isinstance(value, str | bytes) and len(value) > MAX_RETURNER_TEXT * 16:
+        return -1
+    return budget
+
+
+def returner_options_untrusted(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A publish request's ``ret_config`` and ``ret_kwargs`` (the returners' settings,
+    passed on to the minions); raises only BadPacket."""
+    out: dict[str, Any] = {}
+    config = text_untrusted(body, "ret_config", default="")
+    if len(config) > MAX_RETURNER_TEXT:
+        raise BadPacket("field 'ret_config' is too long", DropReason.BODY)
+    if config:
+        out["ret_config"] = config
+    kwargs = body.get("ret_kwargs")
+    if kwargs is not None and kwargs != {}:
+        if not isinstance(kwargs, Mapping) or _items(kwargs, MAX_RETURNER_ITEMS) < 0:
+            raise BadPacket("field 'ret_kwargs' must be a small mapping with string keys",
+                            DropReason.BODY)
+        out["ret_kwargs"] = dict(kwargs)
+    return out

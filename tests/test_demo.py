@@ -33,6 +33,9 @@ def test_demo_runs_end_to_end() -> None:
         "    Unaccepted Keys:\n    minion3\n    Rejected Keys:",
         "master minion3 test.ping\n    minion3:\n        True",
         "raetsalt-master master: exit 0",
+        "--return=master_bus --tag=monitoring test.echo 'procs ok' --out txt\n",
+        "    on the master's bus, tag monitoring: minion3 returned 'procs ok'\n",
+        " 3 x monitoring\n",
     ]:
         assert fragment in out, fragment
     # The demo waits for the master's bus before subscribing: no warning about it.
@@ -44,5 +47,6 @@ def test_demo_runs_end_to_end() -> None:
             "    Summary for minion1\n    ------------\n    Succeeded: 2 (changed=2)\n",
             "state.apply motd test=True\n",
             "    Summary for minion1\n    ------------\n    Succeeded: 2\n    Failed:    0\n",
+            "    reacted-minion2: minion2 started; the reactor ran this\n",
         ]:
             assert fragment in out, fragment

@@ -13,6 +13,7 @@ from raetsalt import protocol as p
 
 from ._auth import MasterClient
 from ._common import EX_GENERIC, wait_for
+from ._returners import returner_fields
 
 
 @dataclass(slots=True)
@@ -87,7 +88,8 @@ def publish(client: MasterClient, tgt: Any, tgt_type: str, fun: str, arg: list[A
     messages that arrive meanwhile are kept: this job's returns in the publication, the
     others in ``stash`` (when given)."""
     req = client.request(p.SHARE_PUBLISH, tgt=tgt, tgt_type=tgt_type, fun=fun, arg=arg,
-                         delimiter=args.delimiter, preview=preview, timeout=timeout, **auth)
+                         delimiter=args.delimiter, preview=preview, timeout=timeout,
+                         **returner_fields(args), **auth)
     # A PAM login may take seconds (its failure delay) before the master answers.
     early: list[dict[str, Any]] = []
     ack = wait_for(client, req, p.SHARE_PUB_ACK, 30.0 if "password" in auth else 10.0,

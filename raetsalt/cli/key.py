@@ -49,10 +49,20 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from raetsalt.cli._common import add_version_flags
 from raetsalt.errors import ConfigError, KeepError, LocalError, RaetSaltError
+from raetsalt.keep.listing import (
+    ACC,
+    BAD,
+    DEN,
+    LOCAL,
+    PRE,
+    REJ,
+    STATUSES,
+    KeyEntry,
+    id_lists,
+    snapshot,
+    sort_ids,
+)
 from raetsalt.keep.records import (
-    Acceptance,
-    KeyRef,
-    KeyState,
     fingerprint,
     normalize_fingerprint,
 )
@@ -66,17 +76,6 @@ PROG = "raetsalt-key"
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 64  # what salt-key exits with on a usage error (optparse via Salt's parser)
-
-# Salt's status names: the keys of the JSON/YAML output and the directory names of
-# salt-key's pki_dir, so scripts written for ``salt-key --out json`` keep working.
-ACC = "minions"
-PRE = "minions_pre"
-REJ = "minions_rejected"
-DEN = "minions_denied"
-BAD = "minions_unreadable"  # not Salt's: a key file that cannot be read (only -d sees it)
-LOCAL = "local"
-# Order of salt-key's result dicts (what --out json shows); the text output sorts.
-STATUSES: tuple[str, ...] = (PRE, REJ, ACC, DEN)
 
 _WORD = {PRE: "unaccepted", ACC: "accepted", REJ: "rejected", DEN: "denied",
          BAD: "unreadable"}
@@ -98,19 +97,6 @@ _COLOURS = {
     BAD: ("\033[0;1;31m", "\033[0;31m"),
 }
 _ENDC = "\033[0;0m"
-_ACC_TO_STATUS = {
-    Acceptance.ACCEPTED: ACC,
-    Acceptance.PENDING: PRE,
-    Acceptance.REJECTED: REJ,
-}
-_STATUS_TO_STATE = {
-    ACC: KeyState.ACCEPTED,
-    PRE: KeyState.PENDING,
-    REJ: KeyState.REJECTED,
-    DEN: KeyState.DENIED,
-    BAD: KeyState.PENDING,  # with no keys: matches nothing but "delete this id"
-}
-
 # Which states each action may touch, and the ones it touches by default.
 _ALLOWED = {
     "accept": (PRE, REJ, DEN),
@@ -157,50 +143,6 @@ def parse_state(text: str) -> tuple[str, ...]:
 # --------------------------------------------------------------------------- the keys
 
 
-@dataclass(frozen=True, slots=True)
-class KeyEntry:
-    """One stored minion key: an id in one state with its two public keys.
-
-    An id has at most one accepted, unaccepted or rejected key (its role record) and up to
-    ``MAX_DENIED_PER_ROLE`` denied ones.
-    """
-
-    id: str
-    status: str
-    verhex: str
-    pubhex: str
-
-    def finger(self, hash_type: str) -> str:
-        """The key's fingerprint: that of its Ed25519 verify key (the estate's identity,
-        the key that signs every packet), in salt-key's colon-hex format."""
-        return fingerprint(self.verhex, hash_type)
-
-    def ref(self) -> KeyRef:
-        return KeyRef(self.id, _STATUS_TO_STATE[self.status], self.verhex, self.pubhex)
-
-    def wire(self) -> dict[str, str]:
-        """As the master's key command names it (``raetsalt.daemon.keys``)."""
-        ref = self.ref()
-        return {"role": ref.role, "state": ref.state.value, "verhex": ref.verhex,
-                "pubhex": ref.pubhex}
-
-
-def snapshot(keep: FileKeep) -> list[KeyEntry]:
-    """Every minion key in the keep, role records first, then denied keys.  Files that
-    cannot be read are named on stderr and skipped (the others are listed)."""
-    state = keep.load_state()
-    for problem in state.problems:
-        _stale(f"skipped: {problem}")
-    entries = [
-        KeyEntry(rec.role, _ACC_TO_STATUS[rec.acceptance], rec.verhex, rec.pubhex)
-        for rec in sorted(state.roles, key=lambda r: r.role)
-    ]
-    for role, pairs in sorted(state.denied.items()):
-        entries.extend(KeyEntry(role, DEN, verhex, pubhex) for verhex, pubhex in pairs)
-    entries.extend(KeyEntry(role, BAD, "", "") for role in sorted(state.broken))
-    return entries
-
-
 def _is_fingerprint(pattern: str) -> bool:
     # Ids never contain ':' (raetsalt.keep.records.validate_name), so a pattern with a
     # colon cannot be meant as an id glob.
@@ -244,20 +186,6 @@ def select(entries: Iterable[KeyEntry], match: str, hash_type: str) -> list[KeyE
     ]
 
 
-def _sort_ids(ids: Iterable[str]) -> list[str]:
-    # salt.utils.data.sorted_ignorecase, with the exact order as a tie-break
-    return sorted(set(ids), key=lambda s: (s.lower(), s))
-
-
-def id_lists(entries: Iterable[KeyEntry], statuses: Sequence[str]) -> dict[str, list[str]]:
-    """``{status: [ids]}`` in salt-key's shape; an id appears once per status."""
-    by_status: dict[str, list[str]] = {s: [] for s in statuses}
-    for entry in entries:
-        if entry.status in by_status:
-            by_status[entry.status].append(entry.id)
-    return {s: _sort_ids(ids) for s, ids in by_status.items()}
-
-
 def _per_id(
     entries: Iterable[KeyEntry], statuses: Sequence[str], value: Any, *, keep_empty: bool
 ) -> dict[str, dict[str, Any]]:
@@ -274,7 +202,7 @@ def _per_id(
             slot[entry.id].append(item)
         else:
             slot[entry.id] = [slot[entry.id], item]
-    sorted_out = {s: {k: v[k] for k in _sort_ids(v)} for s, v in out.items()}
+    sorted_out = {s: {k: v[k] for k in sort_ids(v)} for s, v in out.items()}
     if keep_empty:
         return sorted_out
     return {s: v for s, v in sorted_out.items() if v}
@@ -438,7 +366,7 @@ def run_change(
     """-a/-A, -r/-R, -d/-D: select, show, ask, change; returns the exit status."""
     if action == "delete":
         statuses = (*statuses, BAD)  # an unreadable key file goes with its id
-    chosen = [e for e in select(snapshot(keep), match, hash_type) if e.status in statuses]
+    chosen = [e for e in select(snapshot(keep, _stale), match, hash_type) if e.status in statuses]
     if not chosen:
         out.say(_no_match_message(match, statuses))
         return EXIT_OK
@@ -499,7 +427,7 @@ def run_change(
         )
         status = EXIT_FAILED
     # One line per id even when two of its keys went (salt-key repeats the line).
-    for minion in _sort_ids(done):
+    for minion in sort_ids(done):
         out.say(f"Key for minion {minion} {_PAST[action]}.")
     return status
 
@@ -677,11 +605,11 @@ def _run(args: argparse.Namespace, out: _Out) -> int:
     keep = FileKeep(keep_dir(opts))
 
     if action == "list":
-        out.data(id_lists(snapshot(keep), statuses))
+        out.data(id_lists(snapshot(keep, _stale), statuses))
         _report_limit(opts)
         return EXIT_OK
     if action in ("print", "finger"):
-        entries = snapshot(keep)
+        entries = snapshot(keep, _stale)
         keep_empty = match == "*" and args.state is None  # -P/-F show every heading
         chosen = entries if match == "*" else select(entries, match, hash_type)
         if action == "print":

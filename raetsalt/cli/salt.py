@@ -62,6 +62,7 @@ from ._common import (
     wire_safe,
 )
 from ._publish import Command, Refused, no_return, publish, retcode_of
+from ._returners import add_returner_options, returner_fields
 
 PROG = "raetsalt"
 EX_USAGE = 42
@@ -118,6 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--args-separator", default=",",
                         help="separates the arguments of the functions of a comma command")
     add_auth_options(parser)
+    add_returner_options(parser)
     parser.add_argument("words", nargs="*", metavar="target function arguments",
                         help=argparse.SUPPRESS)
     return parser
@@ -209,6 +211,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _Usage as exc:
         print(exc, end="", file=sys.stderr, flush=True)
         return EX_USAGE
+    try:
+        returner_fields(args)
+    except ValueError as exc:
+        parser.error(str(exc))
     opts, printer = start_client(PROG, args, "master")
     timeout = args.timeout if args.timeout and args.timeout > 0 else float(opts["timeout"])
     try:

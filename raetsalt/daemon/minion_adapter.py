@@ -24,17 +24,21 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, assert_never
 
 from raetsalt import protocol as p
 from raetsalt.daemon.executor import ForkExecutor
 from raetsalt.daemon.grainsfile import load_grains, save_static_grains, static_grains_path
+from raetsalt.drivers.jobchild import after_result
 from raetsalt.engine.events import Allowed, MessageReceived
 from raetsalt.errors import LocalError
 from raetsalt.execution.loader import Context, Loader
+from raetsalt.execution.returners import deliver
 from raetsalt.manor import LocalMessage
 from raetsalt.node import Node, NodeEvent
 from raetsalt.protocol import ToClient
+from raetsalt.saltbridge.saltjob import salt_loader_returners
 from raetsalt.services.jids import new_jid
 from raetsalt.services.minion import Action as MinionAction
 from raetsalt.services.minion import (
@@ -47,6 +51,7 @@ from raetsalt.services.minion import (
     Spawn,
     ToMaster,
     execute,
+    returner_fields,
 )
 from raetsalt.services.peer import PeerRelay
 
@@ -361,4 +366,9 @@ class MinionAdapter:
             kill_job=kill_job,
             master_client=lambda: CommandClient("minion", opts["sock_dir"], str(opts["id"])),
         )
-        return execute(self.loader, spec, ctx, os.getpid()).to_wire()
+        outcome = execute(self.loader, spec, ctx, os.getpid())
+        if (spec.ret or opts.get("return")) and spec.kind == "publish":
+            after_result(partial(deliver, opts, returner_fields(spec), outcome.ret,
+                                 fire_master=lambda tag, data: fire(tag, data, True),
+                                 salt_returners=salt_loader_returners(opts)))
+        return outcome.to_wire()

@@ -31,11 +31,12 @@ from typing import Any
 from raetsalt.daemon.executor import ForkExecutor
 from raetsalt.drivers.jobchild import plain
 from raetsalt.errors import BadPacket, LocalError
+from raetsalt.execution.returners import module_settings
 from raetsalt.saltbridge import control
 from raetsalt.saltbridge.modes import runs_in_salt, salt_importable, uses_salt
 from raetsalt.saltbridge.saltjob import CONFIG_KEYS
 from raetsalt.services.minion import Action as MinionAction
-from raetsalt.services.minion import JobSpec, MinionJobs
+from raetsalt.services.minion import JobSpec, MinionJobs, returner_fields
 
 log = logging.getLogger("raetsalt.daemon")
 
@@ -100,9 +101,8 @@ class MinionBridge:
     def submit(self, spec: JobSpec, grains: Mapping[str, Any], pillar: Mapping[str, Any]
                ) -> str | None:
         """Hand a job to the zygote; returns why it cannot be started, or None."""
-        payload = {"spec": {"jid": spec.jid, "fun": spec.fun, "arg": spec.arg,
-                            "tgt": spec.tgt, "tgt_type": spec.tgt_type, "user": spec.user,
-                            "ret": spec.ret, "kind": spec.kind},
+        payload = {"spec": {**returner_fields(spec), "tgt": spec.tgt,
+                            "tgt_type": spec.tgt_type, "user": spec.user, "kind": spec.kind},
                    "grains": plain(dict(grains)), "pillar": plain(dict(pillar))}
         if not self.ready and len(self._queue) >= MAX_QUEUED:
             return "too many jobs are waiting for Salt's loader"
@@ -199,6 +199,7 @@ class MinionBridge:
         finally:
             child.close()
         config = {key: self.opts.get(key) for key in CONFIG_KEYS}
+        config.update(module_settings(self.opts))  # returners' settings (sqlite3.database)
         config["log"] = control.daemon_log_levels()
         control.send(parent, {"op": "init"}, plain(config))
         parent.setblocking(False)

@@ -42,6 +42,16 @@ def plain(value: Any, depth: int = 0) -> Any:
     return repr(value)
 
 
+_AFTER_RESULT: list[Callable[[], object]] = []
+"""What a job process does once its outcome is written (``after_result``)."""
+
+
+def after_result(then: Callable[[], object]) -> None:
+    """In a job process: run ``then`` once the outcome has reached the daemon (a job's
+    returners: the master gets the return first, as from Salt's minion)."""
+    _AFTER_RESULT.append(then)
+
+
 def run_in_child(jid: str, out_fd: int, produce: Callable[[], dict[str, Any]]) -> NoReturn:
     """In a freshly forked job process: drop what was inherited (``child_setup``), write
     ``produce()`` (made ``plain``, msgpack) to ``out_fd`` and leave the process, with 0
@@ -51,6 +61,10 @@ def run_in_child(jid: str, out_fd: int, produce: Callable[[], dict[str, Any]]) -
         child_setup(out_fd)
         _write_all(out_fd, msgpack.packb(plain(produce())))
         code = 0
+        if _AFTER_RESULT:
+            os.close(out_fd)  # the daemon has the outcome now; then the returners
+            for then in _AFTER_RESULT:
+                then()
     except BaseException:  # noqa: BLE001 - nothing may escape into the forking code
         try:
             log.exception("job %s failed in its process", jid)

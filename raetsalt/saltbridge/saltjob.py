@@ -33,16 +33,19 @@ import os
 import traceback
 import types
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from raetsalt import event as raet_event
+from raetsalt.execution import returners
 
 from . import channel
 
 log = logging.getLogger(__name__)
 
 CONFIG_KEYS = ("id", "cachedir", "sock_dir", "conf_file", "log_file", "file_client",
-               "file_roots", "pillar_roots", "module_dirs", "grains")
+               "file_roots", "pillar_roots", "module_dirs", "grains", "return",
+               "mine_functions")
 """The raetsalt minion opts ``SaltRuntime`` needs."""
 WARM = ("test.ping", "cmd.run", "state.apply", "pillar.items", "grains.items",
         "cp.get_file", "saltutil.sync_all", "pkg.list_pkgs", "file.stat")
@@ -57,6 +60,14 @@ class _MinionBus(raet_event.MinionEvent):
     """raetsalt's minion bus with Salt's ``MinionEvent`` call shape; notes refreshes."""
 
     def fire_event(self, data: Any, tag: str, timeout: float = 1000) -> bool:
+        if str(tag) == "_minion_mine" and isinstance(data, dict):
+            # Salt's minion daemon forwards this to the master; here it goes straight
+            # through the request channel (the master's mine, raetsalt.services.mine).
+            try:
+                return bool(channel.RaetReqChannel(dict(self.opts)).send(dict(data)))
+            except Exception as exc:  # noqa: BLE001 - Salt's mine.send reports False
+                log.warning("mine data not sent to the master: %s", exc)
+                return False
         what = REFRESH_TAGS.get(str(tag))
         if what is not None:
             _REFRESHES.add(what)
@@ -78,12 +89,15 @@ def salt_opts(config: Mapping[str, Any]) -> dict[str, Any]:
         "pillar_roots": dict(config.get("pillar_roots") or {}),
         "module_dirs": list(config.get("module_dirs") or []),
         "grains": dict(config.get("grains") or {}),
+        "mine_functions": dict(config.get("mine_functions") or {}),
         "multiprocessing": True, "cache_jobs": False, "grains_cache": False,
         "master_type": "str", "transport": "zeromq",
     }
     opts: dict[str, Any] = salt.config.apply_minion_config(
         overrides, salt.config.DEFAULT_MINION_OPTS.copy())
     opts["sock_dir"] = config["sock_dir"]  # the raetsalt minion's bus, whatever Salt derived
+    # Settings of Salt's modules from the raetsalt config (``redis.host``...).
+    opts.update({k: v for k, v in config.items() if "." in k.strip(".")})
     return opts
 
 
@@ -127,6 +141,9 @@ class SaltRuntime:
         _patch_salt(self.opts)
         self.functions: Any = None
         self.executors: Any = None
+        self._returners: Any = None
+        self.returns_always = list(config.get("return") or [])
+        """The minion's ``return`` option: returners of every published job."""
         self.load()
 
     def load(self) -> None:
@@ -139,6 +156,14 @@ class SaltRuntime:
         utils = salt.loader.utils(opts)
         self.functions = salt.loader.minion_mods(opts, utils=utils)
         self.executors = salt.loader.executors(opts, self.functions)
+
+    def returners(self) -> Any:
+        """Salt's returner modules (loaded on first use, in the job that needs them)."""
+        import salt.loader
+
+        if self._returners is None:
+            self._returners = salt.loader.returners(self.opts, self.functions)
+        return self._returners
 
     def warm(self, name: str) -> None:
         """Import the module of function ``name`` now rather than in every job
@@ -180,6 +205,15 @@ class SaltRuntime:
                 ret, missing = self._multi(data), False
             else:
                 ret, missing = self._one(data["fun"], data["arg"], data)
+            if (data["ret"] or self.returns_always) and spec.get("kind",
+                                                                 "publish") == "publish":
+                from raetsalt.drivers.jobchild import after_result
+
+                job, opts = {**spec, "arg": data["arg"]}, {**self.opts,
+                                                           "return": self.returns_always}
+                after_result(partial(returners.deliver, opts, job, ret,
+                                     fire_master=_fire_master(opts),
+                                     salt_returners=self.returners))
         finally:
             channel.close_all()
         return {"ret": ret, "missing_fun": missing, "grains_set": {}, "refresh_grains": False,
@@ -260,6 +294,32 @@ class SaltRuntime:
             if reason:
                 value += f" Possible reasons: '{reason}'"
         return {"return": value, "retcode": 1, "success": False, "out": "nested"}
+
+
+def salt_loader_returners(opts: Mapping[str, Any]) -> returners.SaltReturners:
+    """Salt's returners for a raetsalt minion with ``opts``, built with Salt's loader when
+    first asked (in a job's process); None without the salt extra."""
+
+    def build() -> Mapping[str, Any] | None:
+        try:
+            import salt.loader  # noqa: F401 - only whether Salt is there
+        except ImportError:
+            return None
+        config = {key: opts.get(key) for key in CONFIG_KEYS}
+        config.update(returners.module_settings(opts))
+        found: Mapping[str, Any] = SaltRuntime(config).returners()
+        return found
+
+    return build
+
+
+def _fire_master(opts: Mapping[str, Any]) -> returners.FireMaster:
+    def fire(tag: str, data: dict[str, Any]) -> bool:
+        with raet_event.MinionEvent({"id": str(opts["id"]), "sock_dir": str(opts["sock_dir"])},
+                                    listen=False) as bus:
+            return bus.fire_master(data, tag)
+
+    return fire
 
 
 def _collect(values: types.GeneratorType[Any, None, None]) -> Any:

@@ -31,7 +31,7 @@ from raetsalt import acl
 from raetsalt import protocol as p
 from raetsalt.errors import BadPacket, KeepError, TargetError
 from raetsalt.log import Throttle, clip
-from raetsalt.protocol import Requester, ToClient
+from raetsalt.protocol import Requester, ToClient, returner_options_untrusted
 from raetsalt.services.grainpool import GrainPool
 from raetsalt.targeting import MinionFacts, expand_nodegroup, match_bounds
 from raetsalt.timefmt import salt_stamp
@@ -414,6 +414,7 @@ class MasterJobs:
             fun = p.text_untrusted(body, "fun")
             arg = p.list_untrusted(body, "arg")
             ret_to = p.text_untrusted(body, "ret", default="")
+            returner_extra = returner_options_untrusted(body)
         except BadPacket as exc:
             return fail(str(exc))
         if not fun:
@@ -460,7 +461,7 @@ class MasterJobs:
             self.opts.get("timeout", 5))
         wait = min(wait, p.MAX_JOB_TTL)
         pub = {"jid": jid, "tgt": sent_tgt, "tgt_type": sent_type, "fun": fun, "arg": arg,
-               "delimiter": delimiter, "user": user, "ret": ret_to,
+               "delimiter": delimiter, "user": user, "ret": ret_to, **returner_extra,
                **self._deadline(wait)}
         not_connected = []
         for minion in sorted(bounds.possible):

@@ -45,6 +45,7 @@ from raetsalt.execution.loader import (
     Loader,
     UnknownFunction,
 )
+from raetsalt.execution.returners import MAX_NAME, ret_kwargs_untrusted
 from raetsalt.protocol import ToClient
 from raetsalt.targeting import match_self
 
@@ -87,6 +88,9 @@ class JobSpec:
     tgt_type: str = "glob"
     user: str = ""
     ret: str = ""
+    """The returners to give the return to (``raetsalt.execution.returners``)."""
+    ret_config: str = ""
+    ret_kwargs: dict[str, Any] = field(default_factory=dict)
     kind: str = "publish"
     """``'publish'`` (from the master) or ``'call'`` (``raetsalt-call``)."""
     yard: str | None = None
@@ -318,6 +322,7 @@ class MinionJobs:
             tgt, tgt_type, delimiter = p.target_untrusted(body)
             user = p.text_untrusted(body, "user", default="")
             ret = p.text_untrusted(body, "ret", default="")
+            ret_config = p.text_untrusted(body, "ret_config", default="")
         except BadPacket as exc:
             log.debug("bad publication ignored: %s", exc)
             return []
@@ -330,7 +335,8 @@ class MinionJobs:
         except TargetError as exc:
             log.debug("publication %s ignored: %s", jid, exc)
             return []
-        spec = JobSpec(jid, fun, arg, tgt, tgt_type, user, ret)
+        spec = JobSpec(jid, fun, arg, tgt, tgt_type, user, ret, ret_config[:MAX_NAME],
+                       ret_kwargs_untrusted(body.get("ret_kwargs")))
         deadline = _deadline_untrusted(body)
         if deadline is None:
             return self._start(spec)
@@ -458,6 +464,12 @@ class MinionJobs:
 
 
 # ---------------------------------------------------------------------------- one job
+
+
+def returner_fields(spec: JobSpec) -> dict[str, Any]:
+    """What the returners of ``spec`` need to know of it (also the zygote's wire shape)."""
+    return {"jid": spec.jid, "fun": spec.fun, "arg": spec.arg, "ret": spec.ret,
+            "ret_config": spec.ret_config, "ret_kwargs": spec.ret_kwargs}
 
 
 def pub_kwargs(spec: JobSpec, pid: int) -> dict[str, Any]:

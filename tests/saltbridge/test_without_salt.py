@@ -11,7 +11,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "raetsalt"
 # Where Salt may be imported, and only inside functions: the zygote's runtime, the
 # channel it installs under Salt, and the pillar worker's compiler.
-SALT_USERS = {"saltbridge/saltjob.py", "saltbridge/channel.py", "saltbridge/pillar.py"}
+SALT_USERS = {"saltbridge/saltjob.py", "saltbridge/channel.py", "saltbridge/pillar.py",
+              "saltbridge/mastersalt.py"}
 
 BLOCK = """
 import sys
