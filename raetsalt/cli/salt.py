@@ -4,18 +4,18 @@
 
 Talks to the local ``raetsalt-master`` over its lane (``raetsalt.services.protocol``),
 never over the network.  Targeting flags as Salt's: ``-E -L -G -P/--grain-pcre -I -J -S
--N -C`` (``--delimiter`` for grain and pillar targets).  ``-t`` is the whole wait for
-returns (default: the master's ``timeout``) and the job's deadline: a minion that gets
-the job later does not run it.  The command returns as soon as every expected minion has
-returned, and names each one that did not::
+-N -C`` (``--delimiter`` for grain and pillar targets).  ``-t`` is how long a
+minion is waited for (default: the master's ``timeout``) and the job's deadline: a
+minion that gets the job later does not run it.  As with Salt, a minion still running
+the job is waited for as long as it runs: Salt asks it (``saltutil.find_job``), a
+raetsalt minion says so on its own every few seconds (``raetsalt.services.progress``);
+a minion is reported ``-t`` seconds after it last spoke.  The command returns as soon
+as every expected minion has returned, and names each one that did not::
 
     minion3:
         Minion did not return. [No response]     (or [Not connected]: it was not connected
                                                   when the job was published; it never
                                                   gets the job)
-
-Unlike Salt, the wait is not extended by probing minions that are still running the job
-(``saltutil.find_job``); use ``raetsalt-run jobs.lookup_jid JID`` for late returns.
 
 Arguments are typed as Salt types them (``raetsalt.execution.args``; ``--no-parse``
 keeps named ones as text).  ``FUN`` may be several functions separated by commas, each
@@ -113,6 +113,8 @@ def _parser() -> argparse.ArgumentParser:
                         metavar="BATCH", help="run on N minions (or N%% of them) at a time")
     parser.add_argument("--batch-wait", type=float, default=0.0, metavar="SECONDS",
                         help="wait this long after a minion returns before reusing its slot")
+    parser.add_argument("--failhard", action="store_true",
+                        help='stop batch execution upon first "bad" return')
     parser.add_argument("--no-parse", default="", metavar="argname1,argname2,...",
                         help="named arguments (argname=value) whose values stay text")
     parser.add_argument("--args-separator", default=",",
@@ -259,7 +261,7 @@ def _run(client: MasterClient, args: argparse.Namespace, command: Command, timeo
         print(f"jid: {job.jid}", flush=True)
     docs = command.fun == "sys.doc"
     returned: dict[str, dict[str, Any]] = {}
-    for minion, ret in job.returns(time.monotonic() + timeout):
+    for minion, ret in job.returns(time.monotonic() + timeout, timeout):
         returned[minion] = ret
         if not (args.static or docs):
             printer.show({minion: ret.get("return")}, ret.get("out"), retcode_of(ret))

@@ -57,6 +57,7 @@ from raetsalt.services.minion import (
     execute,
 )
 from raetsalt.services.peer import PeerRelay
+from raetsalt.services.progress import SHARE_RUNNING
 from raetsalt.services.protocol import ToClient
 
 log = logging.getLogger("raetsalt.daemon")
@@ -114,7 +115,7 @@ def unrestricted_users(opts: Mapping[str, Any]) -> set[str]:
 
 _PEER_SHARES = frozenset({p.SHARE_PEER_PUBLISH, p.SHARE_PEER_RUNNER})
 _MINION_SHARES = frozenset({p.SHARE_HELLO, p.SHARE_SALT_REQ, p.SHARE_PILLAR_REFRESH,
-                            p.SHARE_CLOCK_REQ})
+                            p.SHARE_CLOCK_REQ, SHARE_RUNNING})
 
 
 @dataclass(slots=True)
@@ -278,6 +279,8 @@ class MasterService:
                 road = self.node.stack.road
                 alive = announced_period(road.config, len(road.remotes))
                 actions.extend(self.jobs.on_clock_req(minion, alive))
+            elif share == SHARE_RUNNING:
+                actions.extend(self.jobs.on_running(minion, event.body, now))
         messages.clear()
         return actions
 

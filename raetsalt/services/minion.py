@@ -47,6 +47,7 @@ from raetsalt.execution.loader import (
 from raetsalt.targeting import match_self
 
 from . import protocol as p
+from .progress import SHARE_RUNNING, Beats
 from .protocol import ToClient
 
 log = logging.getLogger(__name__)
@@ -266,6 +267,9 @@ class MinionJobs:
         self._held: dict[str, _Held] = {}
         self._drop_log_at = -math.inf
         self._drops_unlogged = 0
+        self.beats = Beats()
+        """Published jobs running here: the master hears they still run
+        (``raetsalt.services.progress``)."""
 
     # -- master ---------------------------------------------------------------------------
 
@@ -342,14 +346,20 @@ class MinionJobs:
         return self._judge(job, now, now_wall)
 
     def get_timer(self) -> float | None:
-        """When the first held publication stops waiting for the master's clock."""
-        if not self._held:
-            return None
-        return min(j.received + min(j.deadline.ttl, HOLD_MAX) for j in self._held.values())
+        """When the first held publication stops waiting for the master's clock, or a
+        running job's beat is due."""
+        times = [j.received + min(j.deadline.ttl, HOLD_MAX) for j in self._held.values()]
+        beat = self.beats.next_due()
+        if beat is not None:
+            times.append(beat)
+        return min(times, default=None)
 
     def handle_timer(self, now: float, now_wall: float) -> list[Action]:
-        """Judge the held publications that waited long enough, by our own clock."""
-        actions: list[Action] = []
+        """Judge the held publications that waited long enough, by our own clock; tell
+        the master which jobs still run."""
+        actions: list[Action] = [
+            ToMaster(p.road_message(self.estate, None, SHARE_RUNNING, jids=jids))
+            for jids in self.beats.due(now)]
         for jid, job in list(self._held.items()):
             if job.received + min(job.deadline.ttl, HOLD_MAX) <= now:
                 del self._held[jid]
@@ -367,6 +377,7 @@ class MinionJobs:
             self._drop(job, JobDrop.EXPIRED, now, f"its deadline passed {late:.1f} s ago "
                        "(the master could not reach this minion in time)")
             return []
+        self.beats.started(job.spec.jid, job.deadline.ttl, now)
         return self._start(job.spec)
 
     def _start(self, spec: JobSpec) -> list[Action]:
@@ -420,6 +431,7 @@ class MinionJobs:
         """Job ``jid`` ended; ``None`` when it died without a result (killed): nothing is
         returned then, as in Salt."""
         job = self.running.pop(jid, None)
+        self.beats.finished(jid)
         if job is None:
             return []
         actions: list[Action] = []
