@@ -636,7 +636,8 @@ class MinionService:
             elif type(action) is RefreshGrains and self.bridge is not None and self.bridge.active:
                 self.bridge.reload()  # the zygote reports Salt's grains again
             elif type(action) is RefreshGrains:
-                actions.extend(self.jobs.set_grains(load_grains(self.opts)))
+                # The hello goes before the job's return: targeting sees the new grains.
+                actions[:0] = self.jobs.set_grains(load_grains(self.opts))
             elif type(action) is Refresh and action.what == "pillar":
                 self._to_master(p.road_message(self.jobs.estate, None, p.SHARE_PILLAR_REFRESH))
             elif type(action) is Refresh and self.bridge is not None:
@@ -688,7 +689,8 @@ class MinionService:
         return list(self.jobs.on_call(event.source, event.body, jid))
 
     def _spawn(self, spec: JobSpec) -> list[Any]:
-        if self.bridge is not None and self.bridge.wants(spec.fun, self.loader.functions):
+        if self.bridge is not None and self.bridge.wants(spec.fun, self.loader.functions,
+                                                          spec.arg):
             problem = self.bridge.submit(spec, self.jobs.grains, self.jobs.pillar)
             return [] if problem is None else list(self.jobs.on_spawn_failed(spec.jid, problem))
         self._child_jobs = [j for j in self.jobs.proc_list() if j["jid"] != spec.jid]

@@ -22,7 +22,7 @@ def salt_call_local(opts: Mapping[str, Any], fun: str, arg: list[Any], jid: str
 
     mode = str(opts.get("execution_mode", "auto"))
     if not uses_salt(mode, salt_importable()) or not runs_in_salt(fun, mode,
-                                                                   Loader().functions):
+                                                                   Loader().functions, arg):
         return None
     from .saltjob import CONFIG_KEYS, SaltRuntime
 

@@ -51,6 +51,11 @@ REFRESH_TAGS = {"module_refresh": "modules", "pillar_refresh": "pillar",
                 "grains_refresh": "modules"}
 _REFRESHES: set[str] = set()
 """What the running job asked to reload (filled by the bus events it fires)."""
+GRAIN_CHANGERS = frozenset({"saltutil.sync_grains", "saltutil.sync_all",
+                            "saltutil.refresh_grains", "saltutil.refresh_modules"})
+"""Functions after which the job reports the minion's grains anew (custom ``_grains``
+synced, or a refresh asked): the minion takes them before the job's return goes out,
+so jobs and grain targeting see them at once, as with Salt."""
 
 
 class _MinionBus(raet_event.MinionEvent):
@@ -182,8 +187,25 @@ class SaltRuntime:
                 ret, missing = self._one(data["fun"], data["arg"], data)
         finally:
             channel.close_all()
-        return {"ret": ret, "missing_fun": missing, "grains_set": {}, "refresh_grains": False,
-                "refresh": sorted(_REFRESHES)}
+        outcome: dict[str, Any] = {"ret": ret, "missing_fun": missing, "grains_set": {},
+                                   "refresh_grains": False, "refresh": sorted(_REFRESHES)}
+        if GRAIN_CHANGERS & {f.strip() for f in data["fun"].split(",")}:
+            fresh = self.fresh_grains()
+            if fresh is not None:
+                outcome["grains_now"] = fresh
+                outcome["refresh"] = sorted({*_REFRESHES, "modules"})
+        return outcome
+
+    def fresh_grains(self) -> dict[str, Any] | None:
+        """The grains computed again now, custom ``_grains`` included (None when that
+        fails: the zygote's reload will report them)."""
+        import salt.loader
+
+        try:
+            return dict(salt.loader.grains(self.opts, force_refresh=True))
+        except Exception:  # noqa: BLE001 - a broken custom grain must not fail the job
+            log.warning("grains not computed again after the sync", exc_info=True)
+            return None
 
     def _multi(self, data: dict[str, Any]) -> dict[str, Any]:
         funs = [f.strip() for f in data["fun"].split(",")]

@@ -219,11 +219,17 @@ class JobOutcome:
     refresh_grains: bool = False
     refresh: list[str] = field(default_factory=list)
     """What else the job asked to reload (``Refresh``)."""
+    grains_now: dict[str, Any] | None = None
+    """The minion's grains computed again by the job (Salt's, after a sync): they are
+    taken, and told the master, before the job's return goes out."""
 
     def to_wire(self) -> dict[str, Any]:
-        return {"ret": self.ret, "missing_fun": self.missing_fun,
+        wire = {"ret": self.ret, "missing_fun": self.missing_fun,
                 "grains_set": self.grains_set, "refresh_grains": self.refresh_grains,
                 "refresh": self.refresh}
+        if self.grains_now is not None:
+            wire["grains_now"] = self.grains_now
+        return wire
 
     @classmethod
     def from_wire_untrusted(cls, data: Any) -> JobOutcome:
@@ -238,6 +244,8 @@ class JobOutcome:
             refresh_grains=data.get("refresh_grains") is True,
             refresh=[r for r in refresh if r in ("pillar", "modules")][:2]
             if isinstance(refresh, list) else [],
+            grains_now=data["grains_now"] if isinstance(data.get("grains_now"), dict)
+            else None,
         )
 
 
@@ -443,6 +451,8 @@ class MinionJobs:
             return actions
         spec = job.spec
         ret = outcome.ret
+        if outcome.grains_now is not None:
+            actions.extend(self.set_grains(outcome.grains_now))  # the hello goes first
         if outcome.grains_set:
             actions.append(SaveGrains(dict(outcome.grains_set)))
             actions.extend(self.set_grains({**self.grains, **outcome.grains_set}))

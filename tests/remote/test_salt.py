@@ -315,6 +315,14 @@ caller = salt.client.Caller(mopts=opts)
 print(json.dumps({fun: caller.cmd(fun, *args) for fun, args in json.loads(sys.argv[1])}))
 """
 
+KW_CALLER = CALLER.replace(
+    "print(json.dumps({fun: caller.cmd(fun, *args) for fun, args in json.loads(sys.argv[1])}))",
+    "import salt.utils.args\n"
+    "calls = [(fun, *salt.utils.args.parse_input(args, condition=False))\n"
+    "         for fun, args in json.loads(sys.argv[1])]\n"
+    "print(json.dumps([caller.cmd(fun, *a, **kw) for fun, a, kw in calls]))")
+"""``CALLER`` with Salt's reading of ``key=value`` words: a list of returns."""
+
 
 def test_same_returns_as_salt_on_this_machine(cluster: Cluster) -> None:
     target = cluster.world.root / "stat-me"
@@ -382,8 +390,10 @@ def test_refresh_pillar_reaches_targeting(cluster: Cluster) -> None:
 
 
 def test_salt_mode_runs_salts_functions(cluster: Cluster) -> None:
+    import salt.version
+
     versions = cluster.json("*", "test.version")
-    assert versions["db1"].startswith("30") and versions["web1"] == "0.1.0"  # native in auto
+    assert versions == dict.fromkeys(("web1", "db1"), salt.version.__version__)  # Salt's
     listed = cluster.json("db1", "sys.list_modules")["db1"]
     assert {"state", "pkg", "cp", "pillar"} <= set(listed)
     # Salt's sys in auto too; the CLI prints sys.doc by function, as Salt's does
@@ -403,3 +413,50 @@ def test_a_dead_zygote_is_restarted(cluster: Cluster) -> None:
     assert cluster.json("web1", "test.true") == {"web1": True}  # waits for the new one
     assert time.monotonic() - started < 10
     assert cluster.json("web1", "test.ping") == {"web1": True}
+
+
+def test_cmd_run_takes_salts_arguments_in_auto_mode(cluster: Cluster) -> None:
+    """A built-in function runs only calls it takes as Salt's would; the others run
+    Salt's own (web1: auto mode), compared with Salt's ``salt-call --local``."""
+    # (python_shell=True: what a published job gets by default, a bare Caller not)
+    calls = [("cmd.run", ["id -un", "runas=nobody"]), ("cmd.run", ["cat", "stdin=hello"]),
+             ("cmd.run", ["echo $0", "shell=/bin/sh", "python_shell=True"]),
+             ("cmd.run", ["echo quiet; exit 3", "ignore_retcode=True",
+                          "output_loglevel=quiet", "python_shell=True"]),
+             ("cmd.run", ["umask", "umask=077", "python_shell=True"])]
+    done = subprocess.run([sys.executable, "-c", KW_CALLER, json.dumps(calls)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    expected = json.loads(done.stdout.splitlines()[-1])
+    assert expected == ["nobody", "hello", "/bin/sh", "quiet", "0077"]
+    got = [cluster.json("web1", fun, *args)["web1"] for fun, args in calls]
+    assert got == expected
+    sanitized = cluster.json("web1", "grains.items", "sanitize=True")["web1"]
+    assert sanitized["id"] == "MINION.DOMAINNAME" and len(sanitized) >= 70  # Salt's mask
+    # sys.doc describes the function that runs: Salt's (runas, stdin...).
+    doc = cluster.json("web1", "sys.doc", "cmd.run")["cmd.run"]
+    assert "runas" in doc and "stdin" in doc
+
+
+GRAIN_MODULE = "def colour():\n    return {'colour': 'teal'}\n"
+
+
+def test_synced_grains_are_live_at_once(cluster: Cluster) -> None:
+    """A custom grain synced by ``saltutil.sync_grains`` (auto mode) or ``sync_all``
+    (salt mode) is in jobs and in ``-G`` targeting right after the sync returns."""
+    (cluster.srv / "salt" / "_grains").mkdir(exist_ok=True)
+    (cluster.srv / "salt" / "_grains" / "colour.py").write_text(GRAIN_MODULE)
+    assert cluster.json("web1", "saltutil.sync_grains") == {"web1": ["grains.colour"]}
+    done = cluster.salt("-G", "colour:teal", "test.ping")
+    assert done.returncode == 0 and done.stdout == "web1:\n    True\n"
+    assert cluster.json("web1", "grains.get", "colour") == {"web1": "teal"}
+    synced = cluster.json("db1", "saltutil.sync_all")["db1"]
+    assert synced["grains"] == ["grains.colour"]
+    done = cluster.salt("-G", "colour:teal", "test.ping", "--out", "json", "--static")
+    assert done.returncode == 0 and json.loads(done.stdout) == {"web1": True, "db1": True}
+    assert cluster.json("db1", "grains.item", "colour") == {"db1": {"colour": "teal"}}
+    # refresh_grains in salt mode too: a grain file changed on the minion.
+    (cluster.confs["db1"] / "grains").write_text("shade: dark\n")
+    assert cluster.json("db1", "saltutil.refresh_grains") == {"db1": True}
+    done = cluster.salt("-G", "shade:dark", "test.ping")
+    assert done.returncode == 0 and done.stdout == "db1:\n    True\n"
