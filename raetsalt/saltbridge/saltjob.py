@@ -13,6 +13,9 @@ What is put under Salt (only in the zygote and its jobs, never in raetsalt's dae
 * ``salt.channel.client.ReqChannel.factory`` / ``AsyncReqChannel.factory`` return
   raetsalt's channel (``raetsalt.saltbridge.channel``): ``salt://`` files, remote pillar
   and the master's options come from the raetsalt master over the road;
+* ``salt.crypt.SAuth`` makes no ZeroMQ sign-in (the road authenticated the minion):
+  ``cp.push`` goes on to the master, which answers ``False`` as Salt's does with
+  ``file_recv`` off;
 * ``salt.utils.event.get_event`` / ``MinionEvent`` are raetsalt's minion bus
   (``raetsalt.event``), so ``event.fire``, ``event.fire_master``, state events and the
   ``module_refresh``/``pillar_refresh``/``grains_refresh`` events of ``saltutil`` reach
@@ -38,6 +41,7 @@ from typing import Any
 from raetsalt import event as raet_event
 
 from . import channel
+from .unserved import unserved
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +98,7 @@ def salt_opts(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def _patch_salt(opts: Mapping[str, Any]) -> None:
     import salt.channel.client
+    import salt.crypt
     import salt.utils.event
 
     bus = {"id": str(opts["id"]), "sock_dir": str(opts["sock_dir"])}
@@ -114,6 +119,17 @@ def _patch_salt(opts: Mapping[str, Any]) -> None:
                      ) -> raet_event.SaltEvent:
         return _MinionBus(bus, listen=listen)
 
+    class RoadAuth:
+        """Salt's minion authentication for the functions that make one (``cp.push``):
+        the road has authenticated this minion already; no ZeroMQ sign-in."""
+
+        def __init__(self, opts: Any = None, io_loop: Any = None, **kwargs: Any) -> None:
+            self.opts = opts
+
+        def gen_token(self, clear_tok: bytes) -> bytes:
+            return b""
+
+    salt.crypt.SAuth = RoadAuth
     salt.channel.client.ReqChannel.factory = staticmethod(sync_factory)
     salt.channel.client.AsyncReqChannel.factory = classmethod(
         lambda cls, opts, **kwargs: async_factory(opts, **kwargs))
@@ -231,6 +247,9 @@ class SaltRuntime:
             return self._missing(fun), True
         func = functions[fun]
         failed = {"retcode": codes.EX_GENERIC, "success": False, "out": "nested"}
+        why = unserved(fun)
+        if why is not None:
+            return {"return": f"ERROR executing '{fun}': {why}", **failed}, False
         try:
             args, kwargs = salt.minion.load_args_and_kwargs(func, arg, data)
             functions.pack["__context__"]["retcode"] = 0

@@ -68,7 +68,7 @@ FILE_COMMANDS: dict[str, str] = {
 }
 """Salt fileclient commands -> what the file worker does for them."""
 COMMANDS = frozenset({*FILE_COMMANDS, "_symlink_list", "_file_envs", "_master_opts",
-                      "_master_tops", "_ext_nodes", "_pillar"})
+                      "_master_tops", "_ext_nodes", "_pillar", "_file_recv"})
 
 
 class SaltRequestDrop(StrEnum):
@@ -232,6 +232,10 @@ class SaltRequests:
             return [self._answer(minion, rid, ret=self.master_opts(bool(load.get("env_only"))))]
         if cmd in ("_master_tops", "_ext_nodes", "_symlink_list"):
             return [self._answer(minion, rid, ret={})]
+        if cmd == "_file_recv":
+            # cp.push: Salt's master with file_recv off (raetsalt has no file_recv) answers
+            # False, and cp.push returns it.
+            return [self._answer(minion, rid, ret=False)]
         if cmd == "_pillar":
             return self._pillar_request(minion, rid, load, now, grains)
         form = FILE_COMMANDS[cmd]

@@ -69,6 +69,9 @@ announce:
     "bad.sls": "{out}/never:\n  file.managed:\n    - source: salt://no/such/file\n",
     "_modules/mymod.py": "def hello():\n    return {'ping': __salt__['test.ping'](), "
                          "'os': __grains__['os'], 'role': __pillar__.get('role')}\n",
+    "_grains/colour.py": "def colour():\n    return {'colour': 'teal'}\n",
+    "rtree/a.txt": "a\n",
+    "rtree/sub/b.txt": "b\n",
     "tree/a.txt": "a\n",
     "tree/sub/b.txt": "b\n",
 }
@@ -138,6 +141,7 @@ def cluster() -> Iterator[Cluster]:
         _write(srv / "pillar", PILLAR)
         _write(srv / "dev", {"only-dev.txt": "dev\n"})
         (srv / "salt" / "big.bin").write_bytes(os.urandom(BIG))
+        (srv / "salt" / "rtree" / "empty").mkdir()
         (srv / "salt" / "leak").symlink_to("/etc")
         mods = world.root / "mods"
         _write(mods, {"localmod.py": LOCAL_MODULE})
@@ -218,6 +222,12 @@ def test_failed_state_exit_codes(cluster: Cluster) -> None:
 def test_custom_modules_synced_and_from_module_dirs(cluster: Cluster) -> None:
     synced = cluster.json("web1", "saltutil.sync_all")["web1"]
     assert synced["modules"] == ["modules.mymod"] and synced["states"] == []
+    # The custom grain synced with them is live at once: for -G and in jobs (db1 has it
+    # since its highstate above).
+    assert synced["grains"] == ["grains.colour"]
+    done = cluster.salt("-G", "colour:teal", "test.ping", "--out", "json", "--static")
+    assert done.returncode == 0 and json.loads(done.stdout) == {"web1": True, "db1": True}
+    assert cluster.json("web1", "grains.get", "colour") == {"web1": "teal"}
     assert cluster.json("web1", "mymod.hello")["web1"] == {"ping": True, "os": "Debian",
                                                           "role": "web"}
     local = cluster.json("web1", "localmod.whoami")["web1"]
@@ -309,7 +319,8 @@ root = tempfile.mkdtemp()
 opts = salt.config.apply_minion_config(
     {"id": "local", "root_dir": "/", "cachedir": root, "pki_dir": root, "sock_dir": root,
      "log_file": root + "/log", "file_client": "local", "conf_file": root + "/minion",
-     "extension_modules": root + "/extmods", "log_level": "quiet"},
+     "extension_modules": root + "/extmods", "log_level": "quiet",
+     **json.loads(sys.argv[2] if len(sys.argv) > 2 else "{}")},
     salt.config.DEFAULT_MINION_OPTS.copy())
 caller = salt.client.Caller(mopts=opts)
 print(json.dumps({fun: caller.cmd(fun, *args) for fun, args in json.loads(sys.argv[1])}))
@@ -438,25 +449,68 @@ def test_cmd_run_takes_salts_arguments_in_auto_mode(cluster: Cluster) -> None:
     assert "runas" in doc and "stdin" in doc
 
 
-GRAIN_MODULE = "def colour():\n    return {'colour': 'teal'}\n"
-
-
 def test_synced_grains_are_live_at_once(cluster: Cluster) -> None:
-    """A custom grain synced by ``saltutil.sync_grains`` (auto mode) or ``sync_all``
-    (salt mode) is in jobs and in ``-G`` targeting right after the sync returns."""
-    (cluster.srv / "salt" / "_grains").mkdir(exist_ok=True)
-    (cluster.srv / "salt" / "_grains" / "colour.py").write_text(GRAIN_MODULE)
-    assert cluster.json("web1", "saltutil.sync_grains") == {"web1": ["grains.colour"]}
-    done = cluster.salt("-G", "colour:teal", "test.ping")
-    assert done.returncode == 0 and done.stdout == "web1:\n    True\n"
-    assert cluster.json("web1", "grains.get", "colour") == {"web1": "teal"}
-    synced = cluster.json("db1", "saltutil.sync_all")["db1"]
-    assert synced["grains"] == ["grains.colour"]
-    done = cluster.salt("-G", "colour:teal", "test.ping", "--out", "json", "--static")
-    assert done.returncode == 0 and json.loads(done.stdout) == {"web1": True, "db1": True}
-    assert cluster.json("db1", "grains.item", "colour") == {"db1": {"colour": "teal"}}
+    """A custom grain synced by ``saltutil.sync_grains`` (db1: salt mode; web1 got its
+    with ``sync_all`` above, auto mode) is in jobs and in ``-G`` targeting right after
+    the sync returns."""
+    module = cluster.srv / "salt" / "_grains" / "colour.py"
+    module.write_text("def colour():\n    return {'colour': 'teal', 'flavour': 'mint'}\n")
+    assert cluster.json("db1", "saltutil.sync_grains") == {"db1": ["grains.colour"]}
+    done = cluster.salt("-G", "flavour:mint", "test.ping")
+    assert done.returncode == 0 and done.stdout == "db1:\n    True\n"
+    assert cluster.json("db1", "grains.item", "flavour") == {"db1": {"flavour": "mint"}}
     # refresh_grains in salt mode too: a grain file changed on the minion.
     (cluster.confs["db1"] / "grains").write_text("shade: dark\n")
     assert cluster.json("db1", "saltutil.refresh_grains") == {"db1": True}
     done = cluster.salt("-G", "shade:dark", "test.ping")
     assert done.returncode == 0 and done.stdout == "db1:\n    True\n"
+
+
+@pytest.mark.parametrize("empty", [True, False])
+def test_file_recurse_test_true_is_salts(cluster: Cluster, empty: bool) -> None:
+    dest = str(cluster.world.root / "recursed")
+    args = ["file.recurse", f"name={dest}", "source=salt://rtree", "test=True",
+            f"include_empty={empty}"]
+    extra = {"file_roots": {"base": [str(cluster.srv / "salt")]}}
+    done = subprocess.run([sys.executable, "-c", KW_CALLER, json.dumps([("state.single", args)]),
+                           json.dumps(extra)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    [expected] = json.loads(done.stdout.splitlines()[-1])
+    got = cluster.json("web1", "state.single", *args)["web1"]
+    assert list(got) == list(expected)
+    [(key, theirs)] = expected.items()
+    ours = got[key]
+    # With include_empty, Salt lists the source directory itself (``<dest>/.``).
+    assert (f"{dest}/." in theirs["changes"]) is empty
+    for field in ("name", "changes", "result"):
+        assert ours[field] == theirs[field], field
+    # Salt orders the comment's blocks by iterating sets (it varies with the hash seed).
+    def blocks(comment: str) -> list[str]:
+        return sorted(block.strip() for block in ("\n" + comment).split("\n#### "))
+
+    assert blocks(ours["comment"]) == blocks(theirs["comment"])
+
+
+def test_features_not_served_answer_at_once_in_one_line(cluster: Cluster) -> None:
+    """No traceback, no success for work not done, no 30 s wait for an answer nobody
+    gives: cp.push answers False as Salt's master with file_recv off; the mine,
+    the minion's scheduler and beacons, runners on a minion name what is missing."""
+    pushed = cluster.world.root / "push-me"
+    pushed.write_text("x")
+    for minion in ("web1", "db1"):
+        done = cluster.salt(minion, "cp.push", str(pushed))
+        assert done.returncode == 0 and done.stdout == f"{minion}:\n    False\n", done.stdout
+    cases = [("mine.send", ["test.ping"], "the Salt mine is not served by this master"),
+             ("mine.get", ["*", "test.ping"], "the Salt mine is not served by this master"),
+             ("schedule.list", [], "the Salt scheduler is not run by raetsalt minions"),
+             ("schedule.add", ["job1", "function=test.ping", "seconds=3600"],
+              "the Salt scheduler is not run by raetsalt minions"),
+             ("beacons.list", [], "Salt beacons are not run by raetsalt minions"),
+             ("saltutil.runner", ["manage.up"], "runners are not run on raetsalt minions")]
+    for fun, args, why in cases:
+        for minion in ("web1", "db1"):
+            done = cluster.salt(minion, fun, *args, "-t", "5")
+            assert done.returncode == 1, (fun, done.stdout)
+            [line] = done.stdout.splitlines()[1:]
+            assert line.startswith(f"    ERROR executing '{fun}': {why}"), line
+            assert "Traceback" not in done.stdout + done.stderr
