@@ -70,6 +70,7 @@ announce:
     "_modules/mymod.py": "def hello():\n    return {'ping': __salt__['test.ping'](), "
                          "'os': __grains__['os'], 'role': __pillar__.get('role')}\n",
     "_grains/colour.py": "def colour():\n    return {'colour': 'teal'}\n",
+    "slow.sls": "slow:\n  cmd.run:\n    - name: sleep 10\n",
     "rtree/a.txt": "a\n",
     "rtree/sub/b.txt": "b\n",
     "tree/a.txt": "a\n",
@@ -514,3 +515,13 @@ def test_features_not_served_answer_at_once_in_one_line(cluster: Cluster) -> Non
             [line] = done.stdout.splitlines()[1:]
             assert line.startswith(f"    ERROR executing '{fun}': {why}"), line
             assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_a_ten_second_state_returns_with_the_default_timeout(cluster: Cluster) -> None:
+    """The master's timeout is 5 s; the state runs 10 s: the CLI waits for it, as Salt's
+    does (db1 runs Salt's loader for everything)."""
+    done = cluster.world.cli("salt", cluster.master_conf, "db1", "state.apply", "slow",
+                             timeout=120.0)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Summary for db1\n------------\nSucceeded: 1 (changed=1)\nFailed:    0\n" in (
+        done.stdout)
