@@ -28,6 +28,7 @@ def salt_call_local(opts: Mapping[str, Any], fun: str, arg: list[Any], jid: str
 
     config = {key: opts.get(key) for key in CONFIG_KEYS}
     config["file_client"] = "local"
+    config["__cli"] = "salt-call"
     runtime = SaltRuntime(config)
     spec = {"jid": jid, "fun": fun, "arg": arg, "tgt": "salt-call", "tgt_type": "glob",
             "user": "", "ret": "", "kind": "call"}

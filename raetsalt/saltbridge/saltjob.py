@@ -46,13 +46,17 @@ from .unserved import unserved
 log = logging.getLogger(__name__)
 
 CONFIG_KEYS = ("id", "cachedir", "sock_dir", "conf_file", "log_file", "file_client",
-               "file_roots", "pillar_roots", "module_dirs", "grains")
+               "file_roots", "pillar_roots", "module_dirs", "grains", "master", "master_port",
+               "__salt")
 """The raetsalt minion opts ``SaltRuntime`` needs."""
 WARM = ("test.ping", "cmd.run", "state.apply", "pillar.items", "grains.items",
         "cp.get_file", "saltutil.sync_all", "pkg.list_pkgs", "file.stat")
 """Functions whose modules are imported in the zygote, before any job forks."""
 REFRESH_TAGS = {"module_refresh": "modules", "pillar_refresh": "pillar",
                 "grains_refresh": "modules"}
+TRANSPORT = "raet"
+"""The transport Salt's modules see: raetsalt's (Salt's own request and event channels
+are replaced; no Salt code goes down its ZeroMQ paths)."""
 _REFRESHES: set[str] = set()
 """What the running job asked to reload (filled by the bus events it fires)."""
 GRAIN_CHANGERS = frozenset({"saltutil.sync_grains", "saltutil.sync_all",
@@ -78,7 +82,11 @@ def salt_opts(config: Mapping[str, Any]) -> dict[str, Any]:
     import salt.config
 
     cachedir = os.path.join(str(config["cachedir"]), "salt")
-    overrides = {
+    # Salt's own keys from the config files first (disable_modules, providers...); what
+    # raetsalt must decide (paths, the bus, how the master is reached) wins.
+    given = config.get("__salt")
+    overrides = dict(given) if isinstance(given, dict) else {}
+    overrides.update({
         "id": config["id"], "root_dir": "/", "conf_file": config.get("conf_file"),
         "cachedir": cachedir, "pki_dir": os.path.join(cachedir, "pki"),
         "sock_dir": config["sock_dir"], "extension_modules": os.path.join(cachedir, "extmods"),
@@ -87,12 +95,17 @@ def salt_opts(config: Mapping[str, Any]) -> dict[str, Any]:
         "pillar_roots": dict(config.get("pillar_roots") or {}),
         "module_dirs": list(config.get("module_dirs") or []),
         "grains": dict(config.get("grains") or {}),
-        "multiprocessing": True, "cache_jobs": False, "grains_cache": False,
-        "master_type": "str", "transport": "zeromq",
-    }
+        "multiprocessing": True, "cache_jobs": False,
+        "master_type": "str", "transport": TRANSPORT,
+    })
+    if config.get("master"):
+        overrides["master"] = config["master"]  # (the master's address, as configured)
+    if config.get("master_port"):
+        overrides["master_port"] = config["master_port"]
     opts: dict[str, Any] = salt.config.apply_minion_config(
         overrides, salt.config.DEFAULT_MINION_OPTS.copy())
     opts["sock_dir"] = config["sock_dir"]  # the raetsalt minion's bus, whatever Salt derived
+    opts["__cli"] = str(config.get("__cli") or "salt-minion")  # as Salt's daemon sets it
     return opts
 
 

@@ -147,7 +147,8 @@ def cluster() -> Iterator[Cluster]:
         mods = world.root / "mods"
         _write(mods, {"localmod.py": LOCAL_MODULE})
         minion_d = {"web1": f"execution_mode: auto\nmodule_dirs: [{mods}]\n",
-                    "db1": "execution_mode: salt\n"}
+                    "db1": "execution_mode: salt\ndisable_modules: [network]\n"
+                           "use_superseded: [module.run]\n"}
         with started_cluster(world, MASTER.format(srv=srv),
                              {"web1": "roles: [web]", "db1": "roles: [db]"}, minion_d) as up:
             yield Cluster(world, up.master_conf, up.confs, out, srv, up.minions)
@@ -525,3 +526,16 @@ def test_a_ten_second_state_returns_with_the_default_timeout(cluster: Cluster) -
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Summary for db1\n------------\nSucceeded: 1 (changed=1)\nFailed:    0\n" in (
         done.stdout)
+
+
+def test_salts_config_reaches_salt(cluster: Cluster) -> None:
+    """Keys raetsalt leaves to Salt (db1's disable_modules, use_superseded) reach Salt's
+    loader; Salt's modules see the master as configured, Salt's daemon name and a
+    transport that is not ZeroMQ."""
+    modules = cluster.json("*", "sys.list_modules")
+    assert "network" in modules["web1"] and "network" not in modules["db1"]
+    port = load_node_config(cluster.master_conf, "master")["raet_port"]
+    for key, value in (("use_superseded", ["module.run"]), ("master", "127.0.0.1"),
+                       ("master_port", port), ("__cli", "salt-minion"), ("transport", "raet")):
+        assert cluster.json("db1", "config.get", key) == {"db1": value}, key
+    assert cluster.json("db1", "grains.get", "master") == {"db1": "127.0.0.1"}
