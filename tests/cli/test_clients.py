@@ -279,3 +279,17 @@ def test_batch_names_the_minions_that_did_not_answer_the_ping(
     out = capsys.readouterr().out
     assert out.startswith("Minion m2 did not respond. No job will be sent.\n")
     assert "Executing run on ['m1']" in out
+
+
+def test_highstate_settings_come_from_the_config_then_the_command_line() -> None:
+    parser = argparse.ArgumentParser()
+    add_common(parser)
+    config = {"__salt": {"state_output": "mixed", "state_verbose": False,
+                         "state_output_pct": "yes"}}  # (a wrong kind: Salt's default)
+    plain = Printer(parser.parse_args([]), "test", config)
+    assert (plain.highstate.state_output, plain.highstate.state_verbose) == ("mixed", False)
+    assert plain.highstate.state_output_pct is False
+    given = Printer(parser.parse_args(["--state-output=terse", "--state_verbose", "true"]),
+                    "test", config)
+    assert (given.highstate.state_output, given.highstate.state_verbose) == ("terse", True)
+    assert Printer(parser.parse_args([]), "test").highstate.state_output == "full"

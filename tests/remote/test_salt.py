@@ -539,3 +539,27 @@ def test_salts_config_reaches_salt(cluster: Cluster) -> None:
                        ("master_port", port), ("__cli", "salt-minion"), ("transport", "raet")):
         assert cluster.json("db1", "config.get", key) == {"db1": value}, key
     assert cluster.json("db1", "grains.get", "master") == {"db1": "127.0.0.1"}
+
+
+def test_state_output_options_as_salts(cluster: Cluster) -> None:
+    """``--state-output``/``--state-verbose`` print what Salt's highstate outputter prints
+    with those settings, for the same return (read back from the job cache)."""
+    import copy
+
+    import salt.config
+    import salt.output
+
+    for flags, settings in ((["--state-output=terse"], {"state_output": "terse"}),
+                            (["--state-output", "changes", "--state-verbose", "False"],
+                             {"state_output": "changes", "state_verbose": False})):
+        done = cluster.salt("web1", "state.apply", "web", "test=True", "-v", *flags)
+        assert done.returncode == 0, done.stdout + done.stderr
+        header, _, text = done.stdout.partition("\n\n")
+        jid = header.splitlines()[0].rsplit(" ", 1)[1]
+        cached = cluster.world.cli("run", cluster.master_conf, "jobs.lookup_jid", jid,
+                                   "--out", "json")
+        data = json.loads(cached.stdout)
+        opts = copy.deepcopy(salt.config.DEFAULT_MASTER_OPTS)
+        opts.update(color=False, **settings)
+        assert text == salt.output.out_format(data, "highstate", opts) + "\n", flags
+        assert ("\n    Function: " in text) is ("terse" not in flags[0])  # terse: one line
