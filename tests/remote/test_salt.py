@@ -407,6 +407,9 @@ def test_salt_mode_runs_salts_functions(cluster: Cluster) -> None:
 
     versions = cluster.json("*", "test.version")
     assert versions == dict.fromkeys(("web1", "db1"), salt.version.__version__)  # Salt's
+    done = cluster.world.cli("run", cluster.master_conf, "manage.versions", "--out", "json")
+    assert json.loads(done.stdout) == {"Up to date": versions,
+                                       "Master": salt.version.__version__}
     listed = cluster.json("db1", "sys.list_modules")["db1"]
     assert {"state", "pkg", "cp", "pillar"} <= set(listed)
     # Salt's sys in auto too; the CLI prints sys.doc by function, as Salt's does
