@@ -28,7 +28,8 @@ options (``raetsalt.cli._common``).  ``--async`` prints ``Executed command with 
 and runs nothing; ``--summary`` adds Salt's summary block (when no ``--out`` is given);
 ``-p/--progress`` shows progress on stderr; ``--hide-timeout`` leaves out the minions that
 did not return; ``-d FUN`` prints the documentation of a function or module (``sys.doc``);
-``-b N`` or ``-b N%`` runs in batches (``raetsalt.cli._batch``).
+``-b N`` or ``-b N%`` runs in batches (``raetsalt.cli._batch``); ``--subset N`` on N
+random minions of the target that have the function (``raetsalt.cli._subset``).
 
 Exit codes (Salt's): 0 when every minion returned with retcode 0; 1 (``ERROR: Minions
 returned with non-zero exit code``) when one failed or did not return; 2 when nothing
@@ -113,6 +114,9 @@ def _parser() -> argparse.ArgumentParser:
                         metavar="BATCH", help="run on N minions (or N%% of them) at a time")
     parser.add_argument("--batch-wait", type=float, default=0.0, metavar="SECONDS",
                         help="wait this long after a minion returns before reusing its slot")
+    parser.add_argument("--subset", type=int, default=0, metavar="N",
+                        help="run on N random minions of the target that have the "
+                             "function")
     parser.add_argument("--failhard", action="store_true",
                         help='stop batch execution upon first "bad" return')
     parser.add_argument("--no-parse", default="", metavar="argname1,argname2,...",
@@ -220,6 +224,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EX_CLIENT
     try:
         auth = credentials(args, client)
+        if args.subset and args.subset > 0 and not args.preview_target:
+            from ._subset import pick_subset
+
+            chosen = pick_subset(client, args, command, timeout, auth, args.subset)
+            command.tgt, args.tgt_type = chosen, "list"
+            if not chosen:
+                print("No minions matched the target. No command was sent, no jid was "
+                      "assigned.", flush=True)
+                print("ERROR: No return received", file=sys.stderr)
+                return EX_CLIENT
         if args.batch is not None:
             from ._batch import run_batch
 

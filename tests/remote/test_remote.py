@@ -161,6 +161,17 @@ def test_batch_mode_runs_n_at_a_time(cluster: Cluster) -> None:
     assert done.returncode == 2 and "ERROR: No return received" in done.stderr
 
 
+def test_subset_runs_on_n_minions_that_have_the_function(cluster: Cluster) -> None:
+    done = cluster.salt("*", "test.echo", "hi", "--subset", "2", "--out", "json", "--static")
+    assert done.returncode == 0, done.stderr
+    picked = json.loads(done.stdout)
+    assert len(picked) == 2 and set(picked) < set(GRAINS)
+    assert set(picked.values()) == {"hi"}
+    done = cluster.salt("*", "nosuch.function", "--subset", "1")
+    assert done.returncode == 2
+    assert done.stdout.startswith("No minions matched the target.")
+
+
 def test_a_job_longer_than_the_timeout_is_waited_for(cluster: Cluster) -> None:
     """Salt's -t: the wait goes on while the minion still runs the job (the master's
     default timeout is 5 s)."""
