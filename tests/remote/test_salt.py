@@ -566,3 +566,10 @@ def test_state_output_options_as_salts(cluster: Cluster) -> None:
         opts.update(color=False, **settings)
         assert text == salt.output.out_format(data, "highstate", opts) + "\n", flags
         assert ("\n    Function: " in text) is ("terse" not in flags[0])  # terse: one line
+
+
+def test_no_deprecation_warnings_on_the_console(cluster: Cluster) -> None:
+    """Salt imports modules Python deprecates (crypt): not the operator's business."""
+    for name, daemon in cluster.minions.items():
+        lines = daemon.drain()
+        assert lines and not [line for line in lines if "DeprecationWarning" in line], name
