@@ -32,7 +32,7 @@ from raetsalt import acl
 
 from .jids import is_jid, start_time
 from .ports import Gather, RunnerContext
-from .runners_more import MORE_RUNNERS
+from .runners_more import more_runners
 
 Runner = Callable[..., Any]
 
@@ -370,7 +370,7 @@ RUNNERS: dict[str, Runner] = {
 }
 
 
-RUNNERS.update(MORE_RUNNERS)
+RUNNERS.update(more_runners(jobs_list_jobs, jobs_print_job, _format_job))
 
 
 def _negated(test: Callable[[Any], bool]) -> Callable[[Any], bool]:

@@ -68,48 +68,47 @@ def manage_versions(master: RunnerContext) -> Gather:
     return Gather("test.version", finish)
 
 
-def jobs_last_run(master: RunnerContext, ext_source: Any = None, outputter: Any = None,
-                  metadata: Any = None, function: Any = None, target: Any = None,
-                  display_progress: bool = False) -> Any:
-    """The most recent job (highest jid) that matches ``function``/``target`` (globs),
-    as ``jobs.print_job`` shows it; False when there is none."""
-    from .runners import jobs_list_jobs, jobs_print_job
+def more_runners(list_jobs: Callable[..., dict[str, Any]], print_job: Callable[..., Any],
+                 format_job: Callable[..., dict[str, Any]]) -> dict[str, Callable[..., Any]]:
+    """These runners by name; the ``jobs`` ones are built on ``raetsalt.services.runners``'
+    ``jobs_list_jobs``, ``jobs_print_job`` and its job formatting (given, so that this
+    module does not import that one back)."""
 
-    if metadata and not isinstance(metadata, dict):
-        return False
-    found = jobs_list_jobs(master, search_function=function, search_target=target)
-    if not found:
-        return False
-    return jobs_print_job(master, sorted(found)[-1])
+    def jobs_last_run(master: RunnerContext, ext_source: Any = None, outputter: Any = None,
+                      metadata: Any = None, function: Any = None, target: Any = None,
+                      display_progress: bool = False) -> Any:
+        """The most recent job (highest jid) that matches ``function``/``target``
+        (globs), as ``jobs.print_job`` shows it; False when there is none."""
+        if metadata and not isinstance(metadata, dict):
+            return False
+        found = list_jobs(master, search_function=function, search_target=target)
+        if not found:
+            return False
+        return print_job(master, sorted(found)[-1])
 
+    def jobs_list_jobs_filter(master: RunnerContext, count: Any, filter_find_job: bool = True,
+                              ext_source: Any = None, outputter: Any = None,
+                              display_progress: bool = False) -> dict[str, Any]:
+        """The ``count`` most recent jobs (without ``saltutil.find_job`` ones), as Salt's
+        local job cache lists them."""
+        wanted = int(count)
+        out: dict[str, Any] = {}
+        for jid in sorted(master.cache.jids(), reverse=True):
+            if len(out) >= wanted:
+                break
+            load = master.cache.get_load(jid)
+            if load is None or (filter_find_job and load.get("fun") == "saltutil.find_job"):
+                continue
+            out[jid] = format_job(jid, load, minions=False)
+        return dict(sorted(out.items()))
 
-def jobs_list_jobs_filter(master: RunnerContext, count: Any, filter_find_job: bool = True,
-                          ext_source: Any = None, outputter: Any = None,
-                          display_progress: bool = False) -> dict[str, Any]:
-    """The ``count`` most recent jobs (without ``saltutil.find_job`` ones), as Salt's
-    local job cache lists them."""
-    from .runners import _format_job
+    def jobs_master(master: RunnerContext) -> list[Any]:
+        """The runners running on the master: none (raetsalt's runners answer at once)."""
+        return []
 
-    wanted = int(count)
-    out: dict[str, Any] = {}
-    for jid in sorted(master.cache.jids(), reverse=True):
-        if len(out) >= wanted:
-            break
-        load = master.cache.get_load(jid)
-        if load is None or (filter_find_job and load.get("fun") == "saltutil.find_job"):
-            continue
-        out[jid] = _format_job(jid, load, minions=False)
-    return dict(sorted(out.items()))
-
-
-def jobs_master(master: RunnerContext) -> list[Any]:
-    """The runners running on the master: none (raetsalt's runners answer at once)."""
-    return []
-
-
-MORE_RUNNERS: dict[str, Callable[..., Any]] = {
-    "manage.versions": manage_versions,
-    "jobs.last_run": jobs_last_run,
-    "jobs.list_jobs_filter": jobs_list_jobs_filter,
-    "jobs.master": jobs_master,
-}
+    return {
+        "manage.versions": manage_versions,
+        "jobs.last_run": jobs_last_run,
+        "jobs.list_jobs_filter": jobs_list_jobs_filter,
+        "jobs.master": jobs_master,
+    }
