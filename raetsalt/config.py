@@ -23,8 +23,11 @@ the file it came from, for example
 ``conf/minion: key 'raet_port' must be an integer from 0 to 65535, got 'abc'``.
 Keys no option of this node takes are gathered over all the files: those Salt knows
 (``raetsalt.config_salt_keys``), module settings (``mysql.host``) and the other node's
-options are ignored, and ``load_node_config`` reports them in one warning line; any
-other key is unknown, and all of them make one ``ConfigError`` with suggestions.
+options are ignored by raetsalt's own code, and ``load_node_config`` reports them in one
+warning line; the values of Salt's keys and module settings are kept in
+``opts['__salt']`` for Salt's loader (the minion's job processes, the master's Salt
+workers: ``disable_modules``, ``providers``, ``ext_pillar``...).  Any other key is
+unknown, and all of them make one ``ConfigError`` with suggestions.
 
 Paths (``PATH_KEYS``) that are relative are joined to ``root_dir``; ``root_dir`` itself,
 when relative, is taken relative to the directory of the main config file.
@@ -156,6 +159,9 @@ class _Leftovers:
 
     ignored: list[tuple[str, str]] = field(default_factory=list)  # (file, key)
     unknown: list[tuple[str, str]] = field(default_factory=list)
+    salt: dict[str, Any] = field(default_factory=dict)
+    """The values of the ignored keys Salt reads (its keys, module settings): Salt's
+    loader gets them (``opts['__salt']``), the later file winning."""
 
 
 def _validate_file(path: str, raw: Mapping[Any, Any], node: str, left: _Leftovers) -> Opts:
@@ -171,8 +177,10 @@ def _validate_file(path: str, raw: Mapping[Any, Any], node: str, left: _Leftover
             checked[key] = value  # a module's setting (``sqlite3.database``): for returners
             continue
         if opt is None or node not in opt.defaults:
-            known = opt is not None or key in SALT_KEYS or "." in key.strip(".")
-            (left.ignored if known else left.unknown).append((path, key))
+            salts = key in SALT_KEYS or "." in key.strip(".")
+            (left.ignored if opt is not None or salts else left.unknown).append((path, key))
+            if salts:
+                left.salt[key] = value
             continue
         try:
             checked[key] = opt.spec.check(value)
@@ -364,6 +372,7 @@ def _load(path: str | os.PathLike[str], node: str, warnings: list[str] | None = 
     opts["conf_file"] = path
     opts["conf_dir"] = os.path.dirname(os.path.abspath(path))
     opts["__role"] = node
+    opts["__salt"] = dict(left.salt)
     _finish(opts, node, path, source)
     return opts
 

@@ -46,7 +46,7 @@ DEFAULT_MASTER_PORT = 4506
 DEFAULT_MINION_RAET_PORT = 4510
 
 # Keys the loader sets itself; a config file may not set them.
-DERIVED_KEYS: frozenset[str] = frozenset({"conf_file", "conf_dir", "__role"})
+DERIVED_KEYS: frozenset[str] = frozenset({"conf_file", "conf_dir", "__role", "__salt"})
 
 # Salt's log levels, least to most severe, plus ``quiet``.
 LOG_LEVELS: tuple[str, ...] = (

@@ -59,6 +59,26 @@ class HighstateOptions:
     state_output_diff: bool = False
     state_output_pct: bool = False
 
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], state_output: str | None = None,
+                    state_verbose: Any = None) -> HighstateOptions:
+        """The settings of a Salt config (its ``state_output``, ``state_verbose``...; values
+        of the wrong kind are left at Salt's default), then the command line's
+        ``--state-output``/``--state-verbose`` (Salt's reading: ``true``/``True``,
+        ``false``/``False``, any other text counts as true)."""
+        fields: dict[str, Any] = {}
+        if isinstance(config.get("state_output"), str):
+            fields["state_output"] = config["state_output"]
+        for key in ("state_verbose", "state_output_profile", "state_output_diff",
+                    "state_output_pct"):
+            if isinstance(config.get(key), bool):
+                fields[key] = config[key]
+        if state_output is not None:
+            fields["state_output"] = state_output
+        if state_verbose is not None:
+            fields["state_verbose"] = state_verbose not in ("False", "false", False)
+        return cls(**fields)
+
 
 def render(data: Any, *, color: bool = False, indent: int | None = None, retcode: int = 0,
            options: HighstateOptions | None = None) -> str:
@@ -70,7 +90,9 @@ def render(data: Any, *, color: bool = False, indent: int | None = None, retcode
 def outputter(data: Any, options: Any) -> str:
     """The ``highstate`` entry of ``raetsalt.output``'s table (``options`` is its
     ``OutputOptions``)."""
-    return render(data, color=options.color, indent=options.indent, retcode=options.retcode)
+    settings = getattr(options, "highstate", None)
+    return render(data, color=options.color, indent=options.indent, retcode=options.retcode,
+                  options=settings if isinstance(settings, HighstateOptions) else None)
 
 
 def _unwrap(data: Any) -> Any:

@@ -10,9 +10,10 @@ moves messages between the two sides:
       {route: {src: [<minion estate>, 'manor', None], dst: [<master estate>, 'manor',
       'event_fire']}, tag: <tag>, data: <data>}
 
-  Messages to one remote of one size class are delivered in order (README, "Message order
-  and scheduling"), so events arrive in fire order unless a large one is overtaken.  Before
-  the master is connected they wait in the road's queue (``RoadConfig.message_timeout``).
+  Messages to one remote of one size class are delivered in order (docs/transport.md,
+  "Message order and scheduling"), so events arrive in fire order unless a large one is
+  overtaken.  Before the master is connected they wait in the road's queue
+  (``RoadConfig.message_timeout``).
 * lane messages addressed to another estate (``Manor.forward_over_road``) go over the road
   to that remote unchanged.
 * a road message arrives only from an authenticated (joined and allowed) remote.  Its

@@ -62,6 +62,9 @@ class OutputOptions:
     nested_indent: int = 0
     """Where ``nested`` starts (Salt's ``nested_indent``; the highstate outputter nests
     changes at 14); never from the command line."""
+    highstate: Any = None
+    """The highstate outputter's settings (``raetsalt.highstate.HighstateOptions``; None:
+    Salt's defaults)."""
 
 
 Outputter = Callable[[Any, OutputOptions], str | None]
@@ -274,6 +277,7 @@ def render(
     indent: int | None = None,
     retcode: int = 0,
     nested_indent: int = 0,
+    highstate: Any = None,
 ) -> str:
     """Format ``data`` with Salt's ``fmt`` outputter: the text Salt prints, without the
     final newline; empty when Salt prints nothing.
@@ -283,7 +287,7 @@ def render(
     ``LocalError`` (the CLIs fall back to nested with a warning, as Salt does).
     """
     options = OutputOptions(color=color, indent=indent, retcode=retcode,
-                            nested_indent=nested_indent)
+                            nested_indent=nested_indent, highstate=highstate)
     first = outputter(fmt)
     for candidate in (first, _nested, _raw):
         try:

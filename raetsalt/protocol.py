@@ -27,7 +27,10 @@ master ``publish`` ``{req, tgt, tgt_type, fun, arg, delimiter, preview}``: publi
                    ...]}``: the minions' returns as they arrive (also from minions that
                    were not expected), many per message (what came in since the last one
                    while the client was reading, at most ``RETURNS_PER_MESSAGE``), each
-                   minion once.  The client decides when it has waited enough.
+                   minion once.  ``alive`` (instead of returns: ``returns`` empty):
+                   ids of expected minions that say they still run the job
+                   (``raetsalt.services.progress``).  The client decides when it has
+                   waited enough.
 master ``runner``  ``{req, fun, arg}``: run a runner on the master (``arg`` as above).
     -> ``run_ret``  ``{req, return}`` or ``{req, error}``.
 minion ``call``    ``{req, fun, arg}``: ``raetsalt-call`` without ``--local``; the minion
@@ -79,6 +82,8 @@ master ``fun``          ``{jid, tgt, tgt_type, fun, arg, delimiter, user, ret, t
                        minions that are connected now and that the target may match
                        (nodegroups already expanded); each minion re-checks it
                        (``match_self``) and ignores it when it does not match.
+minion ``running``      ``{jids}``: published jobs still running on the minion, every few
+                       seconds while they run (``raetsalt.services.progress``).
 minion ``return``       ``{jid, fun, fun_args, return, retcode, success[, out]}``.  ``jid``
                        ``"req"``: a ``raetsalt-call`` result; the master gives it a jid.
 minion ``peer_publish`` ``{rid, tgt, tgt_type, fun, arg, ret, timeout}``: a relayed

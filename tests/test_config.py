@@ -311,6 +311,25 @@ def test_minion_salt_keys_and_master_options_are_ignored(tmp_path: Path) -> None
     assert "ignoring 3 key(s)" in warnings[0]
 
 
+def test_salts_keys_are_kept_for_salts_loader(tmp_path: Path) -> None:
+    """Keys raetsalt ignores but Salt reads (its keys, module settings, the ones Salt
+    reads with opts.get) are kept in ``__salt`` for Salt's loader, a later file
+    winning (``peer``, a master key of both, too: Salt's minion would hold it)."""
+    write(tmp_path / "minion", "disable_modules: [aptpkg]\nproviders: {pkg: yumpkg}\n"
+                               "pillar_raise_on_missing: true\nbeacons: {}\n"
+                               "module_executors: [direct_call]\nproxy: {}\n"
+                               "use_superseded: [module.run]\nmysql.host: db\npeer: {}\n")
+    write(tmp_path / "minion.d" / "later.conf", "disable_modules: [cmdmod]\n")
+    opts = load_node_config(tmp_path, "minion", [])
+    assert opts["__salt"] == {
+        "disable_modules": ["cmdmod"], "providers": {"pkg": "yumpkg"},
+        "pillar_raise_on_missing": True, "beacons": {}, "module_executors": ["direct_call"],
+        "proxy": {}, "use_superseded": ["module.run"], "mysql.host": "db", "peer": {}}
+    write(tmp_path / "minion", "__salt: {}\n")
+    with pytest.raises(ConfigError, match="set by raetsalt"):
+        load_node_config(tmp_path, "minion")
+
+
 def test_all_unknown_keys_in_one_error(tmp_path: Path) -> None:
     path = write(tmp_path / "master", "file_rots: {}\nworker_thread: 2\nzzzzzz: 1\n"
                                       "file_roots: {}\n")

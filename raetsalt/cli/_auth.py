@@ -24,7 +24,7 @@ from typing import Any
 from raetsalt import protocol as p
 from raetsalt.drivers.cmdsock import StreamClient, command_socket_path
 from raetsalt.drivers.laneclient import CommandClient
-from raetsalt.errors import DaemonUnavailable
+from raetsalt.errors import DaemonNotRunning, DaemonUnavailable
 
 TOKEN_FILE = "~/.raetsalt_token"
 SHARE_MK_TOKEN = "mk_token"
@@ -52,6 +52,14 @@ def add_auth_options(parser: argparse.ArgumentParser) -> None:
 def open_master(opts: dict[str, Any]) -> MasterClient:
     """The lane when this user may use it, else the command socket."""
     sock_dir = opts["sock_dir"]
+    parent = os.path.abspath(sock_dir)
+    while not os.path.exists(parent) and parent != os.path.dirname(parent):
+        parent = os.path.dirname(parent)  # the nearest directory there is
+    if (os.access(parent, os.X_OK) and not os.path.exists(sock_dir)
+            and not os.path.exists(command_socket_path(opts))):
+        # Never started here (or its sock_dir is elsewhere): not a question of rights.
+        raise DaemonNotRunning(f"the raetsalt-master daemon is not running (no {sock_dir}; "
+                               "is sock_dir the master's?)")
     if os.access(sock_dir, os.W_OK | os.X_OK):
         return CommandClient("master", sock_dir)
     path = command_socket_path(opts)

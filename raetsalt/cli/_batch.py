@@ -5,13 +5,22 @@
    will be sent.``).
 2. The job then runs on at most N of them at a time (``N%``: that share of the answering
    minions, at least one): whenever slots are free the next minions (in id order) get
-   the job together, announced as ``\\nExecuting run on ['m1', 'm2']\\n``; returns print as
-   they arrive.  A slot frees when its minion returns, or when the job's ``-t`` ran out
-   for it, plus ``--batch-wait`` seconds.
-3. The exit code is the largest retcode returned; 2 when no minion answered the ping
-   (``ERROR: No return received``).
+   the job together, announced as ``\\nExecuting run on ['m1', 'm2']\\n``.  Each return
+   prints as it arrives, as Salt 3008 prints it: the minion's return beside the
+   ``jid`` and ``retcode`` of its job (``{m1: ..., jid: ..., retcode: 0}``, with the
+   return's outputter).  A minion is waited for as long as it says it still runs the
+   job (``raetsalt.services.progress``), and ``-t`` seconds after it last did; one that
+   does not return is printed as ``Minion did not return. [No response]`` (unless
+   ``--hide-timeout``).  A slot frees when its minion returned or was given up, plus
+   ``--batch-wait`` seconds.  With ``--failhard`` the first non-zero retcode stops the
+   batch: no more sub-batches, and ``[ERROR   ] Batch run stopped due to failhard`` on
+   stderr.
+3. The exit code is the largest retcode returned, and at least 1 when a minion did not
+   answer the ping or did not return; 2 when no minion answered the ping (``ERROR: No
+   return received``).
 
 Unlike Salt, each sub-batch is its own job (jid); Salt reuses one jid for all of them.
+Salt prints nothing for a minion that did not return and exits 0 for it.
 """
 
 from __future__ import annotations
@@ -20,13 +29,15 @@ import argparse
 import math
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from raetsalt import protocol as p
+from raetsalt.services.progress import alive_untrusted
 
 from ._auth import MasterClient
-from ._common import EX_CLIENT, EX_OK, Printer
-from ._publish import Command, Publication, publish, retcode_of
+from ._common import EX_CLIENT, EX_GENERIC, EX_OK, Printer
+from ._publish import Command, Publication, no_return, publish, retcode_of
 
 __all__ = ["batch_size", "run_batch"]
 
@@ -57,9 +68,18 @@ def _gather(client: MasterClient, args: argparse.Namespace, command: Command,
                    timeout, auth)
     if not ping.minions or not ping.jid:
         return [], []
-    answered = sorted(m for m, ret in ping.returns(time.monotonic() + timeout)
+    answered = sorted(m for m, ret in ping.returns(time.monotonic() + timeout, timeout)
                       if ret.get("return") is True)
     return answered, sorted(ping.expected - set(answered))
+
+
+@dataclass(slots=True)
+class _Slot:
+    """A minion running its sub-batch's job."""
+
+    jid: str
+    until: float
+    """When it is reported as not returned (monotonic; later with each beat)."""
 
 
 def run_batch(client: MasterClient, args: argparse.Namespace, command: Command,
@@ -78,39 +98,67 @@ def run_batch(client: MasterClient, args: argparse.Namespace, command: Command,
         return EX_CLIENT
     wait = max(0.0, args.batch_wait or 0.0)
     pending = list(minions)
-    active: dict[str, float] = {}  # minion -> when its job's time is up (monotonic)
+    active: dict[str, _Slot] = {}
     jobs: dict[str, Publication] = {}  # req -> sub-batch
     cooling: list[float] = []  # when the slots of finished minions free up
     stash: list[dict[str, Any]] = []  # returns that came while a publication was made
-    worst = EX_OK
-    while pending or active:
+    worst = EX_GENERIC if down else EX_OK
+    halted = False
+
+    def finished(who: str, shown: Any, out: str | None, code: int, raw: Any = None) -> None:
+        nonlocal worst, halted
+        slot = active.pop(who)
+        worst = max(worst, code)
+        # Salt's order: the return's retcode (as the minion sent it), its jid, the return.
+        printer.show({"retcode": code if raw is None else raw, "jid": slot.jid, who: shown},
+                     out, code)
+        cooling.append(time.monotonic() + wait)
+        halted |= bool(args.failhard) and code != EX_OK
+
+    while (pending and not halted) or active:
         now = time.monotonic()
         cooling = [t for t in cooling if t > now]
         free = size - len(active) - len(cooling)
-        if free > 0 and pending:
+        if free > 0 and pending and not halted:
             chosen, pending = pending[:free], pending[free:]
             print(f"\nExecuting run on {sorted(chosen)}\n", flush=True)
             sub = publish(client, chosen, "list", command.fun, command.arg, args, timeout,
                           auth, stash=stash)
             jobs[sub.req] = sub
             stash.extend(sub.early)  # its own first returns
-            active.update(dict.fromkeys(sub.expected or chosen, time.monotonic() + timeout))
+            until = time.monotonic() + timeout
+            for minion in sorted(sub.expected or chosen):
+                active[minion] = _Slot(sub.jid, until)
+            for minion in sorted(sub.not_connected & set(active)):
+                finished(minion, no_return(sub.jid, False)["return"], None, EX_GENERIC)
             continue
-        wake = min([*active.values(), *(cooling if pending else [])], default=now)
+        wake = min([*(s.until for s in active.values()), *(cooling if pending else [])],
+                   default=now)
         bodies, stash = stash or client.receive(max(0.0, wake - now)), []
         for body in bodies:
             if str(body.get("req")) not in jobs or p.share_of(body) != p.SHARE_JOB_RET:
                 continue
+            later = time.monotonic() + timeout
+            for who in alive_untrusted(body):
+                if who in active:
+                    active[who].until = max(active[who].until, later)
             for who, ret in p.job_returns(body):
-                if who not in active:
-                    continue
-                del active[who]
-                code = retcode_of(ret)
-                worst = max(worst, code)
-                printer.show({who: ret.get("return")}, ret.get("out"), code)
-                cooling.append(time.monotonic() + wait)
+                if who in active:
+                    finished(who, ret.get("return"), ret.get("out"), retcode_of(ret),
+                             ret.get("retcode", 0))
+            if halted:
+                break
+        if halted:
+            break
         now = time.monotonic()
-        for minion in [m for m, until in active.items() if until <= now]:
-            del active[minion]  # its time is up: nothing is printed, as in Salt's batch mode
-            cooling.append(now + wait)
+        for minion in sorted(m for m, slot in active.items() if slot.until <= now):
+            jid = active[minion].jid
+            if args.hide_timeout:
+                active.pop(minion)
+                cooling.append(now + wait)
+                worst = max(worst, EX_GENERIC)
+            else:
+                finished(minion, no_return(jid, True)["return"], None, EX_GENERIC)
+    if halted:
+        print("[ERROR   ] Batch run stopped due to failhard", file=sys.stderr, flush=True)
     return worst

@@ -20,7 +20,7 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 from raetsalt import protocol as p
@@ -93,6 +93,12 @@ def add_common(parser: argparse.ArgumentParser) -> None:
                      help="write the output to this file instead of stdout")
     out.add_argument("--out-file-append", "--output-file-append", dest="out_file_append",
                      action="store_true", help="append to --out-file instead of emptying it")
+    out.add_argument("--state-output", "--state_output", dest="state_output", default=None,
+                     help="override the configured state_output value for minion output: "
+                          "full, terse, mixed, changes (each also with _id)")
+    out.add_argument("--state-verbose", "--state_verbose", dest="state_verbose",
+                     default=None, help="override the configured state_verbose value for "
+                                        "minion output (True or False)")
     colour = out.add_mutually_exclusive_group()
     colour.add_argument("--no-color", "--no-colour", dest="color", action="store_false",
                         default=None, help="never colour the output")
@@ -110,14 +116,23 @@ def start_client(prog: str, args: argparse.Namespace, node: str
         print(f"{prog}: {exc}", file=sys.stderr)
         raise SystemExit(EX_CONFIG) from None
     setup_console_logger(args.log_level or opts.get("log_level") or "warning")
-    return opts, Printer(args, prog)
+    return opts, Printer(args, prog, opts)
 
 
 class Printer:
     """Prints data with Salt's outputters as the command line asked (see the module
     docstring).  An unknown ``--out`` falls back to nested with one warning, as in Salt."""
 
-    def __init__(self, args: argparse.Namespace, prog: str) -> None:
+    def __init__(self, args: argparse.Namespace, prog: str,
+                 opts: Mapping[str, Any] | None = None) -> None:
+        from raetsalt.highstate import HighstateOptions
+
+        salt_keys = (opts or {}).get("__salt")
+        self.highstate = HighstateOptions.from_config(
+            salt_keys if isinstance(salt_keys, Mapping) else {},
+            getattr(args, "state_output", None), getattr(args, "state_verbose", None))
+        """The highstate outputter's settings: the config's (Salt's keys), then the
+        command line's."""
         self.out: str | None = args.out
         if self.out is not None and ALIASES.get(self.out, self.out) not in OUTPUTTERS:
             print(f"[ERROR   ] Invalid outputter {self.out} specified, fall back to nested",
@@ -141,7 +156,8 @@ class Printer:
         fmt = self.out or out or "nested"
         if ALIASES.get(fmt, fmt) not in OUTPUTTERS:
             fmt = "nested"  # a return naming an outputter we do not have (Salt falls back)
-        text = render(data, fmt, color=self.color, indent=self.indent, retcode=retcode)
+        text = render(data, fmt, color=self.color, indent=self.indent, retcode=retcode,
+                      highstate=self.highstate)
         self.write(text)
 
     def write(self, text: str) -> None:

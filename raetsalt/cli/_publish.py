@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raetsalt import protocol as p
+from raetsalt.services.progress import alive_untrusted
 
 from ._auth import MasterClient
 from ._common import EX_GENERIC, wait_for
@@ -58,18 +59,28 @@ class Publication:
     early: list[dict[str, Any]] = field(default_factory=list)
     """Messages that came with the acknowledgement (returns may)."""
 
-    def returns(self, deadline: float) -> Iterator[tuple[str, dict[str, Any]]]:
+    def returns(self, deadline: float, patience: float = 0.0
+                ) -> Iterator[tuple[str, dict[str, Any]]]:
         """``(minion, return)`` as they arrive, each minion once, until all expected
-        minions returned or ``deadline`` (monotonic) passed."""
+        minions returned or the wait for each one left ran out: ``deadline``
+        (monotonic), or ``patience`` seconds after it last said it still runs the job
+        (``raetsalt.services.progress``), whichever is later."""
         seen: set[str] = set()
+        until = dict.fromkeys(self.expected, deadline)
         while not self.expected <= seen:
-            remaining = deadline - time.monotonic()
+            now = time.monotonic()
+            remaining = max([until[m] for m in self.expected - seen], default=now) - now
             if remaining <= 0 and not self.early:
                 return
-            bodies, self.early = self.early or self.client.receive(remaining), []
+            bodies, self.early = self.early or self.client.receive(max(0.0, remaining)), []
             for body in bodies:
                 if body.get("req") != self.req or p.share_of(body) != p.SHARE_JOB_RET:
                     continue
+                if patience > 0:
+                    later = time.monotonic() + patience
+                    for minion in alive_untrusted(body):
+                        if minion in until and minion not in seen:
+                            until[minion] = max(until[minion], later)
                 for minion, ret in p.job_returns(body):
                     if minion not in seen:
                         seen.add(minion)

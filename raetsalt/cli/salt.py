@@ -4,18 +4,18 @@
 
 Talks to the local ``raetsalt-master`` over its lane (``raetsalt.protocol``),
 never over the network.  Targeting flags as Salt's: ``-E -L -G -P/--grain-pcre -I -J -S
--N -C`` (``--delimiter`` for grain and pillar targets).  ``-t`` is the whole wait for
-returns (default: the master's ``timeout``) and the job's deadline: a minion that gets
-the job later does not run it.  The command returns as soon as every expected minion has
-returned, and names each one that did not::
+-N -C`` (``--delimiter`` for grain and pillar targets).  ``-t`` is how long a
+minion is waited for (default: the master's ``timeout``) and the job's deadline: a
+minion that gets the job later does not run it.  As with Salt, a minion still running
+the job is waited for as long as it runs: Salt asks it (``saltutil.find_job``), a
+raetsalt minion says so on its own every few seconds (``raetsalt.services.progress``);
+a minion is reported ``-t`` seconds after it last spoke.  The command returns as soon
+as every expected minion has returned, and names each one that did not::
 
     minion3:
         Minion did not return. [No response]     (or [Not connected]: it was not connected
                                                   when the job was published; it never
                                                   gets the job)
-
-Unlike Salt, the wait is not extended by probing minions that are still running the job
-(``saltutil.find_job``); use ``raetsalt-run jobs.lookup_jid JID`` for late returns.
 
 Arguments are typed as Salt types them (``raetsalt.execution.args``; ``--no-parse``
 keeps named ones as text).  ``FUN`` may be several functions separated by commas, each
@@ -28,7 +28,8 @@ options (``raetsalt.cli._common``).  ``--async`` prints ``Executed command with 
 and runs nothing; ``--summary`` adds Salt's summary block (when no ``--out`` is given);
 ``-p/--progress`` shows progress on stderr; ``--hide-timeout`` leaves out the minions that
 did not return; ``-d FUN`` prints the documentation of a function or module (``sys.doc``);
-``-b N`` or ``-b N%`` runs in batches (``raetsalt.cli._batch``).
+``-b N`` or ``-b N%`` runs in batches (``raetsalt.cli._batch``); ``--subset N`` on N
+random minions of the target that have the function (``raetsalt.cli._subset``).
 
 Exit codes (Salt's): 0 when every minion returned with retcode 0; 1 (``ERROR: Minions
 returned with non-zero exit code``) when one failed or did not return; 2 when nothing
@@ -114,6 +115,11 @@ def _parser() -> argparse.ArgumentParser:
                         metavar="BATCH", help="run on N minions (or N%% of them) at a time")
     parser.add_argument("--batch-wait", type=float, default=0.0, metavar="SECONDS",
                         help="wait this long after a minion returns before reusing its slot")
+    parser.add_argument("--subset", type=int, default=0, metavar="N",
+                        help="run on N random minions of the target that have the "
+                             "function")
+    parser.add_argument("--failhard", action="store_true",
+                        help='stop batch execution upon first "bad" return')
     parser.add_argument("--no-parse", default="", metavar="argname1,argname2,...",
                         help="named arguments (argname=value) whose values stay text")
     parser.add_argument("--args-separator", default=",",
@@ -224,6 +230,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EX_CLIENT
     try:
         auth = credentials(args, client)
+        if args.subset and args.subset > 0 and not args.preview_target:
+            from ._subset import pick_subset
+
+            chosen = pick_subset(client, args, command, timeout, auth, args.subset)
+            command.tgt, args.tgt_type = chosen, "list"
+            if not chosen:
+                print("No minions matched the target. No command was sent, no jid was "
+                      "assigned.", flush=True)
+                print("ERROR: No return received", file=sys.stderr)
+                return EX_CLIENT
         if args.batch is not None:
             from ._batch import run_batch
 
@@ -265,7 +281,7 @@ def _run(client: MasterClient, args: argparse.Namespace, command: Command, timeo
         print(f"jid: {job.jid}", flush=True)
     docs = command.fun == "sys.doc"
     returned: dict[str, dict[str, Any]] = {}
-    for minion, ret in job.returns(time.monotonic() + timeout):
+    for minion, ret in job.returns(time.monotonic() + timeout, timeout):
         returned[minion] = ret
         if not (args.static or docs):
             printer.show({minion: ret.get("return")}, ret.get("out"), retcode_of(ret))

@@ -41,6 +41,7 @@ from raetsalt.node import Node, NodeEvent
 from raetsalt.protocol import ToClient
 from raetsalt.services.master import Action as MasterAction
 from raetsalt.services.master import Fire, MasterJobs, PeerGrant, Sink, ToMinion
+from raetsalt.services.progress import SHARE_RUNNING
 
 log = logging.getLogger("raetsalt.daemon")
 
@@ -68,7 +69,7 @@ def unrestricted_users(opts: Mapping[str, Any]) -> set[str]:
 
 _PEER_SHARES = frozenset({p.SHARE_PEER_PUBLISH, p.SHARE_PEER_RUNNER})
 _MINION_SHARES = frozenset({p.SHARE_HELLO, p.SHARE_SALT_REQ, p.SHARE_PILLAR_REFRESH,
-                            p.SHARE_CLOCK_REQ})
+                            p.SHARE_CLOCK_REQ, SHARE_RUNNING})
 
 
 @dataclass(slots=True)
@@ -246,6 +247,8 @@ class MasterAdapter:
                 actions.extend(self.salt.on_pillar_refresh(minion, grains))
             elif share == p.SHARE_CLOCK_REQ:
                 actions.extend(self.jobs.on_clock_req(minion))
+            elif share == SHARE_RUNNING:
+                actions.extend(self.jobs.on_running(minion, event.body, now))
         messages.clear()
         return actions
 

@@ -260,7 +260,9 @@ class MinionAdapter:
                     if self.bridge is not None and self.bridge.active:
                         self.bridge.reload()  # the zygote reports Salt's grains again
                     else:
-                        todo.extend(self.jobs.set_grains(load_grains(self.opts)))
+                        # The hello goes before the job's return: targeting sees the
+                        # new grains.
+                        todo.extendleft(reversed(self.jobs.set_grains(load_grains(self.opts))))
                 case Refresh(what="pillar"):
                     self._to_master(p.road_message(self.jobs.estate, None,
                                                    p.SHARE_PILLAR_REFRESH))
@@ -315,7 +317,8 @@ class MinionAdapter:
         return list(self.jobs.on_call(event.source, event.body, jid))
 
     def _spawn(self, spec: JobSpec) -> list[MinionAction]:
-        if self.bridge is not None and self.bridge.wants(spec.fun, self.loader.functions):
+        if self.bridge is not None and self.bridge.wants(spec.fun, self.loader.functions,
+                                                          spec.arg):
             problem = self.bridge.submit(spec, self.jobs.grains, self.jobs.pillar)
             return [] if problem is None else list(self.jobs.on_spawn_failed(spec.jid, problem))
         self._child_jobs = [j for j in self.jobs.proc_list() if j["jid"] != spec.jid]

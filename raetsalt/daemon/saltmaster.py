@@ -35,7 +35,7 @@ log = logging.getLogger("raetsalt.daemon")
 
 ROOTS_CHECK_EVERY = 5.0
 _WORKER_KEYS = ("id", "cachedir", "log_file", "file_roots", "pillar_roots", "hash_type",
-                "file_buffer_size", "renderer", "nodegroups")
+                "file_buffer_size", "renderer", "nodegroups", "__salt")
 
 
 @dataclass(slots=True)

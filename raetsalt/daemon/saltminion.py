@@ -94,9 +94,11 @@ class MinionBridge:
         return (self.active and not self.ready and self.version is None
                 and self.clock() < self._hello_by)
 
-    def wants(self, fun: str, native: Mapping[str, Any]) -> bool:
-        """Whether the job of ``fun`` goes to Salt's loader."""
-        return self.active and runs_in_salt(fun, self.mode, native)
+    def wants(self, fun: str, native: Mapping[str, Any], arg: list[Any] | None = None
+              ) -> bool:
+        """Whether the job of ``fun`` (with publication arguments ``arg``) goes to Salt's
+        loader."""
+        return self.active and runs_in_salt(fun, self.mode, native, arg)
 
     def submit(self, spec: JobSpec, grains: Mapping[str, Any], pillar: Mapping[str, Any]
                ) -> str | None:

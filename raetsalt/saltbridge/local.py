@@ -22,12 +22,13 @@ def salt_call_local(opts: Mapping[str, Any], fun: str, arg: list[Any], jid: str
 
     mode = str(opts.get("execution_mode", "auto"))
     if not uses_salt(mode, salt_importable()) or not runs_in_salt(fun, mode,
-                                                                   Loader().functions):
+                                                                   Loader().functions, arg):
         return None
     from .saltjob import CONFIG_KEYS, SaltRuntime
 
     config = {key: opts.get(key) for key in CONFIG_KEYS}
     config["file_client"] = "local"
+    config["__cli"] = "salt-call"
     runtime = SaltRuntime(config)
     spec = {"jid": jid, "fun": fun, "arg": arg, "tgt": "salt-call", "tgt_type": "glob",
             "user": "", "ret": "", "kind": "call"}

@@ -71,7 +71,9 @@ class SaltPillar:
         import salt.pillar
 
         cachedir = os.path.join(str(opts["cachedir"]), "salt")
-        overrides = {
+        given = opts.get("__salt")
+        overrides = dict(given) if isinstance(given, dict) else {}  # ext_pillar...
+        overrides.update({
             "id": opts.get("id"), "root_dir": "/", "cachedir": cachedir,
             "pki_dir": os.path.join(cachedir, "pki"), "sock_dir": os.path.join(cachedir, "sock"),
             "extension_modules": os.path.join(cachedir, "extmods"),
@@ -81,7 +83,7 @@ class SaltPillar:
             "nodegroups": dict(opts.get("nodegroups") or {}),
             "renderer": opts.get("renderer", "jinja|yaml"),
             "minion_data_cache": False, "pillar_cache": False,
-        }
+        })
         self._pillar = salt.pillar
         self.opts = salt.config.apply_master_config(overrides,
                                                    salt.config.DEFAULT_MASTER_OPTS.copy())

@@ -129,13 +129,18 @@ class FileRoots:
 
     # -- listings -------------------------------------------------------------------------
 
+    # The prefix filters as Salt's fileserver filters it: without its slashes, so that
+    # ``tree/`` lists the directory ``tree`` itself too (file.recurse's ``<dest>/.``).
     def file_list(self, saltenv: str, prefix: str = "") -> list[str]:
+        prefix = prefix.strip("/")
         return [p for p in self._listing(saltenv).files if p.startswith(prefix)]
 
     def dir_list(self, saltenv: str, prefix: str = "") -> list[str]:
+        prefix = prefix.strip("/")
         return [p for p in self._listing(saltenv).dirs if p.startswith(prefix)]
 
     def empty_dirs(self, saltenv: str, prefix: str = "") -> list[str]:
+        prefix = prefix.strip("/")
         return [p for p in self._listing(saltenv).empty_dirs if p.startswith(prefix)]
 
     def _listing(self, saltenv: str) -> _Listing:

@@ -13,6 +13,9 @@ What is put under Salt (only in the zygote and its jobs, never in raetsalt's dae
 * ``salt.channel.client.ReqChannel.factory`` / ``AsyncReqChannel.factory`` return
   raetsalt's channel (``raetsalt.saltbridge.channel``): ``salt://`` files, remote pillar
   and the master's options come from the raetsalt master over the road;
+* ``salt.crypt.SAuth`` makes no ZeroMQ sign-in (the road authenticated the minion):
+  ``cp.push`` goes on to the master, which answers ``False`` as Salt's does with
+  ``file_recv`` off;
 * ``salt.utils.event.get_event`` / ``MinionEvent`` are raetsalt's minion bus
   (``raetsalt.event``), so ``event.fire``, ``event.fire_master``, state events and the
   ``module_refresh``/``pillar_refresh``/``grains_refresh`` events of ``saltutil`` reach
@@ -40,20 +43,29 @@ from raetsalt import event as raet_event
 from raetsalt.execution import returners
 
 from . import channel
+from .unserved import unserved
 
 log = logging.getLogger(__name__)
 
 CONFIG_KEYS = ("id", "cachedir", "sock_dir", "conf_file", "log_file", "file_client",
                "file_roots", "pillar_roots", "module_dirs", "grains", "return",
-               "mine_functions")
+               "mine_functions", "master", "master_port", "__salt")
 """The raetsalt minion opts ``SaltRuntime`` needs."""
 WARM = ("test.ping", "cmd.run", "state.apply", "pillar.items", "grains.items",
         "cp.get_file", "saltutil.sync_all", "pkg.list_pkgs", "file.stat")
 """Functions whose modules are imported in the zygote, before any job forks."""
 REFRESH_TAGS = {"module_refresh": "modules", "pillar_refresh": "pillar",
                 "grains_refresh": "modules"}
+TRANSPORT = "raet"
+"""The transport Salt's modules see: raetsalt's (Salt's own request and event channels
+are replaced; no Salt code goes down its ZeroMQ paths)."""
 _REFRESHES: set[str] = set()
 """What the running job asked to reload (filled by the bus events it fires)."""
+GRAIN_CHANGERS = frozenset({"saltutil.sync_grains", "saltutil.sync_all",
+                            "saltutil.refresh_grains", "saltutil.refresh_modules"})
+"""Functions after which the job reports the minion's grains anew (custom ``_grains``
+synced, or a refresh asked): the minion takes them before the job's return goes out,
+so jobs and grain targeting see them at once, as with Salt."""
 
 
 class _MinionBus(raet_event.MinionEvent):
@@ -80,7 +92,11 @@ def salt_opts(config: Mapping[str, Any]) -> dict[str, Any]:
     import salt.config
 
     cachedir = os.path.join(str(config["cachedir"]), "salt")
-    overrides = {
+    # Salt's own keys from the config files first (disable_modules, providers...); what
+    # raetsalt must decide (paths, the bus, how the master is reached) wins.
+    given = config.get("__salt")
+    overrides = dict(given) if isinstance(given, dict) else {}
+    overrides.update({
         "id": config["id"], "root_dir": "/", "conf_file": config.get("conf_file"),
         "cachedir": cachedir, "pki_dir": os.path.join(cachedir, "pki"),
         "sock_dir": config["sock_dir"], "extension_modules": os.path.join(cachedir, "extmods"),
@@ -90,12 +106,17 @@ def salt_opts(config: Mapping[str, Any]) -> dict[str, Any]:
         "module_dirs": list(config.get("module_dirs") or []),
         "grains": dict(config.get("grains") or {}),
         "mine_functions": dict(config.get("mine_functions") or {}),
-        "multiprocessing": True, "cache_jobs": False, "grains_cache": False,
-        "master_type": "str", "transport": "zeromq",
-    }
+        "multiprocessing": True, "cache_jobs": False,
+        "master_type": "str", "transport": TRANSPORT,
+    })
+    if config.get("master"):
+        overrides["master"] = config["master"]  # (the master's address, as configured)
+    if config.get("master_port"):
+        overrides["master_port"] = config["master_port"]
     opts: dict[str, Any] = salt.config.apply_minion_config(
         overrides, salt.config.DEFAULT_MINION_OPTS.copy())
     opts["sock_dir"] = config["sock_dir"]  # the raetsalt minion's bus, whatever Salt derived
+    opts["__cli"] = str(config.get("__cli") or "salt-minion")  # as Salt's daemon sets it
     # Settings of Salt's modules from the raetsalt config (``redis.host``...).
     opts.update({k: v for k, v in config.items() if "." in k.strip(".")})
     return opts
@@ -103,6 +124,7 @@ def salt_opts(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def _patch_salt(opts: Mapping[str, Any]) -> None:
     import salt.channel.client
+    import salt.crypt
     import salt.utils.event
 
     bus = {"id": str(opts["id"]), "sock_dir": str(opts["sock_dir"])}
@@ -123,6 +145,17 @@ def _patch_salt(opts: Mapping[str, Any]) -> None:
                      ) -> raet_event.SaltEvent:
         return _MinionBus(bus, listen=listen)
 
+    class RoadAuth:
+        """Salt's minion authentication for the functions that make one (``cp.push``):
+        the road has authenticated this minion already; no ZeroMQ sign-in."""
+
+        def __init__(self, opts: Any = None, io_loop: Any = None, **kwargs: Any) -> None:
+            self.opts = opts
+
+        def gen_token(self, clear_tok: bytes) -> bytes:
+            return b""
+
+    salt.crypt.SAuth = RoadAuth
     salt.channel.client.ReqChannel.factory = staticmethod(sync_factory)
     salt.channel.client.AsyncReqChannel.factory = classmethod(
         lambda cls, opts, **kwargs: async_factory(opts, **kwargs))
@@ -216,8 +249,25 @@ class SaltRuntime:
                                      salt_returners=self.returners))
         finally:
             channel.close_all()
-        return {"ret": ret, "missing_fun": missing, "grains_set": {}, "refresh_grains": False,
-                "refresh": sorted(_REFRESHES)}
+        outcome: dict[str, Any] = {"ret": ret, "missing_fun": missing, "grains_set": {},
+                                   "refresh_grains": False, "refresh": sorted(_REFRESHES)}
+        if GRAIN_CHANGERS & {f.strip() for f in data["fun"].split(",")}:
+            fresh = self.fresh_grains()
+            if fresh is not None:
+                outcome["grains_now"] = fresh
+                outcome["refresh"] = sorted({*_REFRESHES, "modules"})
+        return outcome
+
+    def fresh_grains(self) -> dict[str, Any] | None:
+        """The grains computed again now, custom ``_grains`` included (None when that
+        fails: the zygote's reload will report them)."""
+        import salt.loader
+
+        try:
+            return dict(salt.loader.grains(self.opts, force_refresh=True))
+        except Exception:  # noqa: BLE001 - a broken custom grain must not fail the job
+            log.warning("grains not computed again after the sync", exc_info=True)
+            return None
 
     def _multi(self, data: dict[str, Any]) -> dict[str, Any]:
         funs = [f.strip() for f in data["fun"].split(",")]
@@ -243,6 +293,9 @@ class SaltRuntime:
             return self._missing(fun), True
         func = functions[fun]
         failed = {"retcode": codes.EX_GENERIC, "success": False, "out": "nested"}
+        why = unserved(fun)
+        if why is not None:
+            return {"return": f"ERROR executing '{fun}': {why}", **failed}, False
         try:
             args, kwargs = salt.minion.load_args_and_kwargs(func, arg, data)
             functions.pack["__context__"]["retcode"] = 0

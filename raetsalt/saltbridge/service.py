@@ -72,7 +72,7 @@ FILE_COMMANDS: dict[str, str] = {
 MINE_COMMANDS = frozenset({"_mine", "_mine_get", "_mine_delete", "_mine_flush"})
 """Salt's mine (``raetsalt.services.mine``)."""
 COMMANDS = frozenset({*FILE_COMMANDS, "_symlink_list", "_file_envs", "_master_opts",
-                      "_master_tops", "_ext_nodes", "_pillar", *MINE_COMMANDS})
+                      "_master_tops", "_ext_nodes", "_pillar", "_file_recv", *MINE_COMMANDS})
 
 
 class SaltRequestDrop(StrEnum):
@@ -241,6 +241,10 @@ class SaltRequests:
             return [self._answer(minion, rid, ret=self.master_opts(bool(load.get("env_only"))))]
         if cmd in ("_master_tops", "_ext_nodes", "_symlink_list"):
             return [self._answer(minion, rid, ret={})]
+        if cmd == "_file_recv":
+            # cp.push: Salt's master with file_recv off (raetsalt has no file_recv) answers
+            # False, and cp.push returns it.
+            return [self._answer(minion, rid, ret=False)]
         if cmd == "_pillar":
             return self._pillar_request(minion, rid, load, now, grains)
         if cmd in MINE_COMMANDS:

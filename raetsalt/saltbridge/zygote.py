@@ -61,6 +61,8 @@ class Zygote:
 
         try:
             self.runtime = SaltRuntime(config)
+            # Salt puts its own warning filters first when imported: ours go back in front.
+            warnings.filterwarnings("ignore", category=DeprecationWarning)
         except Exception as exc:  # noqa: BLE001 - reported to the daemon, which decides
             log.warning("Salt's loader is not available: %s", exc, exc_info=True)
             control.send(self.sock, {"op": "unavailable", "reason": f"{type(exc).__name__}: "

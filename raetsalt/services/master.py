@@ -36,6 +36,7 @@ from raetsalt.services.grainpool import GrainPool
 from raetsalt.targeting import MinionFacts, expand_nodegroup, match_bounds
 from raetsalt.timefmt import salt_stamp
 
+from . import progress
 from .jids import is_jid, new_jid
 from .ports import Gather, GrainsStore, JobStore, MinionState, Roster
 from .runners import run_runner
@@ -118,6 +119,10 @@ class _Watch:
     returned: set[str] = field(default_factory=set)
     pending: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Returns not sent to the client yet (``MasterJobs.answer_returns``)."""
+    wait: float = 0.0
+    """The client's ``-t``: its interest lasts this long (and a grace) after a beat."""
+    alive: set[str] = field(default_factory=set)
+    """Minions that said they still run the job, not told the client yet."""
 
 
 @dataclass(slots=True)
@@ -280,6 +285,18 @@ class MasterJobs:
                 "cmd": "_return", "_stamp": salt_stamp(self.utcnow())}
         return [Fire(f"salt/job/{jid}/ret/{minion}", load)]
 
+    def on_running(self, minion: str, body: Mapping[str, Any], now: float) -> list[Action]:
+        """A minion still runs these jobs (``raetsalt.services.progress``): the client
+        waiting for one hears it with its next returns, and waits on."""
+        for jid in progress.running_jids_untrusted(body):
+            watch = self._watches.get(jid)
+            if watch is None or minion not in watch.expected or minion in watch.returned:
+                continue
+            watch.expires = max(watch.expires, now + watch.wait + _WATCH_GRACE)
+            watch.alive.add(minion)
+            self._answering.add(jid)
+        return []
+
     def answer_returns(self, room: Callable[[Sink], bool] = lambda sink: True
                        ) -> list[Action]:
         """Send each waiting client the returns that came for it since the last call, many
@@ -302,6 +319,11 @@ class MasterJobs:
                                waiting[start:start + p.RETURNS_PER_MESSAGE]]
                     actions.append(watch.sink.answer(self.estate, p.SHARE_JOB_RET, jid=jid,
                                                      returns=returns))
+                alive = sorted(watch.alive - watch.returned)
+                watch.alive.clear()
+                actions.extend(watch.sink.answer(self.estate, p.SHARE_JOB_RET, jid=jid,
+                                                 returns=[], alive=ids)
+                               for ids in progress.chunks(alive))
             if not watch.pending and watch.expected <= watch.returned:
                 del self._watches[jid]
         return actions
@@ -473,7 +495,7 @@ class MasterJobs:
                                                                **pub)))
             elif minion in bounds.definite:
                 not_connected.append(minion)
-        self._watches[jid] = _Watch(sink, set(minions), now + wait + _WATCH_GRACE)
+        self._watches[jid] = _Watch(sink, set(minions), now + wait + _WATCH_GRACE, wait=wait)
         actions.append(sink.answer(self.estate, p.SHARE_PUB_ACK, jid=jid, minions=minions,
                                    missing=missing, not_connected=not_connected))
         return actions

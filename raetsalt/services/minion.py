@@ -49,6 +49,8 @@ from raetsalt.execution.returners import MAX_NAME, ret_kwargs_untrusted
 from raetsalt.protocol import ToClient
 from raetsalt.targeting import match_self
 
+from .progress import SHARE_RUNNING, Beats
+
 log = logging.getLogger(__name__)
 
 EX_GENERIC = 1
@@ -221,11 +223,17 @@ class JobOutcome:
     refresh_grains: bool = False
     refresh: list[str] = field(default_factory=list)
     """What else the job asked to reload (``Refresh``)."""
+    grains_now: dict[str, Any] | None = None
+    """The minion's grains computed again by the job (Salt's, after a sync): they are
+    taken, and told the master, before the job's return goes out."""
 
     def to_wire(self) -> dict[str, Any]:
-        return {"ret": self.ret, "missing_fun": self.missing_fun,
+        wire = {"ret": self.ret, "missing_fun": self.missing_fun,
                 "grains_set": self.grains_set, "refresh_grains": self.refresh_grains,
                 "refresh": self.refresh}
+        if self.grains_now is not None:
+            wire["grains_now"] = self.grains_now
+        return wire
 
     @classmethod
     def from_wire_untrusted(cls, data: Any) -> JobOutcome:
@@ -240,6 +248,8 @@ class JobOutcome:
             refresh_grains=data.get("refresh_grains") is True,
             refresh=[r for r in refresh if r in ("pillar", "modules")][:2]
             if isinstance(refresh, list) else [],
+            grains_now=data["grains_now"] if isinstance(data.get("grains_now"), dict)
+            else None,
         )
 
 
@@ -269,6 +279,9 @@ class MinionJobs:
         self._held: dict[str, _Held] = {}
         self._drop_log_at = -math.inf
         self._drops_unlogged = 0
+        self.beats = Beats()
+        """Published jobs running here: the master hears they still run
+        (``raetsalt.services.progress``)."""
 
     # -- master ---------------------------------------------------------------------------
 
@@ -347,14 +360,20 @@ class MinionJobs:
         return self._judge(job, now, now_wall)
 
     def get_timer(self) -> float | None:
-        """When the first held publication stops waiting for the master's clock."""
-        if not self._held:
-            return None
-        return min(j.received + min(j.deadline.ttl, HOLD_MAX) for j in self._held.values())
+        """When the first held publication stops waiting for the master's clock, or a
+        running job's beat is due."""
+        times = [j.received + min(j.deadline.ttl, HOLD_MAX) for j in self._held.values()]
+        beat = self.beats.next_due()
+        if beat is not None:
+            times.append(beat)
+        return min(times, default=None)
 
     def handle_timer(self, now: float, now_wall: float) -> list[Action]:
-        """Judge the held publications that waited long enough, by our own clock."""
-        actions: list[Action] = []
+        """Judge the held publications that waited long enough, by our own clock; tell
+        the master which jobs still run."""
+        actions: list[Action] = [
+            ToMaster(p.road_message(self.estate, None, SHARE_RUNNING, jids=jids))
+            for jids in self.beats.due(now)]
         for jid, job in list(self._held.items()):
             if job.received + min(job.deadline.ttl, HOLD_MAX) <= now:
                 del self._held[jid]
@@ -372,6 +391,7 @@ class MinionJobs:
             self._drop(job, JobDrop.EXPIRED, now, f"its deadline passed {late:.1f} s ago "
                        "(the master could not reach this minion in time)")
             return []
+        self.beats.started(job.spec.jid, job.deadline.ttl, now)
         return self._start(job.spec)
 
     def _start(self, spec: JobSpec) -> list[Action]:
@@ -425,6 +445,7 @@ class MinionJobs:
         """Job ``jid`` ended; ``None`` when it died without a result (killed): nothing is
         returned then, as in Salt."""
         job = self.running.pop(jid, None)
+        self.beats.finished(jid)
         if job is None:
             return []
         actions: list[Action] = []
@@ -436,6 +457,8 @@ class MinionJobs:
             return actions
         spec = job.spec
         ret = outcome.ret
+        if outcome.grains_now is not None:
+            actions.extend(self.set_grains(outcome.grains_now))  # the hello goes first
         if outcome.grains_set:
             actions.append(SaveGrains(dict(outcome.grains_set)))
             actions.extend(self.set_grains({**self.grains, **outcome.grains_set}))

@@ -32,6 +32,7 @@ from raetsalt import acl
 
 from .jids import is_jid, start_time
 from .ports import Gather, RunnerContext
+from .runners_more import more_runners
 
 Runner = Callable[..., Any]
 
@@ -367,6 +368,9 @@ RUNNERS: dict[str, Runner] = {
     "jobs.active": jobs_active,
     "acl.explain": acl_explain,
 }
+
+
+RUNNERS.update(more_runners(jobs_list_jobs, jobs_print_job, _format_job))
 
 
 def _negated(test: Callable[[Any], bool]) -> Callable[[Any], bool]:

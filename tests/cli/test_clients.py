@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -249,8 +250,11 @@ def test_batch_keeps_n_running_and_waits_before_reusing_a_slot(
     assert ping == "test.ping" and tgt == ["m3", "m4"]
     # both slots free 0.2 s after their minions returned (0.05 s after publication)
     assert second - first >= 0.25
-    assert sorted(line for line in out if line.startswith("{")) == [
-        '{"m1": "m1"}', '{"m2": "m2"}', '{"m3": "m3"}', '{"m4": "m4"}']
+    # Salt 3008's blocks: the retcode and the jid of the minion's job beside its return
+    docs = [json.loads(line) for line in out if line.startswith("{")]
+    assert [list(doc)[:2] for doc in docs] == [["retcode", "jid"]] * 4
+    assert sorted((list(doc)[2], doc[list(doc)[2]], doc["retcode"]) for doc in docs) == [
+        ("m1", "m1", 0), ("m2", "m2", 0), ("m3", "m3", 0), ("m4", "m4", 0)]
 
 
 def test_batch_names_the_minions_that_did_not_answer_the_ping(
@@ -270,7 +274,22 @@ def test_batch_names_the_minions_that_did_not_answer_the_ping(
         return req
 
     master.request = ping_with_m2_silent  # type: ignore[method-assign]
-    assert run_batch(master, args, command, 0.3, {}, printer()) == 0
+    # m1 ran it; m2 never did: exit 1 (Salt exits 0)
+    assert run_batch(master, args, command, 0.3, {}, printer()) == 1
     out = capsys.readouterr().out
     assert out.startswith("Minion m2 did not respond. No job will be sent.\n")
     assert "Executing run on ['m1']" in out
+
+
+def test_highstate_settings_come_from_the_config_then_the_command_line() -> None:
+    parser = argparse.ArgumentParser()
+    add_common(parser)
+    config = {"__salt": {"state_output": "mixed", "state_verbose": False,
+                         "state_output_pct": "yes"}}  # (a wrong kind: Salt's default)
+    plain = Printer(parser.parse_args([]), "test", config)
+    assert (plain.highstate.state_output, plain.highstate.state_verbose) == ("mixed", False)
+    assert plain.highstate.state_output_pct is False
+    given = Printer(parser.parse_args(["--state-output=terse", "--state_verbose", "true"]),
+                    "test", config)
+    assert (given.highstate.state_output, given.highstate.state_verbose) == ("terse", True)
+    assert Printer(parser.parse_args([]), "test").highstate.state_output == "full"

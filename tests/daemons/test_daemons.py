@@ -274,3 +274,12 @@ def _pid_in(path: Path) -> int:
         return 0
 
 
+def test_a_master_that_never_started_is_named_not_a_permission_problem(world: World) -> None:
+    """Its sock_dir does not exist yet: the clients say the master is not running (not
+    that this user may not use it), with exit code 2."""
+    confdir = world.master_dir()
+    for tool, args in (("salt", ["*", "test.ping"]), ("run", ["manage.up"])):
+        done = world.cli(tool, confdir, *args)
+        assert done.returncode == 2, done.stderr
+        assert "the raetsalt-master daemon is not running" in done.stderr, done.stderr
+        assert "cannot use" not in done.stderr and "command socket" not in done.stderr

@@ -18,8 +18,12 @@ from __future__ import annotations
 import sys
 import textwrap
 
-# Documented master/minion keys that Salt reads with opts.get() but does not declare.
-EXTRA_KEYS = ("mine_functions", "mine_interval", "grains_dirs", "returner_dirs")
+# Documented master/minion keys that Salt reads with opts.get() (or opts[...]) but does
+# not declare: its minion docs (conf_minion) and the code that reads them
+# (salt/minion.py, salt/beacons, salt/modules/pillar.py, salt/utils/decorators,
+# salt/metaproxy).
+EXTRA_KEYS = ("mine_functions", "mine_interval", "grains_dirs", "returner_dirs", "beacons",
+              "use_superseded", "pillar_raise_on_missing", "module_executors", "proxy")
 
 
 def known_keys() -> tuple[str, list[str]]:

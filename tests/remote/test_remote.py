@@ -129,6 +129,19 @@ def test_functions_return_what_salt_returns(cluster: Cluster) -> None:
     assert done.returncode == 1
 
 
+def _batch_docs(lines: list[str]) -> dict[str, Any]:
+    """The JSON documents of a batch run's returns: ``{minion: [return, retcode]}``, each
+    with the jid of its job (Salt 3008 prints both beside the return)."""
+    docs: dict[str, Any] = {}
+    for line in lines:
+        if line.startswith("{"):
+            doc = json.loads(line)
+            assert set(doc) - {"jid", "retcode"} and len(doc["jid"]) == 20
+            [minion] = set(doc) - {"jid", "retcode"}
+            docs[minion] = [doc[minion], doc["retcode"]]
+    return docs
+
+
 def test_batch_mode_runs_n_at_a_time(cluster: Cluster) -> None:
     done = cluster.salt("*", "test.echo", "hi", "-b", "2", "--out", "json", "--out-indent",
                         "-1", "-t", "10")
@@ -137,16 +150,62 @@ def test_batch_mode_runs_n_at_a_time(cluster: Cluster) -> None:
     starts = [line for line in lines if line.startswith("Executing run on ")]
     assert starts[0] == "Executing run on ['minion1', 'minion2']"
     assert starts[1:] == ["Executing run on ['minion3']"]
-    assert json_docs("\n".join(line for line in lines if line.startswith("{"))) == \
-        dict.fromkeys(GRAINS, "hi")
+    assert _batch_docs(lines) == {m: ["hi", 0] for m in GRAINS}
     # the third minion starts only after one of the first two returned
-    assert lines.index(starts[1]) > min(lines.index('{"minion1": "hi"}'),
-                                        lines.index('{"minion2": "hi"}'))
+    first = [i for i, line in enumerate(lines) if line.startswith('{"retcode"')][0]
+    assert lines.index(starts[1]) > first
     done = cluster.salt("*", "cmd.run", "exit 4", "-b", "34%", "-t", "10")
     assert done.returncode == 4  # the largest retcode
     assert done.stdout.count("Executing run on") == 3
     done = cluster.salt("nobody*", "test.ping", "-b", "1")
     assert done.returncode == 2 and "ERROR: No return received" in done.stderr
+
+
+def test_subset_runs_on_n_minions_that_have_the_function(cluster: Cluster) -> None:
+    done = cluster.salt("*", "test.echo", "hi", "--subset", "2", "--out", "json", "--static")
+    assert done.returncode == 0, done.stderr
+    picked = json.loads(done.stdout)
+    assert len(picked) == 2 and set(picked) < set(GRAINS)
+    assert set(picked.values()) == {"hi"}
+    done = cluster.salt("*", "nosuch.function", "--subset", "1")
+    assert done.returncode == 2
+    assert done.stdout.startswith("No minions matched the target.")
+
+
+def test_a_job_longer_than_the_timeout_is_waited_for(cluster: Cluster) -> None:
+    """Salt's -t: the wait goes on while the minion still runs the job (the master's
+    default timeout is 5 s)."""
+    done = cluster.salt("minion1", "test.sleep", "7")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout == "minion1:\n    True\n"
+
+
+def test_batch_waits_for_each_sub_batch_and_prints_salts_blocks(cluster: Cluster) -> None:
+    salt_output = pytest.importorskip("salt.output")
+    salt_config = pytest.importorskip("salt.config")
+    done = cluster.salt("-L", "minion1,minion2", "test.sleep", "2", "-b", "1", "-t", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    jids = [line.split()[-1] for line in done.stdout.splitlines()[:-1]
+            if done.stdout.splitlines()[done.stdout.splitlines().index(line) - 1] == "jid:"]
+    assert len(jids) == 2 and jids[0] != jids[1]
+    opts = {**salt_config.DEFAULT_MASTER_OPTS, "color": False}
+    expected = "".join(
+        f"\nExecuting run on ['{minion}']\n\n" + salt_output.try_printout(
+            {"retcode": 0, "jid": jid, minion: True}, "nested", opts) + "\n"
+        for minion, jid in zip(["minion1", "minion2"], jids, strict=True))
+    assert done.stdout == expected
+    # --failhard: the first failure ends the batch; the exit code is its retcode.
+    done = cluster.salt("-L", "minion1,minion2", "cmd.run", "sleep 1.5; exit 3", "-b", "1",
+                        "--failhard", "-t", "1", "--out", "json", "--out-indent", "-1")
+    assert done.returncode == 3
+    assert done.stdout.count("Executing run on") == 1
+    assert _batch_docs(done.stdout.splitlines()) == {"minion1": ["", 3]}
+    assert "Batch run stopped due to failhard" in done.stderr
+    # --batch-wait holds the slot after a return; everything is still printed.
+    done = cluster.salt("-L", "minion1,minion2", "test.echo", "x", "-b", "1",
+                        "--batch-wait", "1", "--out", "json", "--out-indent", "-1")
+    assert done.returncode == 0
+    assert _batch_docs(done.stdout.splitlines()) == {"minion1": ["x", 0], "minion2": ["x", 0]}
 
 
 def test_doc_and_out_file(cluster: Cluster) -> None:
@@ -290,3 +349,23 @@ def test_a_job_delivered_after_its_deadline_is_dropped_by_the_minion(cluster: Cl
     done = cluster.salt("minion2", "cmd.run", f"sleep 0.5; touch {later}", "-t", "15")
     assert done.returncode == 0, done.stdout + done.stderr
     assert later.exists() and not frozen.exists()
+
+
+def test_a_frozen_minion_is_reported_after_the_timeout(cluster: Cluster) -> None:
+    """A minion that stops saying anything (frozen) is given up ``-t`` seconds after, in
+    a plain run and in a batch, while the other's long job is waited for."""
+    minion = cluster.minions["minion2"]
+    while "minion2" not in cluster.run_json("manage.up"):
+        cluster.wait_event("salt/presence/change", timeout=4 * ALIVE)
+    minion.popen.send_signal(signal.SIGSTOP)
+    try:
+        done = cluster.salt("-L", "minion1,minion2", "test.sleep", "3", "-t", "1")
+        assert done.returncode == 1
+        assert "minion1:\n    True\n" in done.stdout
+        assert "minion2:\n    Minion did not return. [No response]" in done.stdout
+        done = cluster.salt("-L", "minion1,minion2", "test.sleep", "2", "-t", "1", "-b", "1")
+        assert done.returncode == 1
+        assert "minion1:\n    True\n" in done.stdout
+        assert "Minion minion2 did not respond. No job will be sent." in done.stdout
+    finally:
+        minion.popen.send_signal(signal.SIGCONT)

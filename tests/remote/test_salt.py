@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -33,6 +34,7 @@ pytest.importorskip("salt")
 pytestmark = pytest.mark.integration
 
 BIG = 6 << 20
+FORMULAS = Path(__file__).resolve().parent.parent / "data" / "formulas"
 MASTER = """\
 auto_accept: true
 file_roots:
@@ -76,6 +78,10 @@ announce:
     "_modules/mymod.py": "def hello():\n    return {'ping': __salt__['test.ping'](), "
                          "'os': __grains__['os'], 'role': __pillar__.get('role')}\n",
     "mine.j2": "db roles: {{ salt['mine.get']('db1', 'grains.item')['db1']['roles'] }}\n",
+    "_grains/colour.py": "def colour():\n    return {'colour': 'teal'}\n",
+    "slow.sls": "slow:\n  cmd.run:\n    - name: sleep 10\n",
+    "rtree/a.txt": "a\n",
+    "rtree/sub/b.txt": "b\n",
     "tree/a.txt": "a\n",
     "tree/sub/b.txt": "b\n",
 }
@@ -145,11 +151,14 @@ def cluster() -> Iterator[Cluster]:
         _write(srv / "pillar", PILLAR)
         _write(srv / "dev", {"only-dev.txt": "dev\n"})
         (srv / "salt" / "big.bin").write_bytes(os.urandom(BIG))
+        (srv / "salt" / "rtree" / "empty").mkdir()
+        shutil.copytree(FORMULAS, srv / "salt", dirs_exist_ok=True)
         (srv / "salt" / "leak").symlink_to("/etc")
         mods = world.root / "mods"
         _write(mods, {"localmod.py": LOCAL_MODULE})
         minion_d = {"web1": f"execution_mode: auto\nmodule_dirs: [{mods}]\n",
-                    "db1": "execution_mode: salt\n"}
+                    "db1": "execution_mode: salt\ndisable_modules: [network]\n"
+                           "use_superseded: [module.run]\n"}
         with started_cluster(world, MASTER.format(srv=srv),
                              {"web1": "roles: [web]", "db1": "roles: [db]"}, minion_d) as up:
             yield Cluster(world, up.master_conf, up.confs, out, srv, up.minions)
@@ -225,6 +234,12 @@ def test_failed_state_exit_codes(cluster: Cluster) -> None:
 def test_custom_modules_synced_and_from_module_dirs(cluster: Cluster) -> None:
     synced = cluster.json("web1", "saltutil.sync_all")["web1"]
     assert synced["modules"] == ["modules.mymod"] and synced["states"] == []
+    # The custom grain synced with them is live at once: for -G and in jobs (db1 has it
+    # since its highstate above).
+    assert synced["grains"] == ["grains.colour"]
+    done = cluster.salt("-G", "colour:teal", "test.ping", "--out", "json", "--static")
+    assert done.returncode == 0 and json.loads(done.stdout) == {"web1": True, "db1": True}
+    assert cluster.json("web1", "grains.get", "colour") == {"web1": "teal"}
     assert cluster.json("web1", "mymod.hello")["web1"] == {"ping": True, "os": "Debian",
                                                           "role": "web"}
     local = cluster.json("web1", "localmod.whoami")["web1"]
@@ -317,11 +332,20 @@ root = tempfile.mkdtemp()
 opts = salt.config.apply_minion_config(
     {"id": "local", "root_dir": "/", "cachedir": root, "pki_dir": root, "sock_dir": root,
      "log_file": root + "/log", "file_client": "local", "conf_file": root + "/minion",
-     "extension_modules": root + "/extmods", "log_level": "quiet"},
+     "extension_modules": root + "/extmods", "log_level": "quiet",
+     **json.loads(sys.argv[2] if len(sys.argv) > 2 else "{}")},
     salt.config.DEFAULT_MINION_OPTS.copy())
 caller = salt.client.Caller(mopts=opts)
 print(json.dumps({fun: caller.cmd(fun, *args) for fun, args in json.loads(sys.argv[1])}))
 """
+
+KW_CALLER = CALLER.replace(
+    "print(json.dumps({fun: caller.cmd(fun, *args) for fun, args in json.loads(sys.argv[1])}))",
+    "import salt.utils.args\n"
+    "calls = [(fun, *salt.utils.args.parse_input(args, condition=False))\n"
+    "         for fun, args in json.loads(sys.argv[1])]\n"
+    "print(json.dumps([caller.cmd(fun, *a, **kw) for fun, a, kw in calls]))")
+"""``CALLER`` with Salt's reading of ``key=value`` words: a list of returns."""
 
 
 def test_same_returns_as_salt_on_this_machine(cluster: Cluster) -> None:
@@ -398,8 +422,13 @@ def test_refresh_pillar_reaches_targeting(cluster: Cluster) -> None:
 
 
 def test_salt_mode_runs_salts_functions(cluster: Cluster) -> None:
+    import salt.version
+
     versions = cluster.json("*", "test.version")
-    assert versions["db1"].startswith("30") and versions["web1"] == "0.1.0"  # native in auto
+    assert versions == dict.fromkeys(("web1", "db1"), salt.version.__version__)  # Salt's
+    done = cluster.world.cli("run", cluster.master_conf, "manage.versions", "--out", "json")
+    assert json.loads(done.stdout) == {"Up to date": versions,
+                                       "Master": salt.version.__version__}
     listed = cluster.json("db1", "sys.list_modules")["db1"]
     assert {"state", "pkg", "cp", "pillar"} <= set(listed)
     # Salt's sys in auto too; the CLI prints sys.doc by function, as Salt's does
@@ -440,3 +469,169 @@ def test_the_mine_through_salts_mine_module(cluster: Cluster) -> None:
     assert cluster.json("web1", "mine.get", "db1", "grains.item") == {"web1": {}}
     assert cluster.json("db1", "mine.flush") == {"db1": True}
     assert cluster.json("web1", "mine.get", "db1", "network.ip_addrs") == {"web1": {}}
+def test_cmd_run_takes_salts_arguments_in_auto_mode(cluster: Cluster) -> None:
+    """A built-in function runs only calls it takes as Salt's would; the others run
+    Salt's own (web1: auto mode), compared with Salt's ``salt-call --local``."""
+    # (python_shell=True: what a published job gets by default, a bare Caller not)
+    calls = [("cmd.run", ["id -un", "runas=nobody"]), ("cmd.run", ["cat", "stdin=hello"]),
+             ("cmd.run", ["echo $0", "shell=/bin/sh", "python_shell=True"]),
+             ("cmd.run", ["echo quiet; exit 3", "ignore_retcode=True",
+                          "output_loglevel=quiet", "python_shell=True"]),
+             ("cmd.run", ["umask", "umask=077", "python_shell=True"])]
+    done = subprocess.run([sys.executable, "-c", KW_CALLER, json.dumps(calls)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    expected = json.loads(done.stdout.splitlines()[-1])
+    assert expected == ["nobody", "hello", "/bin/sh", "quiet", "0077"]
+    got = [cluster.json("web1", fun, *args)["web1"] for fun, args in calls]
+    assert got == expected
+    sanitized = cluster.json("web1", "grains.items", "sanitize=True")["web1"]
+    assert sanitized["id"] == "MINION.DOMAINNAME" and len(sanitized) >= 70  # Salt's mask
+    # sys.doc describes the function that runs: Salt's (runas, stdin...).
+    doc = cluster.json("web1", "sys.doc", "cmd.run")["cmd.run"]
+    assert "runas" in doc and "stdin" in doc
+
+
+def test_synced_grains_are_live_at_once(cluster: Cluster) -> None:
+    """A custom grain synced by ``saltutil.sync_grains`` (db1: salt mode; web1 got its
+    with ``sync_all`` above, auto mode) is in jobs and in ``-G`` targeting right after
+    the sync returns."""
+    module = cluster.srv / "salt" / "_grains" / "colour.py"
+    module.write_text("def colour():\n    return {'colour': 'teal', 'flavour': 'mint'}\n")
+    assert cluster.json("db1", "saltutil.sync_grains") == {"db1": ["grains.colour"]}
+    done = cluster.salt("-G", "flavour:mint", "test.ping")
+    assert done.returncode == 0 and done.stdout == "db1:\n    True\n"
+    assert cluster.json("db1", "grains.item", "flavour") == {"db1": {"flavour": "mint"}}
+    # refresh_grains in salt mode too: a grain file changed on the minion.
+    (cluster.confs["db1"] / "grains").write_text("shade: dark\n")
+    assert cluster.json("db1", "saltutil.refresh_grains") == {"db1": True}
+    done = cluster.salt("-G", "shade:dark", "test.ping")
+    assert done.returncode == 0 and done.stdout == "db1:\n    True\n"
+
+
+@pytest.mark.parametrize("empty", [True, False])
+def test_file_recurse_test_true_is_salts(cluster: Cluster, empty: bool) -> None:
+    dest = str(cluster.world.root / "recursed")
+    args = ["file.recurse", f"name={dest}", "source=salt://rtree", "test=True",
+            f"include_empty={empty}"]
+    extra = {"file_roots": {"base": [str(cluster.srv / "salt")]}}
+    done = subprocess.run([sys.executable, "-c", KW_CALLER, json.dumps([("state.single", args)]),
+                           json.dumps(extra)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    [expected] = json.loads(done.stdout.splitlines()[-1])
+    got = cluster.json("web1", "state.single", *args)["web1"]
+    assert list(got) == list(expected)
+    [(key, theirs)] = expected.items()
+    ours = got[key]
+    # With include_empty, Salt lists the source directory itself (``<dest>/.``).
+    assert (f"{dest}/." in theirs["changes"]) is empty
+    for field in ("name", "changes", "result"):
+        assert ours[field] == theirs[field], field
+    # Salt orders the comment's blocks by iterating sets (it varies with the hash seed).
+    def blocks(comment: str) -> list[str]:
+        return sorted(block.strip() for block in ("\n" + comment).split("\n#### "))
+
+    assert blocks(ours["comment"]) == blocks(theirs["comment"])
+
+
+def test_features_not_served_answer_at_once_in_one_line(cluster: Cluster) -> None:
+    """No traceback, no success for work not done, no 30 s wait for an answer nobody
+    gives: cp.push answers False as Salt's master with file_recv off; the minion's
+    scheduler and beacons, runners on a minion name what is missing."""
+    pushed = cluster.world.root / "push-me"
+    pushed.write_text("x")
+    for minion in ("web1", "db1"):
+        done = cluster.salt(minion, "cp.push", str(pushed))
+        assert done.returncode == 0 and done.stdout == f"{minion}:\n    False\n", done.stdout
+    cases = [("schedule.list", [], "the Salt scheduler is not run by raetsalt minions"),
+             ("schedule.add", ["job1", "function=test.ping", "seconds=3600"],
+              "the Salt scheduler is not run by raetsalt minions"),
+             ("beacons.list", [], "Salt beacons are not run by raetsalt minions"),
+             ("saltutil.runner", ["manage.up"], "runners are not run on raetsalt minions")]
+    for fun, args, why in cases:
+        for minion in ("web1", "db1"):
+            done = cluster.salt(minion, fun, *args, "-t", "5")
+            assert done.returncode == 1, (fun, done.stdout)
+            [line] = done.stdout.splitlines()[1:]
+            assert line.startswith(f"    ERROR executing '{fun}': {why}"), line
+            assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_a_ten_second_state_returns_with_the_default_timeout(cluster: Cluster) -> None:
+    """The master's timeout is 5 s; the state runs 10 s: the CLI waits for it, as Salt's
+    does (db1 runs Salt's loader for everything)."""
+    done = cluster.world.cli("salt", cluster.master_conf, "db1", "state.apply", "slow",
+                             timeout=120.0)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Summary for db1\n------------\nSucceeded: 1 (changed=1)\nFailed:    0\n" in (
+        done.stdout)
+
+
+def test_salts_config_reaches_salt(cluster: Cluster) -> None:
+    """Keys raetsalt leaves to Salt (db1's disable_modules, use_superseded) reach Salt's
+    loader; Salt's modules see the master as configured, Salt's daemon name and a
+    transport that is not ZeroMQ."""
+    modules = cluster.json("*", "sys.list_modules")
+    assert "network" in modules["web1"] and "network" not in modules["db1"]
+    port = load_node_config(cluster.master_conf, "master")["raet_port"]
+    for key, value in (("use_superseded", ["module.run"]), ("master", "127.0.0.1"),
+                       ("master_port", port), ("__cli", "salt-minion"), ("transport", "raet")):
+        assert cluster.json("db1", "config.get", key) == {"db1": value}, key
+    assert cluster.json("db1", "grains.get", "master") == {"db1": "127.0.0.1"}
+
+
+def test_state_output_options_as_salts(cluster: Cluster) -> None:
+    """``--state-output``/``--state-verbose`` print what Salt's highstate outputter prints
+    with those settings, for the same return (read back from the job cache)."""
+    import copy
+
+    import salt.config
+    import salt.output
+
+    for flags, settings in ((["--state-output=terse"], {"state_output": "terse"}),
+                            (["--state-output", "changes", "--state-verbose", "False"],
+                             {"state_output": "changes", "state_verbose": False})):
+        done = cluster.salt("web1", "state.apply", "web", "test=True", "-v", *flags)
+        assert done.returncode == 0, done.stdout + done.stderr
+        header, _, text = done.stdout.partition("\n\n")
+        jid = header.splitlines()[0].rsplit(" ", 1)[1]
+        cached = cluster.world.cli("run", cluster.master_conf, "jobs.lookup_jid", jid,
+                                   "--out", "json")
+        data = json.loads(cached.stdout)
+        opts = copy.deepcopy(salt.config.DEFAULT_MASTER_OPTS)
+        opts.update(color=False, **settings)
+        assert text == salt.output.out_format(data, "highstate", opts) + "\n", flags
+        if "terse" in flags[0]:  # one line per state
+            assert "\n    Function: " not in text and "  Name: " in text
+
+
+def test_no_deprecation_warnings_on_the_console(cluster: Cluster) -> None:
+    """Salt imports modules Python deprecates (crypt): not the operator's business."""
+    for name, daemon in cluster.minions.items():
+        lines = daemon.drain()
+        assert lines and not [line for line in lines if "DeprecationWarning" in line], name
+
+
+_VOLATILE = ("duration", "start_time", "__run_num__")
+
+
+@pytest.mark.parametrize("sls", ["users", "sysctl", "timezone", "ntp", "openssh.config"])
+def test_formulas_as_salt_call_local(cluster: Cluster, sls: str) -> None:
+    """Small formulas in the shape of five public saltstack-formulas: state.show_sls and
+    state.apply test=True give what Salt's salt-call --local gives (the same state
+    modules, map.jinja, includes and requisites)."""
+    calls = [("state.show_sls", [sls]), ("state.apply", [sls, "test=True"])]
+    extra = {"file_roots": {"base": [str(cluster.srv / "salt")]}}
+    done = subprocess.run([sys.executable, "-c", KW_CALLER, json.dumps(calls),
+                           json.dumps(extra)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    shown, applied = json.loads(done.stdout.splitlines()[-1])
+    assert isinstance(shown, dict) and shown, shown
+    assert cluster.json("web1", "state.show_sls", sls)["web1"] == shown
+    # (a state that fails here, as timezone without systemd, fails the same in Salt)
+    ours = json_docs(cluster.salt("web1", "state.apply", sls, "test=True", "--out",
+                                  "json").stdout)["web1"]
+    assert set(ours) == set(applied)
+    for key, theirs in applied.items():
+        assert {k: v for k, v in ours[key].items() if k not in _VOLATILE} == {
+            k: v for k, v in theirs.items() if k not in _VOLATILE}, key

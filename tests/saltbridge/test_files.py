@@ -143,3 +143,7 @@ def test_listings(roots: tuple[FileRoots, Path]) -> None:
     assert files.file_list("base", "web/") == ["web/init.sls"]
     assert "empty" in files.empty_dirs("base") and "web" in files.dir_list("base")
     assert files.file_list("nope") == []
+    # Salt's fileserver filters by the prefix without its slashes: the directory itself
+    # is listed under ``web/`` (file.recurse counts it as ``<dest>/.``).
+    assert "web" in files.dir_list("base", "web/") and "web" in files.dir_list("base", "/web")
+    assert files.empty_dirs("base", "empty/") == ["empty"]

@@ -88,3 +88,17 @@ def test_errors_and_override(roots: dict[str, list[str]], tmp_path: Path) -> Non
 def test_merge_is_recursive_and_replaces_the_rest() -> None:
     assert merge({"a": {"b": 1, "c": [1]}, "d": 1}, {"a": {"c": [2]}, "d": {"e": 1}}) == {
         "a": {"b": 1, "c": [2]}, "d": {"e": 1}}
+
+
+def test_salts_own_keys_reach_salts_pillar(tmp_path: Path) -> None:
+    """Keys raetsalt leaves to Salt (``opts['__salt']``: ext_pillar here) reach Salt's
+    pillar compiler; raetsalt's own paths still win."""
+    pytest.importorskip("salt")
+    (tmp_path / "top.sls").write_text("base:\n  '*':\n    - plain\n")
+    (tmp_path / "plain.sls").write_text("plain: 1\n")
+    salt_keys = {"ext_pillar": [{"cmd_yaml": "echo 'extra: 2'"}],
+                 "cachedir": "/nowhere"}
+    compiler = SaltPillar({"base": [str(tmp_path)]},
+                          {"cachedir": str(tmp_path / "c"), "__salt": salt_keys})
+    assert compiler.opts["cachedir"] == str(tmp_path / "c" / "salt")
+    assert compiler.compile("web1", {"id": "web1"}, None, None) == {"plain": 1, "extra": 2}

@@ -418,3 +418,33 @@ def test_a_restricted_runner_runs_the_arguments_it_was_checked_with(
     body["arg"] = ["cmd.*"]
     [reply] = [a.body for a in jobs.on_runner(fred, "y", body, 0.0) if isinstance(a, ToClient)]
     assert reply["denied"] is True and "positional argument 1" in reply["error"]
+
+
+def test_manage_versions_sorts_the_minions_as_salt_does(
+        master: MasterJobs, roster: FakeRoster, monkeypatch: pytest.MonkeyPatch) -> None:
+    from raetsalt.services import runners_more
+
+    monkeypatch.setattr(runners_more, "master_version", lambda: "3008.4")
+    roster.states["minion3"] = MinionState(True, True, True, False)
+    actions = run(master, "manage.versions", now=1.0)
+    asks = [a for a in actions if isinstance(a, ToMinion)]
+    assert sorted(a.minion for a in asks) == ["minion1", "minion2"]
+    assert asks[0].body["fun"] == "test.version"
+    ask = asks[0].body["jid"]
+    master.on_return("minion1", {"jid": ask, "return": "3007.1"})
+    [done] = master.on_return("minion2", {"jid": ask, "return": "3008.4"})
+    assert done.body["return"] == {  # type: ignore[union-attr]
+        "Minion requires update": {"minion1": "3007.1"}, "Up to date": {"minion2": "3008.4"},
+        "Master": "3008.4"}
+    assert runners_more.version_key("3008.0rc1") < runners_more.version_key("3008.0")  # type: ignore[operator]
+    assert runners_more.version_key("not a version") is None
+
+
+def test_last_run_and_list_jobs_filter(master: MasterJobs) -> None:
+    assert run(master, "jobs.last_run") is False
+    first = ack(publish(master, "minion1", "list", "test.arg", [1]))["jid"]
+    second = ack(publish(master, "minion2", "list", "cmd.run", ["id"]))["jid"]
+    assert list(run(master, "jobs.last_run")) == [second]
+    assert list(run(master, "jobs.last_run", function="test.*")) == [first]
+    assert list(run(master, "jobs.list_jobs_filter", 1)) == [second]
+    assert run(master, "jobs.master") == []
