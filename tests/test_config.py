@@ -324,7 +324,8 @@ def test_salts_keys_are_kept_for_salts_loader(tmp_path: Path) -> None:
     assert opts["__salt"] == {
         "disable_modules": ["cmdmod"], "providers": {"pkg": "yumpkg"},
         "pillar_raise_on_missing": True, "beacons": {}, "module_executors": ["direct_call"],
-        "proxy": {}, "use_superseded": ["module.run"], "mysql.host": "db", "peer": {}}
+        "proxy": {}, "use_superseded": ["module.run"], "peer": {}}
+    assert opts["mysql.host"] == "db"  # a module's setting stays in the opts themselves
     write(tmp_path / "minion", "__salt: {}\n")
     with pytest.raises(ConfigError, match="set by raetsalt"):
         load_node_config(tmp_path, "minion")
