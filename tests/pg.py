@@ -59,6 +59,7 @@ class Postgres:
     dbname: str = "salt"
     port: int = PORT
     _as: list[str] = field(default_factory=list)
+    _made: int = 0
 
     @property
     def data(self) -> Path:
@@ -119,9 +120,12 @@ class Postgres:
                                "status"], capture_output=True, timeout=30, cwd="/")
         return done.returncode == 0
 
-    def create_database(self, name: str) -> str:
-        """A new empty database; its connection string."""
+    def create_database(self, prefix: str) -> str:
+        """A new empty database (``prefix`` and a number); its connection string."""
         import psycopg
+
+        self._made += 1
+        name = prefix if prefix == self.dbname else f"{prefix}_{self._made}"
 
         admin = self.conninfo.replace(f"dbname={self.dbname}", "dbname=postgres")
         with psycopg.connect(admin, autocommit=True) as conn:

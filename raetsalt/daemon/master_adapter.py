@@ -42,6 +42,8 @@ from raetsalt.node import Node, NodeEvent
 from raetsalt.protocol import ToClient
 from raetsalt.services.master import Action as MasterAction
 from raetsalt.services.master import Fire, MasterJobs, PeerGrant, Sink, ToMinion
+from raetsalt.services.ports import JobStore
+from raetsalt.store.pgjobcache import PgJobCache
 
 log = logging.getLogger("raetsalt.daemon")
 
@@ -103,6 +105,14 @@ class MasterInbox:
         return dropped
 
 
+def job_cache(opts: Mapping[str, Any]) -> JobStore:
+    """``master_job_cache``: Salt's ``local_cache`` (files under ``<cachedir>/jobs``,
+    written by a child process) or ``pgjsonb`` (``raetsalt.store.pgjobcache``)."""
+    if opts.get("master_job_cache") == "pgjsonb":
+        return PgJobCache(opts, os.path.join(opts["cachedir"], "pgjsonb-spool"))
+    return QueuedJobCache(os.path.join(opts["cachedir"], "jobs"), process=True)
+
+
 class MasterAdapter:
     """The master's job service on its node, with its access gate (who is asking:
     ``raetsalt.daemon.access``)."""
@@ -113,7 +123,7 @@ class MasterAdapter:
         self.roster = RoadRoster(node)
         self.jobs = MasterJobs(
             opts,
-            QueuedJobCache(os.path.join(opts["cachedir"], "jobs"), process=True),
+            job_cache(opts),
             self.roster,
             estate=node.stack.road.name,
             data_cache=QueuedDataCache(os.path.join(opts["cachedir"], "minions")),
@@ -229,8 +239,7 @@ class MasterAdapter:
             actions.extend(self.jobs.on_return(self._role(event.remote), event.body))
         messages.clear()
         actions.extend(self.jobs.answer_returns(self._keeping_up))
-        if isinstance(self.jobs.cache, QueuedJobCache):
-            self.jobs.cache.writer.commit_now()
+        self._commit_job_cache()
         return actions
 
     def serve_minions(self, messages: list[MessageReceived], now: float) -> list[MasterAction]:
@@ -284,12 +293,19 @@ class MasterAdapter:
     def close(self) -> None:
         self.gate.close()
         self.salt.close()
-        if isinstance(self.jobs.cache, QueuedJobCache):
-            self.jobs.cache.close()  # what is queued reaches the disk
+        if isinstance(self.jobs.cache, QueuedJobCache | PgJobCache):
+            self.jobs.cache.close()  # what is queued reaches the disk (or the spool)
         if isinstance(self.jobs.data_cache, QueuedDataCache):
             self.jobs.data_cache.close()
 
     # -- internals ------------------------------------------------------------------------
+
+    def _commit_job_cache(self) -> None:
+        cache = self.jobs.cache
+        if isinstance(cache, QueuedJobCache):
+            cache.writer.commit_now()
+        elif isinstance(cache, PgJobCache):
+            cache.commit_now()
 
     def _role(self, remote_name: str) -> str:
         """The minion id of a road remote (its role; its name when it has none)."""
