@@ -216,3 +216,20 @@ def test_a_wrong_password_is_logged_once_and_rows_wait(
         cache.close()
     lines = [r.getMessage() for r in caplog.records if "unreachable (" in r.getMessage()]
     assert len(lines) == 1 and "nope" not in json.dumps(lines)
+
+
+def test_a_row_the_database_refuses_is_set_aside_and_the_rest_written(
+        cache: PgJobCache, database: str, tmp_path: Path) -> None:
+    cache.save_load(JID, {"fun": "test.ping"})
+    cache.commit_now()
+    assert cache.flush()
+    with psycopg.connect(database) as conn:  # a rule of the site's DBA, say
+        conn.execute("ALTER TABLE salt_returns ADD CONSTRAINT no_poison CHECK (id <> 'poison')")
+    for minion in ("m1", "poison", "m2"):
+        cache.save_return(JID, minion, _ret(minion))
+    cache.commit_now()
+    assert cache.flush()
+    assert sorted(_rows(database, "SELECT id FROM salt_returns")) == [("m1",), ("m2",)]
+    assert cache.writer.stats["rejected"] == 1
+    (kept,) = (tmp_path / "spool" / "rejected.jsonl").read_text().splitlines()
+    assert json.loads(kept)[:3] == ["ReturnRow", JID, "poison"]
