@@ -483,6 +483,18 @@ SCHEMA: tuple[Option, ...] = (
         example=("cluster_store: 'host=/run/postgresql dbname=salt user=salt'",),
     ),
     Option(
+        "cluster_id",
+        s.string(nonempty=True, nullable=True),
+        {"master": None},
+        "The name of this master's cluster (Salt 3007's key).  With cluster_store set, "
+        "the masters of one cluster share their operators' key decisions through that "
+        "database: a minion accepted on one master joins every other without a "
+        "re-accept, and a key deleted or rejected on one ends the minion's session on "
+        "all.  (cluster_peers and cluster_pki_dir are not used yet.)",
+        "Jobs",
+        example=("cluster_id: fleet1",),
+    ),
+    Option(
         "keep_jobs",
         s.integer(0),
         {"master": 24},

@@ -35,6 +35,7 @@ PURE = [
     "store/pgconfig.py",
     "store/rows.py",
     "store/schema.py",
+    "store/sharedkeys.py",
 ]
 FORBIDDEN = {"socket", "select", "selectors", "time", "asyncio", "ioflo", "threading"}
 

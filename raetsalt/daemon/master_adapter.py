@@ -30,6 +30,7 @@ from typing import Any, assert_never
 from raetsalt import protocol as p
 from raetsalt.daemon.access import REQUEST_SHARES, AccessGate, Ready
 from raetsalt.daemon.cachewriter import QueuedDataCache, QueuedJobCache
+from raetsalt.daemon.clusterkeys import ClusterKeyLink
 from raetsalt.daemon.keys import SHARE_KEY, KeyService
 from raetsalt.daemon.roster import RoadRoster
 from raetsalt.daemon.saltmaster import MasterBridge
@@ -135,7 +136,10 @@ class MasterAdapter:
         self.gate = AccessGate(opts, opts["sock_dir"], node.manor.lane.yard_path,
                                self._send_answer, self._fire, estate=node.stack.road.name,
                                serving=self.jobs.serving)
-        self.keys = KeyService(node, self.gate.lane_requester, self._send_answer)
+        self.cluster = ClusterKeyLink(node, opts) if opts.get("cluster_id") else None
+        """The cluster's shared keys (``cluster_id``), or None."""
+        self.keys = KeyService(node, self.gate.lane_requester, self._send_answer,
+                               self.cluster.publish if self.cluster is not None else None)
         self.salt = MasterBridge(opts, node.stack.road.name, clock=node.clock)
         """Salt's file server and pillar for minions (``raetsalt.saltbridge``)."""
         self.jobs.pillars = self.salt.requests.pillars
@@ -149,11 +153,15 @@ class MasterAdapter:
         self.gate.register(selector, data)
         self.keys.register(selector, data)
         self.salt.register(selector, data)
+        if self.cluster is not None:
+            self.cluster.register(selector, data)
 
     def unregister(self, selector: selectors.BaseSelector) -> None:
         self.gate.unregister(selector)
         self.keys.unregister(selector)
         self.salt.unregister(selector)
+        if self.cluster is not None:
+            self.cluster.unregister(selector)
 
     def timeout(self) -> float | None:
         timers = [t for t in (self.jobs.get_timer(), self.gate.get_timer()) if t is not None]
@@ -267,6 +275,8 @@ class MasterAdapter:
         """Time and the workers: job time-outs, runner gatherings and cache cleaning, Salt's
         worker answers, and a longer alive period told to the connected minions."""
         actions: list[MasterAction] = list(self.salt.poll(self.jobs.grains))
+        if self.cluster is not None:
+            self.cluster.poll()
         timer = self.jobs.get_timer()
         if timer is not None and timer <= now:
             actions.extend(self.jobs.handle_timer(now))
@@ -293,6 +303,8 @@ class MasterAdapter:
     def close(self) -> None:
         self.gate.close()
         self.salt.close()
+        if self.cluster is not None:
+            self.cluster.close()
         if isinstance(self.jobs.cache, QueuedJobCache | PgJobCache):
             self.jobs.cache.close()  # what is queued reaches the disk (or the spool)
         if isinstance(self.jobs.data_cache, QueuedDataCache):
