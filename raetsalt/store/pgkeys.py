@@ -88,6 +88,10 @@ class ClusterKeys:
         self._outbox: list[SharedKey] = []
         self._inbox: list[SharedKey] = []
         self._stop = False
+        self._woken = 0
+        """Wake-up bytes written (after each byte); ``take`` reads the pipe only when
+        this moved since ``_seen``, so the byte is there to read."""
+        self._seen = 0
         self._throttle = Throttle(60.0)
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._thread = threading.Thread(target=self._run, name="cluster-keys", daemon=True)
@@ -118,6 +122,11 @@ class ClusterKeys:
         return self._wake_r
 
     def take(self) -> list[SharedKey]:
+        """Decisions heard since the last call (cheap when there are none: the loop
+        calls it every pass)."""
+        if self._woken == self._seen:
+            return []
+        self._seen = self._woken
         try:
             while os.read(self._wake_r, 4096):
                 pass
@@ -215,6 +224,7 @@ class ClusterKeys:
             os.write(self._wake_w, b"k")
         except BlockingIOError:
             pass  # the loop has bytes to read already
+        self._woken += 1
 
     def _failed(self, exc: psycopg.Error) -> None:
         self.stats["failures"] += 1

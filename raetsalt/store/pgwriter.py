@@ -131,10 +131,25 @@ class PgWriter:
                 self._cond.wait(remaining)
         return True
 
+    def _spooled(self, timeout: float) -> bool:
+        """Wait until everything submitted is in the spool."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._queue or self._spooling:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+        return True
+
     def close(self, timeout: float = 10.0) -> None:
-        """Spool what is queued, give the database ``timeout`` to take the spool, stop.
-        What it did not take stays in the spool for the next start."""
-        shipped = self.flush(timeout)
+        """Spool what is queued, give the database ``timeout`` to take the spool (none
+        while it is known to be unreachable), stop.  What it did not take stays in the
+        spool for the next start."""
+        if self.database_up is False:  # only the spool: the database may be gone long
+            shipped = self._spooled(timeout) and self.flush(0.0)
+        else:
+            shipped = self.flush(timeout)
         with self._cond:
             self._stopping = True
             self._abandon = True
