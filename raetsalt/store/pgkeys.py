@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -67,8 +68,9 @@ NOTIFY = "SELECT pg_notify(%s, %s)"
 SELECT = ("SELECT role, state, verhex, pubhex, origin FROM raetsalt_cluster_keys "
           "WHERE cluster_id = %s")
 RETRY = 1.0
-LISTEN_WAIT = 0.2
-"""Seconds the thread listens before it looks for decisions to write."""
+LISTEN_WAIT = 5.0
+"""Seconds the thread waits at most for a notification or a decision to write (the
+thread's only wake-up when nothing happens)."""
 MAX_QUEUED = 100_000
 
 
@@ -94,6 +96,8 @@ class ClusterKeys:
         self._seen = 0
         self._throttle = Throttle(60.0)
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._kick_r, self._kick_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        """Wakes the thread when a decision is to be written."""
         self._thread = threading.Thread(target=self._run, name="cluster-keys", daemon=True)
         self._thread.start()
 
@@ -116,6 +120,10 @@ class ClusterKeys:
             else:
                 self.stats["dropped"] += 1
             self._lock.notify_all()
+        try:
+            os.write(self._kick_w, b"k")
+        except BlockingIOError:
+            pass
 
     def fileno(self) -> int:
         """Readable when decisions from the cluster wait for ``take``."""
@@ -127,21 +135,29 @@ class ClusterKeys:
         if self._woken == self._seen:
             return []
         self._seen = self._woken
-        try:
-            while os.read(self._wake_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
+        self._drain(self._wake_r)
         with self._lock:
             taken, self._inbox = self._inbox, []
         return taken
+
+    @staticmethod
+    def _drain(fd: int) -> None:
+        try:
+            while os.read(fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
 
     def close(self) -> None:
         with self._lock:
             self._stop = True
             self._lock.notify_all()
+        try:
+            os.write(self._kick_w, b"k")
+        except BlockingIOError:
+            pass
         self._thread.join(5.0)
-        for fd in (self._wake_r, self._wake_w):
+        for fd in (self._wake_r, self._wake_w, self._kick_r, self._kick_w):
             os.close(fd)
 
     # -- the thread -----------------------------------------------------------------------
@@ -156,11 +172,15 @@ class ClusterKeys:
                 if conn is None:
                     conn = self._connect()
                 self._write(conn)
-                for notify in conn.notifies(timeout=LISTEN_WAIT):
+                # What arrived (while writing, too: psycopg keeps those), then wait for
+                # the database or a decision of ours.
+                for notify in conn.notifies(timeout=0.0):
                     if foreign(self.cluster_id, notify.payload):
                         self.stats["foreign"] += 1
                         continue
                     self._heard(from_payload(self.cluster_id, notify.payload))
+                select.select([conn.fileno(), self._kick_r], [], [], LISTEN_WAIT)
+                self._drain(self._kick_r)
             except psycopg.Error as exc:
                 if conn is not None:
                     conn.close()
