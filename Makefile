@@ -10,7 +10,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test demo bench lint type clean pins test-latest
+.PHONY: venv test demo bench lint type clean pins test-latest postgres
 
 venv: $(STAMP)
 
@@ -18,7 +18,7 @@ venv: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml setup.py raetsalt/_trains.c constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt \
-		-e '.[test,bench,lint,salt]'
+		-e '.[test,bench,lint,salt,cluster]'
 	touch $(STAMP)
 
 # the tests that compare with Salt itself (the oracle)
@@ -30,7 +30,7 @@ pins:
 	rm -rf .venv-pins
 	$(PYTHON) -m venv .venv-pins
 	.venv-pins/bin/python -m pip install -q --disable-pip-version-check \
-		-e '.[test,bench,lint,salt]'
+		-e '.[test,bench,lint,salt,cluster]'
 	.venv-pins/bin/python .ci/pins.py freeze
 	rm -rf .venv-pins
 
@@ -42,7 +42,16 @@ test-latest:
 	.venv-latest/bin/python .ci/pins.py drift
 	.venv-latest/bin/python -m pytest -q -p no:cacheprovider $(ORACLE_TESTS)
 
-test: lint type
+# The PostgreSQL job cache tests start their own server (tests/pg.py) and need its
+# binaries: found on PATH or under /usr/lib/postgresql/*/bin, else installed here (root only).
+postgres:
+	@command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+		|| { if [ "$$(id -u)" = 0 ]; then \
+			DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; \
+		else echo "PostgreSQL's server binaries are missing: run 'sudo apt-get install postgresql' (or make test as root)" >&2; exit 1; fi; }
+
+test: lint type postgres
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 demo: $(STAMP)

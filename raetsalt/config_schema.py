@@ -472,11 +472,39 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "master_job_cache",
-        s.choice(("local_cache",)),
+        s.choice(("local_cache", "pgjsonb")),
         {"master": "local_cache"},
-        "Job cache backend.  Only Salt's 'local_cache' exists: jobs are stored "
-        "under <cachedir>/jobs.",
+        "Job cache backend: Salt's 'local_cache' (files under <cachedir>/jobs) or "
+        "'pgjsonb' (PostgreSQL, in Salt's pgjsonb tables jids and salt_returns; needs "
+        "the 'cluster' extra).  pgjsonb finds the database in cluster_store, else in "
+        "Salt's returner.pgjsonb.host/port/user/pass/db keys; rows go through a spool "
+        "under <cachedir>/pgjsonb-spool, so an outage loses none.",
         "Jobs",
+        example=("master_job_cache: pgjsonb", "returner.pgjsonb.host: db.example.com",
+                 "returner.pgjsonb.user: salt", "returner.pgjsonb.pass: salt",
+                 "returner.pgjsonb.db: salt", "returner.pgjsonb.port: 5432"),
+    ),
+    Option(
+        "cluster_store",
+        s.string(nonempty=True, nullable=True),
+        {"master": None},
+        "A libpq connection string (or postgresql:// URI) for the PostgreSQL "
+        "database master_job_cache: pgjsonb uses; when set, the returner.pgjsonb.* "
+        "keys are not read.",
+        "Jobs",
+        example=("cluster_store: 'host=/run/postgresql dbname=salt user=salt'",),
+    ),
+    Option(
+        "cluster_id",
+        s.string(nonempty=True, nullable=True),
+        {"master": None},
+        "The name of this master's cluster (Salt 3007's key).  With cluster_store set, "
+        "the masters of one cluster share their operators' key decisions through that "
+        "database: a minion accepted on one master joins every other without a "
+        "re-accept, and a key deleted or rejected on one ends the minion's session on "
+        "all.  (cluster_peers and cluster_pki_dir are not used yet.)",
+        "Jobs",
+        example=("cluster_id: fleet1",),
     ),
     Option(
         "keep_jobs",

@@ -12,8 +12,9 @@ _TESTS = str(Path(__file__).resolve().parent)
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
 
-# The ``raet_peer`` fixture (a real raet 0.6.8 peer), for every test that asks for it.
-pytest_plugins = ["raetpeer_client"]
+# The ``raet_peer`` fixture (a real raet 0.6.8 peer) and ``postgres`` (a real PostgreSQL
+# server, tests/pg.py), for every test that asks for them.
+pytest_plugins = ["raetpeer_client", "pg"]
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

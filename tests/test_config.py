@@ -395,7 +395,7 @@ def test_wrong_type_message_exact(tmp_path: Path) -> None:
         ("master", "eauth_fail_delay: .nan", "(it is not a finite number)"),
         ("master", "command_socket_max_per_uid: 0", "must be an integer from 1 to 100000"),
         ("master", "timeout: 0", "key 'timeout' must be an integer >= 1"),
-        ("master", "master_job_cache: redis", "key 'master_job_cache' must be 'local_cache'"),
+        ("master", "master_job_cache: redis", "key 'master_job_cache' must be one of"),
         ("minion", "user: ''", "key 'user' must be a non-empty string or null"),
         ("minion", "raet_alt_port: 4510", "key 'raet_alt_port' must differ from raet_port"),
         ("minion", "include: 5", "key 'include' must be a string or a list of strings"),

@@ -32,6 +32,10 @@ PURE = [
     "execution/args.py",
     "services",
     "timefmt.py",
+    "store/pgconfig.py",
+    "store/rows.py",
+    "store/schema.py",
+    "store/sharedkeys.py",
 ]
 FORBIDDEN = {"socket", "select", "selectors", "time", "asyncio", "ioflo", "threading"}
 

@@ -62,6 +62,8 @@ class KeyService:
 
     :param trusted: who owns a lane yard (None: not trusted), ``AccessGate.lane_requester``.
     :param send: delivers an answer to a client yard.
+    :param decided: told of each decision applied here (a cluster shares them:
+        ``raetsalt.daemon.clusterkeys``).
     """
 
     def __init__(
@@ -69,10 +71,13 @@ class KeyService:
         node: Node,
         trusted: Callable[[str], object | None],
         send: Callable[[str, dict[str, Any]], None],
+        decided: Callable[[str, KeyRef], None] | None = None,
     ) -> None:
         self.node = node
         self.trusted = trusted
         self.send = send
+        self.decided = decided
+        """Told of each decision applied (the cluster's shared keys)."""
         self._waiting: list[tuple[int, str, dict[str, Any]]] = []
         self._attempts = 0  # the writer's commit attempts seen here
 
@@ -117,6 +122,8 @@ class KeyService:
                 stale.append(index)
                 continue
             sequence = changed
+            if self.decided is not None:
+                self.decided(str(action), ref)
             log.info("key of minion %s (%s): %s by the operator", ref.role, ref.state.value,
                      action)
         self._waiting.append((sequence, yard, {"req": req, "stale": stale}))

@@ -30,6 +30,7 @@ from typing import Any, assert_never
 from raetsalt import protocol as p
 from raetsalt.daemon.access import REQUEST_SHARES, AccessGate, Ready
 from raetsalt.daemon.cachewriter import QueuedDataCache, QueuedJobCache
+from raetsalt.daemon.clusterkeys import ClusterKeyLink
 from raetsalt.daemon.keys import SHARE_KEY, KeyService
 from raetsalt.daemon.roster import RoadRoster
 from raetsalt.daemon.saltmaster import MasterBridge
@@ -41,7 +42,9 @@ from raetsalt.node import Node, NodeEvent
 from raetsalt.protocol import ToClient
 from raetsalt.services.master import Action as MasterAction
 from raetsalt.services.master import Fire, MasterJobs, PeerGrant, Sink, ToMinion
+from raetsalt.services.ports import JobStore
 from raetsalt.services.progress import SHARE_RUNNING
+from raetsalt.store.pgjobcache import PgJobCache
 
 log = logging.getLogger("raetsalt.daemon")
 
@@ -103,6 +106,14 @@ class MasterInbox:
         return dropped
 
 
+def job_cache(opts: Mapping[str, Any]) -> JobStore:
+    """``master_job_cache``: Salt's ``local_cache`` (files under ``<cachedir>/jobs``,
+    written by a child process) or ``pgjsonb`` (``raetsalt.store.pgjobcache``)."""
+    if opts.get("master_job_cache") == "pgjsonb":
+        return PgJobCache(opts, os.path.join(opts["cachedir"], "pgjsonb-spool"))
+    return QueuedJobCache(os.path.join(opts["cachedir"], "jobs"), process=True)
+
+
 class MasterAdapter:
     """The master's job service on its node, with its access gate (who is asking:
     ``raetsalt.daemon.access``)."""
@@ -113,7 +124,7 @@ class MasterAdapter:
         self.roster = RoadRoster(node)
         self.jobs = MasterJobs(
             opts,
-            QueuedJobCache(os.path.join(opts["cachedir"], "jobs"), process=True),
+            job_cache(opts),
             self.roster,
             estate=node.stack.road.name,
             data_cache=QueuedDataCache(os.path.join(opts["cachedir"], "minions")),
@@ -123,7 +134,10 @@ class MasterAdapter:
         self.gate = AccessGate(opts, opts["sock_dir"], node.manor.lane.yard_path,
                                self._send_answer, self._fire, estate=node.stack.road.name,
                                serving=self.jobs.serving)
-        self.keys = KeyService(node, self.gate.lane_requester, self._send_answer)
+        self.cluster = ClusterKeyLink(node, opts) if opts.get("cluster_id") else None
+        """The cluster's shared keys (``cluster_id``), or None."""
+        self.keys = KeyService(node, self.gate.lane_requester, self._send_answer,
+                               self.cluster.publish if self.cluster is not None else None)
         self.salt = MasterBridge(opts, node.stack.road.name, clock=node.clock)
         """Salt's file server and pillar for minions (``raetsalt.saltbridge``)."""
         self.jobs.pillars = self.salt.requests.pillars
@@ -137,11 +151,15 @@ class MasterAdapter:
         self.gate.register(selector, data)
         self.keys.register(selector, data)
         self.salt.register(selector, data)
+        if self.cluster is not None:
+            self.cluster.register(selector, data)
 
     def unregister(self, selector: selectors.BaseSelector) -> None:
         self.gate.unregister(selector)
         self.keys.unregister(selector)
         self.salt.unregister(selector)
+        if self.cluster is not None:
+            self.cluster.unregister(selector)
 
     def timeout(self) -> float | None:
         timers = [t for t in (self.jobs.get_timer(), self.gate.get_timer()) if t is not None]
@@ -227,8 +245,7 @@ class MasterAdapter:
             actions.extend(self.jobs.on_return(self._role(event.remote), event.body))
         messages.clear()
         actions.extend(self.jobs.answer_returns(self._keeping_up))
-        if isinstance(self.jobs.cache, QueuedJobCache):
-            self.jobs.cache.writer.commit_now()
+        self._commit_job_cache()
         return actions
 
     def serve_minions(self, messages: list[MessageReceived], now: float) -> list[MasterAction]:
@@ -256,6 +273,8 @@ class MasterAdapter:
         """Time and the workers: job time-outs, runner gatherings and cache cleaning, and Salt's
         worker answers."""
         actions: list[MasterAction] = list(self.salt.poll(self.jobs.grains))
+        if self.cluster is not None:
+            self.cluster.poll()
         timer = self.jobs.get_timer()
         if timer is not None and timer <= now:
             actions.extend(self.jobs.handle_timer(now))
@@ -281,12 +300,21 @@ class MasterAdapter:
     def close(self) -> None:
         self.gate.close()
         self.salt.close()
-        if isinstance(self.jobs.cache, QueuedJobCache):
-            self.jobs.cache.close()  # what is queued reaches the disk
+        if self.cluster is not None:
+            self.cluster.close()
+        if isinstance(self.jobs.cache, QueuedJobCache | PgJobCache):
+            self.jobs.cache.close()  # what is queued reaches the disk (or the spool)
         if isinstance(self.jobs.data_cache, QueuedDataCache):
             self.jobs.data_cache.close()
 
     # -- internals ------------------------------------------------------------------------
+
+    def _commit_job_cache(self) -> None:
+        cache = self.jobs.cache
+        if isinstance(cache, QueuedJobCache):
+            cache.writer.commit_now()
+        elif isinstance(cache, PgJobCache):
+            cache.commit_now()
 
     def _role(self, remote_name: str) -> str:
         """The minion id of a road remote (its role; its name when it has none)."""

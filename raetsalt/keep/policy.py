@@ -29,6 +29,9 @@ role (Salt's "denied" state) and the stored record is left alone.
   dropped), because joins are unauthenticated and random keys must not fill the disk.
   An already denied pair changes nothing.
 
+A master of a cluster asks the cluster first (``shared``): an id the cluster's operators
+accepted or rejected with these very keys is recorded so here too, without asking again.
+
 The master's options on top (Salt's ``open_mode``, ``autosign_file``,
 ``autoreject_file``): ``open_mode`` accepts whatever is presented (the keys replace the
 stored ones and the role's denied pairs are forgotten); for a new id, or a pending one
@@ -76,6 +79,9 @@ class KeyPolicy:
     pin: Callable[[str], bool] | None = None
     """Is this verify key (hex) the one configured?  Others are rejected before anything
     else and nothing is recorded for them (a minion's ``master_finger``)."""
+    shared: Callable[[str, str, str], Acceptance | None] | None = None
+    """The cluster's decision on a role presenting these keys (accepted or rejected by
+    an operator on another master), asked first for undecided ids; None: no decision."""
 
     def decide(
         self,
@@ -100,6 +106,10 @@ class KeyPolicy:
         undecided = stored is None or (
             stored.acceptance is Acceptance.PENDING and (stored.verhex, stored.pubhex) == keys
         )
+        if undecided and self.shared is not None:
+            verdict = self.shared(role, verhex, pubhex)
+            if verdict in (Acceptance.ACCEPTED, Acceptance.REJECTED):
+                return KeyDecision(verdict, RoleRecord(role, verdict, verhex, pubhex))
         if undecided:
             for ask, verdict in (
                 (self.autoreject, Acceptance.REJECTED),

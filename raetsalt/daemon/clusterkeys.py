@@ -1,0 +1,76 @@
+"""A master's part in its cluster's shared keys (``cluster_id`` with ``cluster_store``).
+
+``ClusterKeyLink`` connects the road of this master to ``raetsalt.store.pgkeys``: the
+road's key policy asks the cluster first about an undecided id (a minion accepted on
+another master joins here without a re-accept), the operator's decisions made here go
+to the cluster (``publish``, called by the key commands), and the decisions made on the
+other masters are applied to this road as they arrive (``poll``): a pending key accepted
+elsewhere lets its minion in here at once, a key deleted or rejected elsewhere ends that
+minion's session here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import selectors
+from collections.abc import Mapping
+from typing import Any
+
+from raetsalt.errors import ConfigError
+from raetsalt.keep.records import KeyRef
+from raetsalt.node import Node
+from raetsalt.store.pgconfig import StoreConfigError, connection_params
+from raetsalt.store.sharedkeys import local_action
+
+log = logging.getLogger("raetsalt.daemon")
+
+
+class ClusterKeyLink:
+    """Shared keys on a master's node (module docstring)."""
+
+    def __init__(self, node: Node, opts: Mapping[str, Any]) -> None:
+        cluster_id = opts["cluster_id"]
+        if opts.get("cluster_store") is None:
+            raise ConfigError("cluster_id needs cluster_store (the cluster's PostgreSQL "
+                              "database, a libpq connection string)")
+        try:
+            params = connection_params(opts)
+            from raetsalt.store.pgkeys import ClusterKeys
+        except StoreConfigError as exc:
+            raise ConfigError(str(exc)) from None
+        except ImportError as exc:
+            raise ConfigError(f"cluster_id needs psycopg 3 ({exc}): "
+                              "pip install 'raetsalt[cluster]'") from None
+        self.node = node
+        self.keys = ClusterKeys(params, str(cluster_id), str(opts["id"]))
+        road = node.stack.road
+        road.keys.policy = dataclasses.replace(road.keys.policy, shared=self.keys.verdict)
+
+    def register(self, selector: selectors.BaseSelector, data: Any = None) -> None:
+        selector.register(self.keys.fileno(), selectors.EVENT_READ, data)
+
+    def unregister(self, selector: selectors.BaseSelector) -> None:
+        try:
+            selector.unregister(self.keys.fileno())
+        except (KeyError, ValueError):
+            pass
+
+    def publish(self, action: str, ref: KeyRef) -> None:
+        self.keys.publish(action, ref)
+
+    def poll(self) -> None:
+        """Apply the decisions other masters made (their minions' sessions end here at
+        once when a key is deleted or rejected)."""
+        stack = self.node.stack
+        for shared in self.keys.take():
+            todo = local_action(shared, stack.road.keys.roles.get(shared.role))
+            if todo is None:
+                continue
+            action, ref = todo
+            if stack.change_key(action, ref) is not None:
+                log.info("key of minion %s (%s): %s by the cluster (on %s)", ref.role,
+                         ref.state.value, action, shared.origin or "another master")
+
+    def close(self) -> None:
+        self.keys.close()

@@ -1,0 +1,258 @@
+"""The cluster's key decisions in PostgreSQL, heard at once with LISTEN/NOTIFY (a driver).
+
+One row per (cluster, role) in ``raetsalt_cluster_keys`` holds the last operator decision
+(``raetsalt.store.sharedkeys``); writing it and ``pg_notify`` on ``raetsalt_keys`` are one
+transaction, so every master listening hears of it as it commits.  A thread of its own
+does all the talking, never the loop:
+
+- ``publish`` (the loop, after an operator's decision here) queues a decision; the
+  thread writes it, and keeps it queued while the database is unreachable;
+- the thread listens; each decision it hears of (and, at every (re)connection, every
+  stored decision, to catch up with what it missed) updates ``book`` (read by
+  ``verdict``, the key policy's hook) and is queued for the loop, which takes them with
+  ``take`` when ``fileno`` (a pipe) becomes readable, and applies them to its road.
+
+Whoever may write the table or notify on the channel decides keys for the cluster: the
+database is trusted like the master's keep.  Notifications are still checked (size,
+names, hex keys, cluster id) and a malformed one is dropped and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import psycopg
+
+from raetsalt.drivers.clock import monotonic
+from raetsalt.keep.records import Acceptance, KeyRef
+from raetsalt.log import Throttle
+from raetsalt.store.pgconfig import describe
+from raetsalt.store.pgwriter import connect
+from raetsalt.store.sharedkeys import (
+    SharedKey,
+    decided,
+    foreign,
+    from_payload,
+    from_row,
+    to_payload,
+    verdict,
+)
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "raetsalt_keys"
+LOCK = 0x7261657473616C75  # the advisory lock around creating the table
+CREATE = (
+    f"SELECT pg_advisory_xact_lock({LOCK})",
+    """CREATE TABLE IF NOT EXISTS raetsalt_cluster_keys (
+        cluster_id varchar(255) NOT NULL,
+        role varchar(255) NOT NULL,
+        state varchar(10) NOT NULL,
+        verhex char(64) NOT NULL,
+        pubhex char(64) NOT NULL,
+        origin varchar(255) NOT NULL,
+        alter_time TIMESTAMP WITH TIME ZONE DEFAULT NOW(),
+        PRIMARY KEY (cluster_id, role))""",
+)
+UPSERT = ("INSERT INTO raetsalt_cluster_keys (cluster_id, role, state, verhex, pubhex, origin) "
+          "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (cluster_id, role) DO UPDATE SET "
+          "state = EXCLUDED.state, verhex = EXCLUDED.verhex, pubhex = EXCLUDED.pubhex, "
+          "origin = EXCLUDED.origin, alter_time = NOW()")
+NOTIFY = "SELECT pg_notify(%s, %s)"
+SELECT = ("SELECT role, state, verhex, pubhex, origin FROM raetsalt_cluster_keys "
+          "WHERE cluster_id = %s")
+RETRY = 1.0
+LISTEN_WAIT = 5.0
+"""Seconds the thread waits at most for a notification or a decision to write (the
+thread's only wake-up when nothing happens)."""
+MAX_QUEUED = 100_000
+
+
+class ClusterKeys:
+    """The shared key decisions of cluster ``cluster_id`` (module docstring)."""
+
+    def __init__(self, params: Mapping[str, Any], cluster_id: str, origin: str, *,
+                 clock: Callable[[], float] = monotonic) -> None:
+        self.params = dict(params)
+        self.cluster_id = cluster_id
+        self.origin = origin
+        self.clock = clock
+        self.book: dict[str, SharedKey] = {}
+        self.stats: Counter[str] = Counter()
+        self.connected = False
+        self._lock = threading.Condition()
+        self._outbox: list[SharedKey] = []
+        self._inbox: list[SharedKey] = []
+        self._stop = False
+        self._woken = 0
+        """Wake-up bytes written (after each byte); ``take`` reads the pipe only when
+        this moved since ``_seen``, so the byte is there to read."""
+        self._seen = 0
+        self._throttle = Throttle(60.0)
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._kick_r, self._kick_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        """Wakes the thread when a decision is to be written."""
+        self._thread = threading.Thread(target=self._run, name="cluster-keys", daemon=True)
+        self._thread.start()
+
+    # -- the loop's side ------------------------------------------------------------------
+
+    def verdict(self, role: str, verhex: str, pubhex: str) -> Acceptance | None:
+        """The key policy's ``shared`` hook."""
+        with self._lock:
+            return verdict(self.book, role, verhex, pubhex)
+
+    def publish(self, action: str, ref: KeyRef) -> None:
+        """An operator's decision on this master, for the whole cluster."""
+        shared = decided(action, ref, self.origin)
+        if shared is None:
+            return
+        with self._lock:
+            self.book[shared.role] = shared
+            if len(self._outbox) < MAX_QUEUED:
+                self._outbox.append(shared)
+            else:
+                self.stats["dropped"] += 1
+            self._lock.notify_all()
+        try:
+            os.write(self._kick_w, b"k")
+        except BlockingIOError:
+            pass
+
+    def fileno(self) -> int:
+        """Readable when decisions from the cluster wait for ``take``."""
+        return self._wake_r
+
+    def take(self) -> list[SharedKey]:
+        """Decisions heard since the last call (cheap when there are none: the loop
+        calls it every pass)."""
+        if self._woken == self._seen:
+            return []
+        self._seen = self._woken
+        self._drain(self._wake_r)
+        with self._lock:
+            taken, self._inbox = self._inbox, []
+        return taken
+
+    @staticmethod
+    def _drain(fd: int) -> None:
+        try:
+            while os.read(fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop = True
+            self._lock.notify_all()
+        try:
+            os.write(self._kick_w, b"k")
+        except BlockingIOError:
+            pass
+        self._thread.join(5.0)
+        for fd in (self._wake_r, self._wake_w, self._kick_r, self._kick_w):
+            os.close(fd)
+
+    # -- the thread -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        conn: psycopg.Connection[Any] | None = None
+        while True:
+            with self._lock:
+                if self._stop:
+                    break
+            try:
+                if conn is None:
+                    conn = self._connect()
+                self._write(conn)
+                # What arrived (while writing, too: psycopg keeps those), then wait for
+                # the database or a decision of ours.
+                for notify in conn.notifies(timeout=0.0):
+                    if foreign(self.cluster_id, notify.payload):
+                        self.stats["foreign"] += 1
+                        continue
+                    self._heard(from_payload(self.cluster_id, notify.payload))
+                select.select([conn.fileno(), self._kick_r], [], [], LISTEN_WAIT)
+                self._drain(self._kick_r)
+            except psycopg.Error as exc:
+                if conn is not None:
+                    conn.close()
+                    conn = None
+                self._failed(exc)
+                with self._lock:
+                    if not self._stop:
+                        self._lock.wait(RETRY)
+        if conn is not None:
+            conn.close()
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        conn = connect(self.params, autocommit=True)
+        try:
+            with conn.transaction():
+                for statement in CREATE:
+                    conn.execute(statement)
+            self._write(conn)  # ours first: they are newer than what is stored
+            conn.execute(f"LISTEN {CHANNEL}")
+            rows = conn.execute(SELECT, (self.cluster_id,)).fetchall()
+        except BaseException:
+            conn.close()
+            raise
+        for row in rows:
+            self._heard(from_row(*row))
+        if not self.connected:
+            log.info("cluster %s: key decisions shared through %s (%d stored)",
+                     self.cluster_id, describe(self.params), len(rows))
+        self.connected = True
+        return conn
+
+    def _write(self, conn: psycopg.Connection[Any]) -> None:
+        while True:
+            with self._lock:
+                if not self._outbox:
+                    return
+                shared = self._outbox[0]
+            with conn.transaction():
+                conn.execute(UPSERT, (self.cluster_id, shared.role, shared.state,
+                                      shared.verhex, shared.pubhex, shared.origin))
+                conn.execute(NOTIFY, (CHANNEL, to_payload(self.cluster_id, shared)))
+            with self._lock:
+                if self._outbox and self._outbox[0] is shared:
+                    del self._outbox[0]
+
+    def _heard(self, shared: SharedKey | None) -> None:
+        if shared is None:
+            self.stats["malformed"] += 1
+            times = self._throttle.note("malformed", self.clock())
+            if times:
+                log.warning("cluster %s: malformed key decision(s) from the store dropped "
+                            "(%d time(s))", self.cluster_id, times)
+            return
+        with self._lock:
+            if self.book.get(shared.role) == shared:
+                return
+            self.book[shared.role] = shared
+            self._inbox.append(shared)
+            self.stats["heard"] += 1
+        try:
+            os.write(self._wake_w, b"k")
+        except BlockingIOError:
+            pass  # the loop has bytes to read already
+        self._woken += 1
+
+    def _failed(self, exc: psycopg.Error) -> None:
+        self.stats["failures"] += 1
+        was, self.connected = self.connected, False
+        text = str(exc).strip().splitlines()
+        reason = text[0] if text else type(exc).__name__
+        times = self._throttle.note("db", self.clock())
+        if was or times:
+            log.error("cluster %s: the key store %s is unreachable (%s); decisions made "
+                      "here wait, joins are decided by this master alone",
+                      self.cluster_id, describe(self.params), reason)

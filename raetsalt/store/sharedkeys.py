@@ -1,0 +1,119 @@
+"""Key decisions shared by the masters of a cluster (pure).
+
+An operator's accept, reject or delete on any master becomes a ``SharedKey`` (the role,
+its keys and the decision) in the store (``raetsalt.store.pgkeys``).  Every master then
+
+- answers a join of an undecided id from the cluster's decision (``verdict``: the
+  ``shared`` hook of ``raetsalt.keep.policy.KeyPolicy``), so a minion accepted once joins
+  any master without a re-accept; and
+- applies each decision it hears of to the keys it holds (``local_action``): a pending
+  key is accepted (its waiting join answered), a rejected or deleted one ends that
+  minion's session there.
+
+A decision applies only to the very keys it names: another key pair under the same id
+is left to the master's own policy (denied as a key change, as on one master).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from raetsalt.keep.policy import Action
+from raetsalt.keep.records import Acceptance, KeyRef, KeyState, RoleRecord, name_problem
+
+STATES = ("accepted", "rejected", "deleted")
+_STATE_OF = {Action.ACCEPT: "accepted", Action.REJECT: "rejected", Action.DELETE: "deleted"}
+_ACTION_OF = {state: action for action, state in _STATE_OF.items()}
+_HEX = re.compile(r"[0-9a-f]{64}\Z")
+MAX_PAYLOAD = 4000
+"""Bytes of a notification read at most (PostgreSQL's limit is 8,000)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SharedKey:
+    """The cluster's last decision on ``role`` (with these keys), made on ``origin``."""
+
+    role: str
+    state: str
+    verhex: str
+    pubhex: str
+    origin: str = ""
+
+
+def decided(action: str, ref: KeyRef, origin: str) -> SharedKey | None:
+    """The shared record of an operator's ``action`` on ``ref`` (None: not shared)."""
+    state = _STATE_OF.get(action)
+    if state is None or ref.state is KeyState.DENIED:
+        return None  # a denied pair is this master's memory of a refused key
+    return SharedKey(ref.role, state, ref.verhex, ref.pubhex, origin)
+
+
+def verdict(book: Mapping[str, SharedKey], role: str, verhex: str,
+            pubhex: str) -> Acceptance | None:
+    """The cluster's answer to ``role`` presenting these keys, if it decided one."""
+    shared = book.get(role)
+    if shared is None or (shared.verhex, shared.pubhex) != (verhex, pubhex):
+        return None
+    if shared.state == "accepted":
+        return Acceptance.ACCEPTED
+    if shared.state == "rejected":
+        return Acceptance.REJECTED
+    return None  # deleted: undecided again
+
+
+def local_action(shared: SharedKey, local: RoleRecord | None) -> tuple[str, KeyRef] | None:
+    """The operator action that makes this master's record agree with ``shared``."""
+    if local is None or (local.verhex, local.pubhex) != (shared.verhex, shared.pubhex):
+        return None
+    if shared.state == "accepted" and local.acceptance is Acceptance.ACCEPTED:
+        return None
+    if shared.state == "rejected" and local.acceptance is Acceptance.REJECTED:
+        return None
+    ref = KeyRef(local.role, KeyState.of(local.acceptance), local.verhex, local.pubhex)
+    return _ACTION_OF[shared.state], ref
+
+
+def to_payload(cluster_id: str, shared: SharedKey) -> str:
+    return json.dumps({"cluster": cluster_id, "role": shared.role, "state": shared.state,
+                       "verhex": shared.verhex, "pubhex": shared.pubhex,
+                       "origin": shared.origin}, separators=(",", ":"))
+
+
+def from_row(role: Any, state: Any, verhex: Any, pubhex: Any,
+             origin: Any = "") -> SharedKey | None:
+    """A stored or notified decision; None if any field is not what a master writes."""
+    if name_problem(role) is not None or state not in STATES:
+        return None
+    if not isinstance(verhex, str) or not isinstance(pubhex, str):
+        return None
+    if not _HEX.match(verhex) or not _HEX.match(pubhex):
+        return None
+    return SharedKey(role, state, verhex, pubhex, origin if isinstance(origin, str) else "")
+
+
+def foreign(cluster_id: str, text: str) -> bool:
+    """A well-formed notification of another cluster sharing the database."""
+    try:
+        data = json.loads(text) if len(text) <= MAX_PAYLOAD else None
+    except ValueError:
+        return False
+    return isinstance(data, dict) and isinstance(data.get("cluster"), str) \
+        and data["cluster"] != cluster_id
+
+
+def from_payload(cluster_id: str, text: str) -> SharedKey | None:
+    """A notification of this cluster, or None (another cluster's, or malformed)."""
+    if len(text) > MAX_PAYLOAD:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("cluster") != cluster_id:
+        return None
+    return from_row(data.get("role"), data.get("state"), data.get("verhex"),
+                    data.get("pubhex"), data.get("origin", ""))

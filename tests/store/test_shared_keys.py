@@ -1,0 +1,103 @@
+"""Shared key decisions: the pure rules (raetsalt/store/sharedkeys.py, the policy hook)
+and two ClusterKeys on the test PostgreSQL hearing each other through LISTEN/NOTIFY."""
+
+from __future__ import annotations
+
+import select
+import time
+
+import psycopg
+from pg import Postgres
+
+from raetsalt.keep.policy import Action, KeyPolicy
+from raetsalt.keep.records import Acceptance, KeyRef, KeyState, RoleRecord
+from raetsalt.store.pgkeys import CHANNEL, ClusterKeys
+from raetsalt.store.sharedkeys import (
+    SharedKey,
+    decided,
+    from_payload,
+    local_action,
+    to_payload,
+    verdict,
+)
+
+V, P, OTHER = "a" * 64, "b" * 64, "c" * 64
+
+
+def test_the_cluster_decides_undecided_ids_with_the_same_keys_only() -> None:
+    book = {"m1": SharedKey("m1", "accepted", V, P), "m2": SharedKey("m2", "rejected", V, P),
+            "m3": SharedKey("m3", "deleted", V, P)}
+    policy = KeyPolicy(shared=lambda role, v, p: verdict(book, role, v, p))
+    assert policy.decide("m1", V, P, None).acceptance is Acceptance.ACCEPTED
+    assert policy.decide("m1", V, OTHER, None).acceptance is Acceptance.PENDING
+    assert policy.decide("m2", V, P, None).acceptance is Acceptance.REJECTED
+    assert policy.decide("m3", V, P, None).acceptance is Acceptance.PENDING
+    pending = RoleRecord("m1", Acceptance.PENDING, V, P)
+    assert policy.decide("m1", V, P, pending).acceptance is Acceptance.ACCEPTED
+    rejected_here = RoleRecord("m1", Acceptance.REJECTED, V, P)  # a stored decision stays
+    assert policy.decide("m1", V, P, rejected_here).acceptance is Acceptance.REJECTED
+
+
+def test_a_decision_heard_becomes_the_operator_action_here() -> None:
+    accepted = SharedKey("m1", "accepted", V, P)
+    pending = RoleRecord("m1", Acceptance.PENDING, V, P)
+    assert local_action(accepted, pending) == (
+        Action.ACCEPT, KeyRef("m1", KeyState.PENDING, V, P))
+    assert local_action(accepted, RoleRecord("m1", Acceptance.ACCEPTED, V, P)) is None
+    assert local_action(accepted, RoleRecord("m1", Acceptance.PENDING, V, OTHER)) is None
+    assert local_action(accepted, None) is None
+    deleted = SharedKey("m1", "deleted", V, P)
+    assert local_action(deleted, RoleRecord("m1", Acceptance.ACCEPTED, V, P)) == (
+        Action.DELETE, KeyRef("m1", KeyState.ACCEPTED, V, P))
+    assert decided(Action.ACCEPT, KeyRef("m1", KeyState.DENIED, V, P), "ma") is None
+
+
+def test_notifications_are_checked() -> None:
+    good = SharedKey("m1", "accepted", V, P, "ma")
+    assert from_payload("c1", to_payload("c1", good)) == good
+    assert from_payload("c2", to_payload("c1", good)) is None  # another cluster's
+    for bad in ("", "[]", "{", '{"cluster":"c1","role":"../x","state":"accepted",'
+                f'"verhex":"{V}","pubhex":"{P}"}}',
+                '{"cluster":"c1","role":"m1","state":"owned",'
+                f'"verhex":"{V}","pubhex":"{P}"}}',
+                '{"cluster":"c1","role":"m1","state":"accepted","verhex":"zz","pubhex":""}',
+                "x" * 5000):
+        assert from_payload("c1", bad) is None
+
+
+def _wait_for(keys: ClusterKeys, count: int) -> list[SharedKey]:
+    got: list[SharedKey] = []
+    deadline = time.monotonic() + 30
+    while len(got) < count and time.monotonic() < deadline:
+        select.select([keys.fileno()], [], [], 1.0)
+        got.extend(keys.take())
+    return got
+
+
+def test_two_masters_hear_each_other(postgres: Postgres) -> None:
+    database = postgres.create_database("keys")
+    params = {"conninfo": database}
+    a, b = ClusterKeys(params, "c1", "ma"), ClusterKeys(params, "c1", "mb")
+    try:
+        a.publish(Action.ACCEPT, KeyRef("m1", KeyState.PENDING, V, P))
+        (heard,) = _wait_for(b, 1)
+        assert heard == SharedKey("m1", "accepted", V, P, "ma")
+        assert b.verdict("m1", V, P) is Acceptance.ACCEPTED
+        with psycopg.connect(database, autocommit=True) as conn:  # forged and foreign
+            conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, "not json"))
+            conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, to_payload(
+                "c2", SharedKey("m9", "accepted", V, P))))
+        b.publish(Action.DELETE, KeyRef("m1", KeyState.ACCEPTED, V, P))
+        (heard,) = _wait_for(a, 1)
+        assert heard.state == "deleted" and a.verdict("m1", V, P) is None
+        assert b.stats["malformed"] == 1 and b.stats["foreign"] == 1 and "m9" not in b.book
+        # A master started later learns what was decided before it.
+        c = ClusterKeys(params, "c1", "mc")
+        try:
+            (stored,) = _wait_for(c, 1)
+            assert stored.state == "deleted"
+        finally:
+            c.close()
+    finally:
+        a.close()
+        b.close()
