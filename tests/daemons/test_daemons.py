@@ -126,8 +126,10 @@ def test_auto_accept_bus_scripts_and_master_restart(world: World) -> None:
     dirs = {name: world.minion_dir(name, name) for name in ("minion1", "minion2")}
     minions = {name: world.start("minion", conf) for name, conf in dirs.items()}
     for minion in minions.values():
-        minion.expect("connected to the master themaster", timeout=3.0)
+        minion.expect("connected to the master themaster")
     assert not any("pending" in line for m in minions.values() for line in m.drain())
+    # (the keep is written in the background: the records follow the sessions)
+    wait_for(lambda: len(_roles(world.master_keep())) == 2)
     assert set(_roles(world.master_keep()).values()) == {Acceptance.ACCEPTED}
 
     master_sock_dir = load_node_config(master_conf, "master")["sock_dir"]
