@@ -45,9 +45,9 @@ import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TextIO
 
-from raetsalt.cli._common import add_version_flags
+from raetsalt.cli._flags import add_version_flags
 from raetsalt.errors import ConfigError, KeepError, LocalError, RaetSaltError
 from raetsalt.keep.records import (
     Acceptance,
@@ -157,12 +157,12 @@ def parse_state(text: str) -> tuple[str, ...]:
 # --------------------------------------------------------------------------- the keys
 
 
-@dataclass(frozen=True, slots=True)
-class KeyEntry:
+class KeyEntry(NamedTuple):
     """One stored minion key: an id in one state with its two public keys.
 
     An id has at most one accepted, unaccepted or rejected key (its role record) and up to
-    ``MAX_DENIED_PER_ROLE`` denied ones.
+    ``MAX_DENIED_PER_ROLE`` denied ones.  (A named tuple: ten thousand of them are made
+    for every listing.)
     """
 
     id: str
@@ -188,7 +188,7 @@ class KeyEntry:
 def snapshot(keep: FileKeep) -> list[KeyEntry]:
     """Every minion key in the keep, role records first, then denied keys.  Files that
     cannot be read are named on stderr and skipped (the others are listed)."""
-    state = keep.load_state()
+    state = keep.load_keys()
     for problem in state.problems:
         _stale(f"skipped: {problem}")
     entries = [
@@ -368,8 +368,6 @@ class Master:
     @classmethod
     def connect(cls, opts: Mapping[str, Any]) -> Master | None:
         """The running master, or None if it is not running (then edit the keep)."""
-        from raetsalt.drivers.laneclient import CommandClient
-        from raetsalt.errors import DaemonNotRunning, DaemonUnavailable
         from raetsalt.manor import manor_path
 
         try:
@@ -378,6 +376,8 @@ class Master:
             return None  # a socket path too long to bind: no master serves there
         if not os.path.exists(path):
             return None  # no socket at all (a crashed master leaves one: then we connect)
+        from raetsalt.drivers.laneclient import CommandClient
+        from raetsalt.errors import DaemonNotRunning, DaemonUnavailable
         try:
             return cls(CommandClient("master", opts["sock_dir"]))
         except DaemonNotRunning:
