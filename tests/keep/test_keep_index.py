@@ -127,12 +127,15 @@ def test_a_damaged_index_is_ignored(tmp_path: Path, damage: bytes) -> None:
     assert _view(keep.load_keys()) == _view(_documents(keep))
 
 
-def test_an_index_with_a_wrong_word_inside_a_current_stamp_is_ignored(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("field", "value"), [(0, "maybe"), (1, 5), (2, None), (0, ["x"])])
+def test_an_index_with_a_wrong_value_inside_a_current_stamp_is_ignored(
+    tmp_path: Path, field: int, value: object,
+) -> None:
     keep = FileKeep(tmp_path / "keep", durable=False)
     keep.save_role(RoleRecord("web1", Acceptance.ACCEPTED, _hex(1, "a"), _hex(1, "b")))
     path = keep.dirpath / INDEX_NAME
     data = json.loads(path.read_text())
-    data["roles"]["web1"][0] = "maybe"
+    data["roles"]["web1"][field] = value
     path.write_text(json.dumps(data))
     assert [r.acceptance for r in keep.load_keys().roles] == [Acceptance.ACCEPTED]
 
