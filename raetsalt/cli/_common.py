@@ -20,7 +20,7 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, NoReturn
 
 from raetsalt import protocol as p
@@ -32,7 +32,7 @@ from raetsalt.errors import ConfigError, DaemonUnavailable
 from raetsalt.log import setup_console_logger
 from raetsalt.output import ALIASES, OUTPUTTERS, render
 
-from ._versions import version_line, versions_report
+from ._flags import add_version_flags
 
 EX_OK = 0
 EX_GENERIC = 1
@@ -52,28 +52,6 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(EX_USAGE, f"{self.prog}: error: {message}\n")
-
-
-class _PrintAndExit(argparse.Action):
-    def __init__(self, option_strings: Sequence[str], dest: str, text: Any = None,
-                 help: str | None = None) -> None:  # noqa: A002 - argparse's name
-        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
-                         nargs=0, help=help)
-        self.text = text
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
-        print(self.text() if callable(self.text) else self.text, flush=True)
-        parser.exit(EX_OK)
-
-
-def add_version_flags(parser: argparse.ArgumentParser) -> None:
-    """``--version`` (``<prog> <version>``) and ``-V/--versions-report`` (raetsalt, Python,
-    the libraries and the system), as on every Salt command."""
-    parser.add_argument("--version", action=_PrintAndExit, text=version_line(parser.prog),
-                        help="show program's version number and exit")
-    parser.add_argument("-V", "--versions-report", action=_PrintAndExit, text=versions_report,
-                        help="show the versions of raetsalt's dependencies and exit")
 
 
 def add_common(parser: argparse.ArgumentParser) -> None:

@@ -40,7 +40,7 @@ from types import FrameType
 from typing import Any
 
 from raetsalt import syspaths
-from raetsalt.cli._common import add_version_flags
+from raetsalt.cli._flags import add_version_flags
 from raetsalt.config import LOG_LEVELS, load_node_config
 from raetsalt.daemon.service import EXIT_FAILURE, EXIT_OK, ensure_dirs
 from raetsalt.drivers.logfile import setup_logging

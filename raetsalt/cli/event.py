@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from raetsalt.bus import MATCH_TYPES
-from raetsalt.cli._common import add_version_flags
+from raetsalt.cli._flags import add_version_flags
 from raetsalt.errors import ConfigError, LocalError
 from raetsalt.event import SaltEvent
 

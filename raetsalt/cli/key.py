@@ -47,7 +47,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
-from raetsalt.cli._common import add_version_flags
+from raetsalt.cli._flags import add_version_flags
 from raetsalt.errors import ConfigError, KeepError, LocalError, RaetSaltError
 from raetsalt.keep.listing import (
     ACC,
@@ -296,8 +296,6 @@ class Master:
     @classmethod
     def connect(cls, opts: Mapping[str, Any]) -> Master | None:
         """The running master, or None if it is not running (then edit the keep)."""
-        from raetsalt.drivers.laneclient import CommandClient
-        from raetsalt.errors import DaemonNotRunning, DaemonUnavailable
         from raetsalt.manor import manor_path
 
         try:
@@ -306,6 +304,8 @@ class Master:
             return None  # a socket path too long to bind: no master serves there
         if not os.path.exists(path):
             return None  # no socket at all (a crashed master leaves one: then we connect)
+        from raetsalt.drivers.laneclient import CommandClient
+        from raetsalt.errors import DaemonNotRunning, DaemonUnavailable
         try:
             return cls(CommandClient("master", opts["sock_dir"]))
         except DaemonNotRunning:

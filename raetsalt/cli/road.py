@@ -48,7 +48,7 @@ import tempfile
 from types import FrameType
 from typing import Any
 
-from raetsalt.cli._common import add_version_flags
+from raetsalt.cli._flags import add_version_flags
 from raetsalt.drivers.clock import monotonic
 from raetsalt.drivers.udp import Address, RoadStack, format_ha, parse_ha, resolve
 from raetsalt.engine.events import (

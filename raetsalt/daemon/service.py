@@ -60,10 +60,11 @@ def road_config(opts: Mapping[str, Any], node: str) -> RoadConfig:
     ``max_datagram_size`` -> ``max_packet_size``;
     ``raet_reassembly_*`` -> ``reassembly_*``; ``raet_rekey_interval`` and
     ``raet_rekey_messages`` -> ``native_rekey_*``; on a minion ``random_reauth_delay``
-    bounds the jittered back-off between connection attempts (``retry_max``) and
-    ``acceptance_wait_time`` is how often a pending join asks the master again (an
+    bounds the jittered back-off between connection attempts (``retry_max``), and
+    ``acceptance_wait_time`` and ``acceptance_wait_time_max`` are how long a pending join
+    waits before it asks the master again (Salt's meaning: ``raetsalt.engine.join``; an
     operator's acceptance reaches the master at once, as a command, and the master
-    answers the join it holds open right away); on a
+    answers the ask it holds open, or the next one); on a
     master ``max_pending_keys`` bounds the keys waiting for an operator.
     """
     config = RoadConfig(
@@ -96,11 +97,15 @@ def road_config(opts: Mapping[str, Any], node: str) -> RoadConfig:
     )
     if node == "minion":
         reauth = float(opts.get("random_reauth_delay", 0.0))
-        wait = float(opts.get("acceptance_wait_time", 0.0))
         config = replace(
             config,
             retry_max=max(config.retry_min, reauth) if reauth > 0 else config.retry_max,
-            pending_retry=max(config.pending_retry, min(wait, 60.0)),
+            acceptance_wait_time=float(
+                opts.get("acceptance_wait_time", config.acceptance_wait_time)
+            ),
+            acceptance_wait_time_max=float(
+                opts.get("acceptance_wait_time_max", config.acceptance_wait_time_max)
+            ),
         )
     return config
 

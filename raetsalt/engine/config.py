@@ -19,7 +19,13 @@ class RoadConfig:
     join_pending_timeout: float = 120.0
     """How long a join waits for an operator while the other side keeps asking."""
     pending_retry: float = 0.5
-    """How often a joiner whose key is pending on the other side asks again."""
+    """How often a correspondent whose key the joiner holds as pending asks again."""
+    acceptance_wait_time: float = 10.0
+    """Seconds a joiner whose key is pending on the other side waits before it asks
+    again (Salt's minion key, same default; at least ``MIN_ACCEPTANCE_WAIT``)."""
+    acceptance_wait_time_max: float = 0.0
+    """When above ``acceptance_wait_time``: the wait doubles after each ask, up to this
+    (Salt's key; 0, the default: the wait does not grow).  ``raetsalt.engine.join``."""
     alive_timeout: float = 2.0
     presence_period: float = 1.0
     """An alive is sent to a remote that has been silent this long (at least)."""

@@ -27,6 +27,11 @@ it.  Deliberate differences from raet 0.6.8:
 * a new request from the same estate and address supersedes an older one instead of
   being refused, so a joiner that timed out and retried is not locked out;
 * a pending correspondent lives as long as the joiner keeps asking;
+* a joiner whose key is pending asks again as a Salt minion does, after
+  ``acceptance_wait_time`` (10 s), doubling up to ``acceptance_wait_time_max`` when that
+  is set (``next_acceptance_wait``; raet re-asked within a second or two, forever), and
+  the wait carries over the attempts a ``BUSY`` answer or a lost reply ends (it is the
+  remote's, reset when a join completes);
 * an initiator that finds the estate it joined already known under its name, with the
   same role and keys, at another address, takes it over (the estate moved) instead of
   refusing the name.
@@ -67,6 +72,22 @@ if TYPE_CHECKING:
     from raetsalt.wire.packet import Packet
 
 
+MIN_ACCEPTANCE_WAIT = 0.5
+"""The shortest wait between the asks of a pending joiner (Salt's minion asks at once
+with ``acceptance_wait_time: 0``; a road never floods its main so)."""
+
+
+def next_acceptance_wait(wait: float, base: float, ceiling: float) -> float:
+    """The wait after ``wait`` while our key stays pending: Salt's minion doubles it while
+    it is below ``acceptance_wait_time_max`` (``ceiling``; 0 or below ``base``: it never
+    grows).  Salt may overshoot the ceiling (10 with a ceiling of 25 grows to 40); here
+    it stops at the ceiling."""
+    wait = max(MIN_ACCEPTANCE_WAIT, wait)
+    if ceiling <= max(base, MIN_ACCEPTANCE_WAIT) or wait >= ceiling:
+        return wait
+    return min(wait * 2.0, ceiling)
+
+
 class JoinInitiator(Transaction):
     """Our join with a remote main (raet's Joiner)."""
 
@@ -79,6 +100,7 @@ class JoinInitiator(Transaction):
         self.vacuous = remote.fuid == 0
         self.timeout_at = now + port.config.join_timeout
         self.pended = False  # the remote holds our key as pending
+        self.asked = False  # a request is out that no ``pend`` has answered yet
         self.waiting_here: JoinBody | None = None  # we hold the remote's key as pending
         self.signed = remote.signs_joins and remote.verifier is not None
         """Our packets are signed and the replies must be (module docstring)."""
@@ -110,6 +132,7 @@ class JoinInitiator(Transaction):
 
     def _send_request(self, now: float) -> None:
         self.send(PacketKind.REQUEST, encode_body(BodyKind.JSON, self.port.local.join_body()))
+        self.asked = True
         self.restart_redo(now)
 
     def _on_response(self, packet: Packet, now: float) -> None:
@@ -148,8 +171,21 @@ class JoinInitiator(Transaction):
         if not self.pended:
             self.pended = True
             self.port.emit(JoinPending(self.remote.name, self.port.local.role, here=False))
-        # Stay alive while the remote's operator decides; keep asking now and then.
-        self.timeout_at = now + self.port.config.join_pending_timeout
+        if self.asked:
+            # One wait per answered request: duplicated ``pend`` packets change nothing.
+            self.asked = False
+            config, remote = self.port.config, self.remote
+            wait = remote.acceptance_wait or max(
+                MIN_ACCEPTANCE_WAIT, config.acceptance_wait_time
+            )
+            remote.acceptance_wait = next_acceptance_wait(
+                wait, config.acceptance_wait_time, config.acceptance_wait_time_max
+            )
+            self.redo_at = now + wait
+        # Stay alive while the remote's operator decides, at least until the next ask.
+        self.timeout_at = (
+            now + self.remote.acceptance_wait + self.port.config.join_pending_timeout
+        )
         self.schedule()
 
     def _on_reject(self, packet: Packet, now: float) -> None:
@@ -201,7 +237,8 @@ class JoinInitiator(Transaction):
             self.redo_at = None  # the other side keeps asking; we only wait
             self.schedule()
         elif self.pended:
-            self.redo_at = now + self.port.config.pending_retry
+            # Asked again while pending: the next ask waits as long, answered or not.
+            self.redo_at = now + max(MIN_ACCEPTANCE_WAIT, self.remote.acceptance_wait)
             self.schedule()
         else:
             super().restart_redo(now)

@@ -193,6 +193,9 @@ class Remote:
     alive_failures: int = 0
     retry_at: float = 0.0
     retry_delay: float = 0.0
+    acceptance_wait: float = 0.0
+    """While this main holds our key as pending: how long we wait before asking it again
+    (0: not pending; ``raetsalt.engine.join.next_acceptance_wait``)."""
 
     @property
     def joined(self) -> bool:

@@ -518,6 +518,7 @@ class Road:
 
     def on_joined(self, remote: Remote, now: float, *, initiator: bool, vacuous: bool) -> None:
         remote.retry_delay = 0.0
+        remote.acceptance_wait = 0.0
         if remote.sid == 0:
             self._bump_sid(remote)
         if not initiator:

@@ -5,7 +5,7 @@ them)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from raetsalt.keep.records import Acceptance, KeyRef, KeyState, fingerprint
 from raetsalt.keep.store import FileKeep
@@ -35,12 +35,12 @@ STATUS_TO_STATE = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class KeyEntry:
+class KeyEntry(NamedTuple):
     """One stored minion key: an id in one state with its two public keys.
 
     An id has at most one accepted, unaccepted or rejected key (its role record) and up to
-    ``MAX_DENIED_PER_ROLE`` denied ones.
+    ``MAX_DENIED_PER_ROLE`` denied ones.  (A named tuple: ten thousand of them are made
+    for every listing.)
     """
 
     id: str
@@ -67,7 +67,7 @@ def snapshot(keep: FileKeep, skipped: Callable[[str], None] = lambda _: None
              ) -> list[KeyEntry]:
     """Every minion key in the keep, role records first, then denied keys.  Files that
     cannot be read are given to ``skipped`` and left out (the others are listed)."""
-    state = keep.load_state()
+    state = keep.load_keys()
     for problem in state.problems:
         skipped(f"skipped: {problem}")
     entries = [

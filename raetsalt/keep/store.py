@@ -13,6 +13,9 @@ On-disk layout of a ``FileKeep(dirpath)``::
                                    ("pending"/"accepted"/"rejected"), verhex, pubhex
         denied/<role>.json         key pairs refused for a known role:
                                    {"role": ..., "keys": [{"verhex": ..., "pubhex": ...}]}
+        keys.index.json            a cache of every role/ and denied/ document in one file
+                                   (``load_keys``: ``raetsalt-key -L`` of 10,000 minions
+                                   reads it instead of 10,000 files; raetsalt.keep.index)
 
 Every file is a JSON object, 2-space indented, with ``"format": 1``.  Readers tolerate unknown
 extra fields (and a missing ``format``) but a missing or mistyped required field, bad JSON, a
@@ -42,9 +45,8 @@ rather than taking it for a new id.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import fcntl
+import functools
 import json
 import os
 import secrets
@@ -54,6 +56,15 @@ from pathlib import Path
 from typing import Any
 
 from raetsalt.errors import KeepError, LocalError
+from raetsalt.keep.index import (
+    INDEX_NAME,
+    KeyIndex,
+    Stamp,
+    current_stamp,
+    read_index,
+    remove_index,
+    write_index,
+)
 from raetsalt.keep.policy import (
     MAX_DENIED_PER_ROLE,
     Action,
@@ -86,6 +97,7 @@ _REMOTE = "remote"
 _ROLE = "role"
 _DENIED = "denied"
 _KINDS = (_LOCAL, _REMOTE, _ROLE, _DENIED)
+_INDEXED = (_ROLE, _DENIED)  # what the key index holds (raetsalt.keep.index)
 _LOCAL_KEY = "estate"
 
 Doc = dict[str, Any]
@@ -442,9 +454,26 @@ class _BaseKeep:
         essential: KeepError if it is unreadable.
         """
         state = KeepState(local=self.load_local())
-        for kind in (_REMOTE, _ROLE, _DENIED):
+        self._load_documents(state, (_REMOTE, _ROLE, _DENIED))
+        return state
+
+    def load_keys(self) -> KeepState:
+        """The key records only (roles, denied pairs, broken roles and their problems;
+        no local or remote record): what ``raetsalt-key`` lists."""
+        state = KeepState()
+        self._load_documents(state, (_ROLE, _DENIED))
+        return state
+
+    def _load_documents(
+        self, state: KeepState, kinds: tuple[str, ...], keyed: dict[str, str] | None = None
+    ) -> None:
+        """Read every document of ``kinds`` into ``state``; each problem also goes to
+        ``keyed`` under ``kind/key`` (a bad file name under ``name/kind/n``)."""
+        for kind in kinds:
             keys, bad_names = self._scan(kind)
             state.problems.extend(bad_names)
+            if keyed is not None:
+                keyed.update((f"name/{kind}/{n}", line) for n, line in enumerate(bad_names))
             for key in keys:
                 try:
                     if kind == _REMOTE:
@@ -461,9 +490,10 @@ class _BaseKeep:
                             state.denied[key] = pairs
                 except KeepError as exc:
                     state.problems.append(str(exc))
+                    if keyed is not None:
+                        keyed[f"{kind}/{key}"] = str(exc)
                     if kind == _ROLE:
                         state.broken[key] = str(exc)
-        return state
 
     def commit(self, writes: list[KeepWrite]) -> None:
         """Apply ``writes`` in order; the last write of a document wins."""
@@ -641,8 +671,13 @@ def _why(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
+@functools.cache
 def _find_syncfs() -> Callable[[int], int] | None:
-    """syncfs(2) from the C library, if there is one."""
+    """syncfs(2) from the C library, if there is one (looked up at the first sync: the
+    look-up costs a command such as ``raetsalt-key -L`` a good part of its start-up)."""
+    import ctypes
+    import ctypes.util
+
     name = ctypes.util.find_library("c")
     try:
         function = ctypes.CDLL(name, use_errno=True).syncfs
@@ -653,8 +688,6 @@ def _find_syncfs() -> Callable[[int], int] | None:
     return function
 
 
-_SYNCFS = _find_syncfs()
-
 
 def sync_filesystem(dirpath: Path) -> None:
     """Make everything written on the file system holding ``dirpath`` durable with one
@@ -664,8 +697,11 @@ def sync_filesystem(dirpath: Path) -> None:
     except OSError as exc:
         raise KeepError(f"{dirpath}: cannot open to sync: {_why(exc)}") from exc
     try:
-        if _SYNCFS is not None:
-            if _SYNCFS(fd) != 0:
+        syncfs = _find_syncfs()
+        if syncfs is not None:
+            if syncfs(fd) != 0:
+                import ctypes
+
                 error = ctypes.get_errno()
                 raise KeepError(f"{dirpath}: cannot sync: {os.strerror(error)}")
         else:
@@ -698,6 +734,13 @@ class FileKeep(_BaseKeep):
         # RLock lets one thread nest transactions without deadlocking on its own flock).
         self._thread_lock = threading.RLock()
         self._depth = 0
+        # The key index (raetsalt.keep.index) as this transaction found it, and the key
+        # documents it changed: the index is written anew when the transaction ends.
+        self._index_base: KeyIndex | None = None
+        self._index_changes: list[tuple[str, str, Doc | None]] | None = None
+        self._index_written: tuple[Stamp, KeyIndex] | None = None
+        """The index this keep wrote last and its stamp: while the stamp holds, the
+        next transaction updates it without reading the file back."""
 
     def __repr__(self) -> str:
         return f"FileKeep({str(self.dirpath)!r})"
@@ -730,8 +773,10 @@ class FileKeep(_BaseKeep):
                 self._depth = 1
                 try:
                     yield
+                    self._write_index()
                 finally:
                     self._depth = 0
+                    self._index_base = self._index_changes = None
             finally:
                 os.close(fd)  # closing releases the flock
 
@@ -752,10 +797,111 @@ class FileKeep(_BaseKeep):
             raise KeepError(f"{path}: not valid JSON: {exc}") from None
 
     def _write(self, kind: str, key: str, doc: Doc) -> None:
+        if kind in _INDEXED:
+            with self._transaction():
+                self._touch_index(kind, key, doc)
+                self._write_document(kind, key, doc)
+        else:
+            self._write_document(kind, key, doc)
+
+    def _write_document(self, kind: str, key: str, doc: Doc) -> None:
         path = self.path_of(kind, key)
         tmp = self._stage(path, doc, sync=self.durable)
         self._install(tmp, path)
         self._sync_dir(path.parent)
+
+    # -- the key index (raetsalt.keep.index) ------------------------------------------------
+
+    def _touch_index(self, kind: str, key: str, doc: Doc | None) -> None:
+        """A key document is about to change (under the lock): the index goes first."""
+        if self._index_changes is None:
+            written, self._index_written = self._index_written, None
+            if written is not None and current_stamp(self.dirpath) == written[0]:
+                self._index_base = written[1]
+            else:
+                self._index_base = read_index(self.dirpath)
+            self._index_changes = []
+            try:
+                if remove_index(self.dirpath):
+                    self._sync_dir(self.dirpath)
+            except OSError as exc:
+                raise KeepError(f"{self.dirpath / INDEX_NAME}: cannot remove: {_why(exc)}"
+                                ) from exc
+        self._index_changes.append((kind, key, doc))
+
+    def _write_index(self) -> None:
+        """The transaction changed key documents: write the index they make now."""
+        if self._index_changes is None:
+            return
+        index = self._index_base
+        try:
+            if index is None:
+                index = self._scan_index()
+            else:
+                for kind, key, doc in self._index_changes:
+                    if kind == _ROLE:
+                        index.set_role(key, doc)
+                    else:
+                        index.set_denied(key, doc)
+        except KeepError:
+            return  # no index: readers read the documents
+        stamped = write_index(self.dirpath, index)
+        if stamped is not None:
+            self._index_written = (stamped, index)
+
+    def _scan_index(self) -> KeyIndex:
+        """The index of the documents as they are (under the lock)."""
+        state, keyed = KeepState(), dict[str, str]()
+        self._load_documents(state, _INDEXED, keyed)
+        return KeyIndex(
+            roles={r.role: (r.acceptance.value, r.verhex, r.pubhex) for r in state.roles},
+            denied=dict(state.denied),
+            broken=dict(state.broken),
+            problems=keyed,
+        )
+
+    def load_keys(self) -> KeepState:
+        """The key records (``_BaseKeep.load_keys``), from the index when it is current.
+        Without one, the documents are read and, if the keep's lock is free, an index
+        is written for the next reader."""
+        index = read_index(self.dirpath)
+        state = None if index is None else _keys_of(index)
+        if state is not None:
+            return state
+        with self._try_lock() as locked:
+            if not locked:
+                return super().load_keys()
+            index = self._scan_index()
+            write_index(self.dirpath, index)
+        state = _keys_of(index)
+        return super().load_keys() if state is None else state
+
+    @contextlib.contextmanager
+    def _try_lock(self) -> Iterator[bool]:
+        """The keep's lock if it is free now (True), else nothing (False)."""
+        if not self._thread_lock.acquire(blocking=False):
+            yield False
+            return
+        try:
+            if self._depth:
+                yield False
+                return
+            try:
+                fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError:
+                yield False
+                return
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    yield False
+                    return
+                yield True
+            finally:
+                os.close(fd)
+        finally:
+            self._thread_lock.release()
 
     def _stage(self, path: Path, doc: Doc, *, sync: bool) -> Path:
         """Write ``doc`` to a new temp file beside ``path`` (fsync-ed when ``sync``)."""
@@ -800,6 +946,9 @@ class FileKeep(_BaseKeep):
         if not documents:
             return
         with self._transaction():
+            for (kind, key), doc in documents.items():
+                if kind in _INDEXED:
+                    self._touch_index(kind, key, doc)
             staged: list[tuple[Path | None, Path]] = []
             try:
                 for (kind, key), doc in documents.items():
@@ -827,6 +976,14 @@ class FileKeep(_BaseKeep):
             sync_filesystem(self.dirpath)
 
     def _delete(self, kind: str, key: str) -> None:
+        if kind in _INDEXED:
+            with self._transaction():
+                self._touch_index(kind, key, None)
+                self._delete_document(kind, key)
+        else:
+            self._delete_document(kind, key)
+
+    def _delete_document(self, kind: str, key: str) -> None:
         path = self.path_of(kind, key)
         if self._delete_file(path):
             self._sync_dir(path.parent)
@@ -871,6 +1028,24 @@ class FileKeep(_BaseKeep):
             for entry in entries
             if not entry.startswith(".") and entry.endswith(".json")
         )
+
+
+_ACCEPTANCES = {a.value: a for a in Acceptance}
+
+
+def _keys_of(index: KeyIndex) -> KeepState | None:
+    """The key records an index holds (None if a stored word is no acceptance)."""
+    try:
+        roles = [RoleRecord(role, _ACCEPTANCES[acceptance], verhex, pubhex)
+                 for role, (acceptance, verhex, pubhex) in sorted(index.roles.items())]
+    except KeyError:
+        return None
+    return KeepState(
+        roles=roles,
+        denied=dict(index.denied),
+        broken=dict(index.broken),
+        problems=[index.problems[k] for k in sorted(index.problems)],
+    )
 
 
 # --------------------------------------------------------------------------- MemoryKeep

@@ -426,11 +426,36 @@ def test_delete_all_and_quiet(capsys, monkeypatch, conf, keep):
 # --------------------------------------------------------------------------- corrupt files
 
 
+def _replace(path: Path, text: str) -> None:
+    """Put ``text`` in place of ``path`` as editors and tools do: a new file renamed over
+    it (the key index notices that; an in-place rewrite is not seen: docs/keys.md)."""
+    tmp = path.with_name(path.name + ".new")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def test_a_key_file_replaced_behind_the_tools_back_is_listed_as_it_now_is(
+    capsys, monkeypatch, conf, keep
+):
+    code, out, _ = run(capsys, monkeypatch, conf, "-L", "--out", "json")
+    before = json.loads(out)
+    assert "web1" in before["minions_pre"] and (keep.dirpath / "keys.index.json").exists()
+    path = keep.path_of("role", "web1")
+    _replace(path, path.read_text().replace('"pending"', '"rejected"'))
+    code, out, _ = run(capsys, monkeypatch, conf, "-L", "--out", "json")
+    after = json.loads(out)
+    assert "web1" in after["minions_rejected"] and "web1" not in after["minions_pre"]
+    # A file removed behind its back, too.
+    path.unlink()
+    code, out, _ = run(capsys, monkeypatch, conf, "-L", "--out", "json")
+    assert "web1" not in json.loads(out)["minions_rejected"]
+
+
 def test_one_corrupt_key_file_is_named_once_and_the_others_listed(
     capsys, monkeypatch, conf, keep
 ):
     bad = keep.path_of("role", "web2")
-    bad.write_text("{ this is not json")
+    _replace(bad, "{ this is not json")
     code, out, err = run(capsys, monkeypatch, conf, "-L")
     assert code == 0
     assert "web1" in out and "db1" in out and "web2" not in out

@@ -48,8 +48,8 @@ def test_layout_and_json_content(fkeep: FileKeep) -> None:
     fkeep.status_role("web1", V2, P2, AutoMode.ONCE)
     root = fkeep.dirpath
     files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
-    assert files == [".lock", "denied/web1.json", "local/estate.json", "remote/web1_minion.json",
-                     "role/web1.json"]
+    assert files == [".lock", "denied/web1.json", "keys.index.json", "local/estate.json",
+                     "remote/web1_minion.json", "role/web1.json"]
     text = (root / "role" / "web1.json").read_text()
     assert "\n  " in text  # human-readable, indented
     assert json.loads(text) == {"format": 1, "role": "web1", "acceptance": "accepted",
