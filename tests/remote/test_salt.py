@@ -157,7 +157,7 @@ def cluster() -> Iterator[Cluster]:
         mods = world.root / "mods"
         _write(mods, {"localmod.py": LOCAL_MODULE})
         minion_d = {"web1": f"execution_mode: auto\nmodule_dirs: [{mods}]\n",
-                    "db1": "execution_mode: salt\ndisable_modules: [network]\n"
+                    "db1": "execution_mode: salt\ndisable_modules: [alternatives]\n"
                            "use_superseded: [module.run]\n"}
         with started_cluster(world, MASTER.format(srv=srv),
                              {"web1": "roles: [web]", "db1": "roles: [db]"}, minion_d) as up:
@@ -572,8 +572,8 @@ def test_salts_config_reaches_salt(cluster: Cluster) -> None:
     loader; Salt's modules see the master as configured, Salt's daemon name and a
     transport that is not ZeroMQ."""
     modules = cluster.json("*", "sys.list_modules")
-    assert "network" in modules["web1"] and "network" not in modules["db1"]
-    port = load_node_config(cluster.master_conf, "master")["raet_port"]
+    assert "alternatives" in modules["web1"] and "alternatives" not in modules["db1"]
+    port = cluster.world.port  # the port the master bound (its config says 0: any)
     for key, value in (("use_superseded", ["module.run"]), ("master", "127.0.0.1"),
                        ("master_port", port), ("__cli", "salt-minion"), ("transport", "raet")):
         assert cluster.json("db1", "config.get", key) == {"db1": value}, key
