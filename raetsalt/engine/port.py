@@ -141,6 +141,10 @@ class RoadPort(Protocol):
     def on_renew(self, remote: Remote, now: float) -> None:
         """The other side no longer knows our ids: join again, vacuously."""
 
+    def end_session(self, remote: Remote, reason: str, detail: str, now: float) -> None:
+        """End ``remote``'s native session (``SessionEnded``): ``"key_expired"`` starts a
+        new handshake at once, anything else waits for the ordinary reconnection."""
+
     def on_path_validated(self, remote: Remote, ha: Address) -> None:
         """A native session's remote answered a challenge from ``ha``: it lives there
         now (engine/native/migration.py)."""

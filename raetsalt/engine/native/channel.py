@@ -112,6 +112,9 @@ class Channel:
             interval=port.config.native_rekey_interval,
             packets=port.config.native_rekey_packets,
             initiator=initiator,
+            reject_after=port.config.native_reject_after,
+            reject_packets=port.config.native_reject_packets,
+            min_gap=port.config.native_rekey_min_gap,
         )
         self.path: migration.PathValidation | None = None
         """A new address of the remote being validated (native/migration.py)."""
@@ -197,8 +200,12 @@ class Channel:
         recovery = self.recovery
         receiver = self.receiver
         self._pacing_wait = False
-        if self.keys.sealed >= self.keys.packets:
-            self._queue_control(self.keys.on_timer(now, recovery.pto), None)
+        keys = self.keys
+        if keys.sealed >= keys.packets:
+            if keys.sealed >= keys.reject_packets:
+                self._expire(now)
+                return
+            self._queue_control(keys.on_timer(now, recovery.pto), None)
         hint = b""
         if self.hint_due:
             self.hint_due = False
@@ -343,6 +350,7 @@ class Channel:
         data = self._kernel.seal(self._key, self._tx_nonce, self.remote.fuid, counter, parts)
         out.append((data, self.remote.ha))
         recovery.on_sent(now, len(data), frames)
+        self.keys.sealed += 1
         if with_ack:
             self.receiver.acked()
 
@@ -404,6 +412,11 @@ class Channel:
             self.port.arm(self, when)
 
     def on_timer(self, now: float) -> None:
+        if self.remote.channel is not self:
+            return  # ended (a time-out armed before the end)
+        if self.keys.expired(now):
+            self._expire(now)
+            return
         self.receiver.on_timer(now)
         self.scheduler.expire(now)
         recovery = self.recovery
@@ -555,7 +568,7 @@ class Channel:
             raise BadPacket("unknown native frame", DropReason.BODY)
         _, epoch, public = KEY_FRAME.unpack_from(plain, pos)
         if kind == KEY_OFFER_FRAME:
-            self._queue_control(self.keys.on_offer(epoch, public), None)
+            self._queue_control(self.keys.on_offer(epoch, public, now), None)
         elif self.keys.on_accept(epoch, public, now):
             self._use(self.keys.box)
             self.port.stats["native_rekey"] += 1
@@ -607,6 +620,18 @@ class Channel:
         self.port.drop(reason, self.remote.ha, detail)
 
     # -- end of the session -------------------------------------------------------------
+
+    def _expire(self, now: float) -> None:
+        """No key rotation completed within the limits (native/rekey.py): the road ends
+        the session and handshakes a new one."""
+        keys = self.keys
+        self.port.end_session(
+            self.remote,
+            "key_expired",
+            f"key epoch {keys.epoch} is {now - keys.installed_at:.0f} s old and sealed "
+            f"{keys.sealed} datagrams; no rotation completed",
+            now,
+        )
 
     def unfinished(self) -> list[Outgoing]:
         """Messages not yet fully acknowledged, in the order they were queued (to send
