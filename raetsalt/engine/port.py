@@ -19,6 +19,7 @@ against a stub port, and every call back into the road is one of these:
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -43,6 +44,9 @@ class RoadPort(Protocol):
 
     config: RoadConfig
     stats: Counter[str]
+    secret_rng: random.Random
+    """Choices a peer must not predict (native/recovery.py's skipped packet numbers): the
+    system's CSPRNG, or the seeded generator a test gives the road."""
     reassembly: ReassemblyBudget
     """What unfinished incoming messages may hold, per remote and in all."""
 

@@ -150,6 +150,7 @@ class Road:
         self.config = config = config if config is not None else RoadConfig()
         self.ha: Address = ha  # where the driver bound us
         self.rng = rng if rng is not None else random.Random()
+        self.secret_rng = rng if rng is not None else random.SystemRandom()
         self.stats: Counter[str] = Counter()
         self.timers = TimerQueue()
         self.remotes: dict[int, Remote] = {}

@@ -150,7 +150,11 @@ class Channel:
         self.flow = SendWindow(self.cc)
         self._pacing_wait = False  # the last flush stopped for the pacer: wake at its time
         self.recovery = Recovery(
-            self.cc, acked=self.scheduler.acked, lost=self.scheduler.lost, stats=port.stats
+            self.cc,
+            acked=self.scheduler.acked,
+            lost=self.scheduler.lost,
+            stats=port.stats,
+            rng=port.secret_rng,
         )
         # receiving
         inboxes = [
@@ -310,6 +314,8 @@ class Channel:
         length = OVERHEAD + chunk  # of every datagram (the last may ask for an ack)
         # The window is full after the last one: it asks for an ack at once.
         ack_now = room - (count - 1) * length - size <= 0
+        if recovery.counter + count >= recovery.skip_at:
+            recovery.skip()  # before the run: its counters stay consecutive
         least, seal = recovery.oldest_unacked(), self._kernel.seal_pieces
         key, nonce = self._key, self._tx_nonce
         fuid, kind, stream, seq = self.remote.fuid, item.kind, item.stream, item.first_seq
@@ -347,6 +353,9 @@ class Channel:
     ) -> None:
         recovery = self.recovery
         counter = recovery.counter + 1
+        if counter >= recovery.skip_at:
+            recovery.skip()  # (native/recovery.py: the optimistic-ack check)
+            counter += 1
         data = self._kernel.seal(self._key, self._tx_nonce, self.remote.fuid, counter, parts)
         out.append((data, self.remote.ha))
         recovery.on_sent(now, len(data), frames)
@@ -368,8 +377,15 @@ class Channel:
             self.port.want_flush(self)
 
     def _on_ack(self, ranges: list[tuple[int, int]], now: float) -> None:
-        """An ACK frame came (``Receiver``): loss recovery takes it."""
-        if self.recovery.on_ack(ranges, now) and self.scheduler.has_data():
+        """An ACK frame came (``Receiver``): loss recovery takes it.  One that names a
+        skipped packet number ends the session (native/recovery.py)."""
+        try:
+            opened = self.recovery.on_ack(ranges, now)
+        except BadPacket as exc:
+            if exc.trigger is DropReason.OPTIMISTIC_ACK:
+                self.port.end_session(self.remote, "optimistic_ack", str(exc), now)
+            raise
+        if opened and self.scheduler.has_data():
             self.port.want_flush(self)  # the window opened: send more at the next flush
 
     def _confirmed(self, mid: int, count: int) -> None:
@@ -531,6 +547,8 @@ class Channel:
                 self._take(counter, out[pos : pos + length], now)
             except BadPacket as exc:
                 bad(exc)
+                if remote.channel is not self:  # it ended the session: no more here
+                    return heard
             else:
                 heard = True
         if heard:
