@@ -6,7 +6,7 @@ contact) is honoured in one attempt of two at most."""
 
 from __future__ import annotations
 
-from raetsalt.engine.native import is_native
+from raetsalt.engine.native.frames import is_native
 from raetsalt.engine.road import Road
 from raetsalt.testing.pair import MAIN_HA, MINION_HA, Pair, road_pair
 from raetsalt.wire.enums import Flag, FootKind, PacketKind, TransactionKind
