@@ -639,6 +639,34 @@ SCHEMA: tuple[Option, ...] = (
         "whatever raet_rekey_interval says (WireGuard's message count).",
         "Road sessions",
     ),
+    Option(
+        "raet_rekey_reject_after",
+        s.number(15.0),
+        _both(180.0),
+        "Seconds after which a native session key that no rotation replaced (a path "
+        "that drops the key frames) is refused: the session is ended and handshaken "
+        "again, with a warning (WireGuard's REJECT_AFTER_TIME).  At least 1.5 times "
+        "raet_rekey_interval.",
+        "Road sessions",
+    ),
+    Option(
+        "raet_rekey_reject_messages",
+        s.integer(1500),
+        _both(1 << 25),
+        "Datagrams sealed under one native session key after which it is refused the "
+        "same way if no rotation replaced it.  At least 1.5 times raet_rekey_messages.",
+        "Road sessions",
+    ),
+    Option(
+        "raet_rekey_min_gap",
+        s.number(0.0),
+        _both(5.0),
+        "Seconds a native session key is used at least before the other end may start "
+        "the next rotation (at most half of raet_rekey_interval): an earlier key offer "
+        "is dropped and counted (rekey_rate), so a peer cannot make this daemon rotate "
+        "keys as fast as it likes.",
+        "Road sessions",
+    ),
 )
 
 # --------------------------------------------------------------------------- Salt bridge

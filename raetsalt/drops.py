@@ -31,6 +31,8 @@ class DropReason(StrEnum):
     SIZE = "size"  # a frame over its size limit (command socket)
     NOT_MAIN = "not_main"  # a vacuous join sent to a stack that is not main
     REPLAY = "replay"  # an already delivered message
+    REKEY_RATE = "rekey_rate"  # a native key offer sooner than the minimum gap
+    OPTIMISTIC_ACK = "optimistic_ack"  # a native ack of a packet number never sent
     OVERLOAD = "overload"  # a limit on concurrent state was reached
     REFUSED = "refused"  # join state of the remote forbids it (rejected, name taken)
     # Bounded reassembly (engine/reassembly.py): a frame or segment not held, or a

@@ -27,10 +27,12 @@ from raetsalt.engine.events import (
     PacketDropped,
     PendingLimitReached,
     PresenceChanged,
+    SessionEnded,
     TransactionFailed,
 )
 from raetsalt.errors import LocalError
 from raetsalt.keep.records import AutoMode, fingerprint
+from raetsalt.log import clip
 from raetsalt.manor import LocalMessage
 from raetsalt.node import Node, NodeEvent
 from raetsalt.paths import keep_dir
@@ -59,10 +61,12 @@ def road_config(opts: Mapping[str, Any], node: str) -> RoadConfig:
     ``recall_window``;
     ``max_datagram_size`` -> ``max_packet_size``;
     ``raet_reassembly_*`` -> ``reassembly_*``; ``raet_rekey_interval`` and
-    ``raet_rekey_messages`` -> ``native_rekey_*``; on a minion ``random_reauth_delay``
-    bounds the jittered back-off between connection attempts (``retry_max``), and
-    ``acceptance_wait_time`` and ``acceptance_wait_time_max`` are how long a pending join
-    waits before it asks the master again (Salt's meaning: ``raetsalt.engine.join``; an
+    ``raet_rekey_messages`` -> ``native_rekey_*``; ``raet_rekey_reject_after`` and
+    ``raet_rekey_reject_messages`` -> ``native_reject_*``; ``raet_rekey_min_gap`` ->
+    ``native_rekey_min_gap``; on a minion ``random_reauth_delay`` bounds the jittered
+    back-off between connection attempts (``retry_max``), and ``acceptance_wait_time``
+    and ``acceptance_wait_time_max`` are how long a pending join waits before it asks
+    the master again (Salt's meaning: ``raetsalt.engine.join``; an
     operator's acceptance reaches the master at once, as a command, and the master
     answers the ask it holds open, or the next one); on a
     master ``max_pending_keys`` bounds the keys waiting for an operator.
@@ -94,6 +98,13 @@ def road_config(opts: Mapping[str, Any], node: str) -> RoadConfig:
             opts.get("raet_rekey_interval", config.native_rekey_interval)
         ),
         native_rekey_packets=int(opts.get("raet_rekey_messages", config.native_rekey_packets)),
+        native_reject_after=float(
+            opts.get("raet_rekey_reject_after", config.native_reject_after)
+        ),
+        native_reject_packets=int(
+            opts.get("raet_rekey_reject_messages", config.native_reject_packets)
+        ),
+        native_rekey_min_gap=float(opts.get("raet_rekey_min_gap", config.native_rekey_min_gap)),
     )
     if node == "minion":
         reauth = float(opts.get("random_reauth_delay", 0.0))
@@ -108,6 +119,21 @@ def road_config(opts: Mapping[str, Any], node: str) -> RoadConfig:
             ),
         )
     return config
+
+
+_ENDED = {
+    "key_expired": "no key rotation completed within raet_rekey_reject_after / "
+    "raet_rekey_reject_messages (a path that drops key frames?); handshaking a new session",
+    "optimistic_ack": "it acknowledged a packet number that was never sent (an optimistic-ack "
+    "attack on congestion control)",
+}
+
+
+def log_session_ended(event: SessionEnded) -> None:
+    """One WARNING line per session the road ended (each is one event, so bounded by
+    the handshakes a remote completes)."""
+    log.warning("native session with %s ended: %s (%s)", event.remote,
+                _ENDED.get(event.reason, event.reason), clip(event.detail, bare=True))
 
 
 MASTER_SOCKET_BUFFER = 16 * 1024 * 1024
@@ -315,6 +341,8 @@ class MinionLink:
                 )
             elif isinstance(event, PacketDropped):
                 self.drops.note(event)
+            elif isinstance(event, SessionEnded):
+                log_session_ended(event)
             elif isinstance(event, MessageReceived | LocalMessage):
                 log.debug("unhandled message %r", event)
 
@@ -391,6 +419,8 @@ class MasterWatch:
                                    event.remote)
             elif isinstance(event, PacketDropped):
                 self.drops.note(event)
+            elif isinstance(event, SessionEnded):
+                log_session_ended(event)
             elif isinstance(event, Departed):
                 self.keys.pop(event.role, None)
                 self.connected.discard(event.remote)

@@ -28,6 +28,7 @@ from raetsalt.engine.events import (
     PacketDropped,
     PendingLimitReached,
     PresenceChanged,
+    SessionEnded,
     TransactionFailed,
 )
 from raetsalt.engine.road import Road
@@ -48,5 +49,6 @@ __all__ = [
     "PresenceChanged",
     "Road",
     "RoadConfig",
+    "SessionEnded",
     "TransactionFailed",
 ]

@@ -73,6 +73,16 @@ class RoadConfig:
     native_rekey_packets: int = 1 << 24
     """A native session's key rotates after this many seconds or datagrams sealed under it,
     whichever comes first (engine/native/rekey.py; WireGuard rotates every 120 s)."""
+    native_reject_after: float = 180.0
+    native_reject_packets: int = 1 << 25
+    """A native session whose key is this many seconds old, or sealed this many datagrams,
+    because no rotation completed (a path that drops key frames) is ended and handshaken
+    again (WireGuard's REJECT_AFTER_TIME / REJECT_AFTER_MESSAGES).  Each counts as at
+    least 1.5 times the rotation's own limit above, so a rotation always comes first."""
+    native_rekey_min_gap: float = 5.0
+    """Seconds a key is used at least before the other end may start the next rotation
+    (at most half of ``native_rekey_interval``; also allowed once we sealed half of
+    ``native_rekey_packets`` under it): an offer that comes sooner is a counted drop."""
     # -- limits on unauthenticated input --------------------------------------------------
     max_pending: int = 1000
     """Keys waiting for an operator; joins of further new ids are dropped and counted."""

@@ -36,6 +36,7 @@ __all__ = [
     "RemoteRemoved",
     "RoleChanged",
     "RoleRemoved",
+    "SessionEnded",
     "TransactionFailed",
 ]
 
@@ -142,6 +143,18 @@ class PacketDropped(Event):
 
     reason: DropReason
     address: tuple[str, int]
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEnded(Event):
+    """The road ended its native session with ``remote`` for a stable ``reason``:
+    ``"key_expired"`` (no key rotation completed within ``native_reject_*``: a new
+    handshake follows) or ``"optimistic_ack"`` (the remote acknowledged a packet number
+    that was never sent).  Reported once per session ended."""
+
+    remote: str
+    reason: str
     detail: str = ""
 
 

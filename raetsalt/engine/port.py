@@ -19,6 +19,7 @@ against a stub port, and every call back into the road is one of these:
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -43,6 +44,9 @@ class RoadPort(Protocol):
 
     config: RoadConfig
     stats: Counter[str]
+    secret_rng: random.Random
+    """Choices a peer must not predict (native/recovery.py's skipped packet numbers): the
+    system's CSPRNG, or the seeded generator a test gives the road."""
     reassembly: ReassemblyBudget
     """What unfinished incoming messages may hold, per remote and in all."""
 
@@ -140,6 +144,10 @@ class RoadPort(Protocol):
 
     def on_renew(self, remote: Remote, now: float) -> None:
         """The other side no longer knows our ids: join again, vacuously."""
+
+    def end_session(self, remote: Remote, reason: str, detail: str, now: float) -> None:
+        """End ``remote``'s native session (``SessionEnded``): ``"key_expired"`` starts a
+        new handshake at once, anything else waits for the ordinary reconnection."""
 
     def on_path_validated(self, remote: Remote, ha: Address) -> None:
         """A native session's remote answered a challenge from ``ha``: it lives there

@@ -55,6 +55,7 @@ from raetsalt.engine.events import (
     PresenceChanged,
     RemoteChanged,
     RemoteRemoved,
+    SessionEnded,
     TransactionFailed,
 )
 from raetsalt.engine.guard import Guard
@@ -149,6 +150,7 @@ class Road:
         self.config = config = config if config is not None else RoadConfig()
         self.ha: Address = ha  # where the driver bound us
         self.rng = rng if rng is not None else random.Random()
+        self.secret_rng = rng if rng is not None else random.SystemRandom()
         self.stats: Counter[str] = Counter()
         self.timers = TimerQueue()
         self.remotes: dict[int, Remote] = {}
@@ -637,6 +639,16 @@ class Road:
     def on_renew(self, remote: Remote, now: float) -> None:
         remote.fuid = 0
         self.join(remote.uid, now)
+
+    def end_session(self, remote: Remote, reason: str, detail: str, now: float) -> None:
+        self.stats[f"native_ended_{reason}"] += 1
+        self.emit(SessionEnded(remote.name, reason, detail))
+        self._lose_session(remote)
+        if reason == "key_expired":
+            self.allow(remote.uid, now)  # (both ends may: crossing allows resolve by name)
+        else:
+            self.on_connect_failed(remote, now)  # the usual back-off, then a new allow
+        self._rearm(remote, now)
 
     def on_path_validated(self, remote: Remote, ha: Address) -> None:
         self._move(remote, ha, trusted=True)

@@ -112,6 +112,9 @@ class Channel:
             interval=port.config.native_rekey_interval,
             packets=port.config.native_rekey_packets,
             initiator=initiator,
+            reject_after=port.config.native_reject_after,
+            reject_packets=port.config.native_reject_packets,
+            min_gap=port.config.native_rekey_min_gap,
         )
         self.path: migration.PathValidation | None = None
         """A new address of the remote being validated (native/migration.py)."""
@@ -147,7 +150,11 @@ class Channel:
         self.flow = SendWindow(self.cc)
         self._pacing_wait = False  # the last flush stopped for the pacer: wake at its time
         self.recovery = Recovery(
-            self.cc, acked=self.scheduler.acked, lost=self.scheduler.lost, stats=port.stats
+            self.cc,
+            acked=self.scheduler.acked,
+            lost=self.scheduler.lost,
+            stats=port.stats,
+            rng=port.secret_rng,
         )
         # receiving
         inboxes = [
@@ -197,8 +204,12 @@ class Channel:
         recovery = self.recovery
         receiver = self.receiver
         self._pacing_wait = False
-        if self.keys.sealed >= self.keys.packets:
-            self._queue_control(self.keys.on_timer(now, recovery.pto), None)
+        keys = self.keys
+        if keys.sealed >= keys.packets:
+            if keys.sealed >= keys.reject_packets:
+                self._expire(now)
+                return
+            self._queue_control(keys.on_timer(now, recovery.pto), None)
         hint = b""
         if self.hint_due:
             self.hint_due = False
@@ -303,6 +314,8 @@ class Channel:
         length = OVERHEAD + chunk  # of every datagram (the last may ask for an ack)
         # The window is full after the last one: it asks for an ack at once.
         ack_now = room - (count - 1) * length - size <= 0
+        if recovery.counter + count >= recovery.skip_at:
+            recovery.skip()  # before the run: its counters stay consecutive
         least, seal = recovery.oldest_unacked(), self._kernel.seal_pieces
         key, nonce = self._key, self._tx_nonce
         fuid, kind, stream, seq = self.remote.fuid, item.kind, item.stream, item.first_seq
@@ -340,9 +353,13 @@ class Channel:
     ) -> None:
         recovery = self.recovery
         counter = recovery.counter + 1
+        if counter >= recovery.skip_at:
+            recovery.skip()  # (native/recovery.py: the optimistic-ack check)
+            counter += 1
         data = self._kernel.seal(self._key, self._tx_nonce, self.remote.fuid, counter, parts)
         out.append((data, self.remote.ha))
         recovery.on_sent(now, len(data), frames)
+        self.keys.sealed += 1
         if with_ack:
             self.receiver.acked()
 
@@ -360,8 +377,15 @@ class Channel:
             self.port.want_flush(self)
 
     def _on_ack(self, ranges: list[tuple[int, int]], now: float) -> None:
-        """An ACK frame came (``Receiver``): loss recovery takes it."""
-        if self.recovery.on_ack(ranges, now) and self.scheduler.has_data():
+        """An ACK frame came (``Receiver``): loss recovery takes it.  One that names a
+        skipped packet number ends the session (native/recovery.py)."""
+        try:
+            opened = self.recovery.on_ack(ranges, now)
+        except BadPacket as exc:
+            if exc.trigger is DropReason.OPTIMISTIC_ACK:
+                self.port.end_session(self.remote, "optimistic_ack", str(exc), now)
+            raise
+        if opened and self.scheduler.has_data():
             self.port.want_flush(self)  # the window opened: send more at the next flush
 
     def _confirmed(self, mid: int, count: int) -> None:
@@ -404,6 +428,11 @@ class Channel:
             self.port.arm(self, when)
 
     def on_timer(self, now: float) -> None:
+        if self.remote.channel is not self:
+            return  # ended (a time-out armed before the end)
+        if self.keys.expired(now):
+            self._expire(now)
+            return
         self.receiver.on_timer(now)
         self.scheduler.expire(now)
         recovery = self.recovery
@@ -518,6 +547,8 @@ class Channel:
                 self._take(counter, out[pos : pos + length], now)
             except BadPacket as exc:
                 bad(exc)
+                if remote.channel is not self:  # it ended the session: no more here
+                    return heard
             else:
                 heard = True
         if heard:
@@ -555,7 +586,7 @@ class Channel:
             raise BadPacket("unknown native frame", DropReason.BODY)
         _, epoch, public = KEY_FRAME.unpack_from(plain, pos)
         if kind == KEY_OFFER_FRAME:
-            self._queue_control(self.keys.on_offer(epoch, public), None)
+            self._queue_control(self.keys.on_offer(epoch, public, now), None)
         elif self.keys.on_accept(epoch, public, now):
             self._use(self.keys.box)
             self.port.stats["native_rekey"] += 1
@@ -607,6 +638,18 @@ class Channel:
         self.port.drop(reason, self.remote.ha, detail)
 
     # -- end of the session -------------------------------------------------------------
+
+    def _expire(self, now: float) -> None:
+        """No key rotation completed within the limits (native/rekey.py): the road ends
+        the session and handshakes a new one."""
+        keys = self.keys
+        self.port.end_session(
+            self.remote,
+            "key_expired",
+            f"key epoch {keys.epoch} is {now - keys.installed_at:.0f} s old and sealed "
+            f"{keys.sealed} datagrams; no rotation completed",
+            now,
+        )
 
     def unfinished(self) -> list[Outgoing]:
         """Messages not yet fully acknowledged, in the order they were queued (to send

@@ -14,12 +14,24 @@ packets are sent again as probes, whose acks then reveal the real losses.  A los
 that turns out spurious (the packet is acknowledged after all) doubles the reorder
 threshold, as RACK does.
 
+**Skipped packet numbers** (RFC 9000 section 21.4).  A receiver that acknowledges
+packets it never got (an "optimistic ack": everything up to the highest counter seen,
+say) makes the controller grow the window past what the path carries, and its share of
+a shared link with it.  So the channel now and then leaves a counter unused (``skip``,
+``SKIP_GAP``: after 64 to 511 packets, drawn from the road's ``secret_rng``, the
+system's CSPRNG), and an ack that names a skipped counter is an attack:
+``on_ack`` raises ``BadPacket`` (``optimistic_ack``) before it frees or measures
+anything, and the channel ends the session.  A skipped counter has no record, so it is
+never declared lost nor sent again; it is forgotten once an ack passed above it without
+naming it (an honest receiver's ranges have a hole there).
+
 It touches nothing but the controller and its two callbacks, so it can be driven
 alone (``tests/engine/native/test_recovery.py``).
 """
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,6 +56,11 @@ Re-sending everything stale made queueing delay (a full window behind a slow hop
 look like a lost window, and the spurious copies added to the queue."""
 MAX_DECLARED = 4096
 """Counters declared lost remembered to notice spurious losses."""
+SKIP_GAP = (64, 512)
+"""A counter is skipped after a number of others drawn from this range (one in about
+288 on average: a hole in the receiver's ack ranges that costs a few bytes)."""
+MAX_SKIPPED = 32
+"""Skipped counters remembered at most (the oldest go first)."""
 
 
 @dataclass(slots=True)
@@ -73,8 +90,14 @@ class Recovery:
         acked: Callable[[list[Frame]], None],
         lost: Callable[[list[Frame]], int],
         stats: Counter[str],
+        rng: random.Random | None = None,
     ) -> None:
         self.cc = cc
+        self._rng = rng if rng is not None else random.SystemRandom()
+        self.skip_at = self._rng.randrange(*SKIP_GAP)
+        """The counter to leave unused (``skip``: the channel calls it when it gets
+        there)."""
+        self._skipped: list[int] = []  # ascending
         self._acked = acked
         self._lost = lost
         self.stats = stats
@@ -138,6 +161,16 @@ class Recovery:
         self.counter += count
         self.bytes_in_flight += size * (count - 1) + last
 
+    def skip(self) -> None:
+        """Leave the next counter unused: no packet carries it, so an ack naming it was
+        never earned (RFC 9000 21.4)."""
+        counter = self.counter = self.counter + 1
+        skipped = self._skipped
+        skipped.append(counter)
+        if len(skipped) > MAX_SKIPPED:
+            del skipped[0]
+        self.skip_at = counter + self._rng.randrange(*SKIP_GAP)
+
     def oldest_unacked(self) -> int:
         """The counter of the oldest packet in flight (the next one if none is): the
         receiver need not acknowledge below it (our LEAST frame)."""
@@ -164,6 +197,17 @@ class Recovery:
         for first, last in ranges:
             if last < first or last > top:
                 raise BadPacket("ack range names packets never sent", DropReason.BODY)
+        skipped = self._skipped
+        if skipped:
+            low, high = skipped[0], skipped[-1]
+            for first, last in ranges:
+                if first <= high and last >= low:
+                    for number in skipped:
+                        if first <= number <= last:
+                            raise BadPacket(
+                                f"ack of packet {number}, which was never sent (optimistic ack)",
+                                DropReason.OPTIMISTIC_ACK,
+                            )
         if self.declared_lost:
             self._spurious(ranges)
         sent = self._sent
@@ -207,6 +251,9 @@ class Recovery:
         sample = None
         if newly_largest > self.largest_acked:
             self.largest_acked = newly_largest
+            # Skipped counters this ack passed over without naming them: done with.
+            while skipped and skipped[0] < newly_largest:
+                del skipped[0]
             sample = self.latest_rtt = now - newest.at
             if not self.rtt_sampled:  # the first sample replaces the guess (RFC 9002)
                 self.rtt_sampled = True

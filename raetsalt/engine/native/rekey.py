@@ -31,6 +31,18 @@ the new one (RFC 9001's rule for QUIC key updates), so both ends hold at most tw
 When both ends offer the same epoch at once, the offer of the allow handshake's
 initiator wins; the other end drops its own offer (and its secret) and accepts.
 
+**Limits.**  Key frames are small datagrams a path can single out: an attacker who drops
+only them would keep the session on its first key forever.  So a key is refused for
+sealing and opening once it is ``RoadConfig.native_reject_after`` seconds old or sealed
+``native_reject_packets`` datagrams (``expired``; at least 1.5 times the rotation's own
+limits): the channel then ends the session and the road handshakes a new one
+(WireGuard's REJECT_AFTER_TIME and REJECT_AFTER_MESSAGES).  The other way round, a peer
+may not make us rotate as often as it likes (each rotation costs a key pair and a
+Diffie-Hellman): an offer of the next epoch is taken only once the current key is
+``native_rekey_min_gap`` seconds old (at most half the rotation interval) or sealed half
+of ``native_rekey_packets``; a sooner one is a counted drop (``rekey_rate``), not
+answered (the peer offers again, and is answered once the gap has passed).
+
 **Forward secrecy.**  Every epoch's key comes from two key pairs made for it and
 forgotten once it is computed, and keys are not derived from one another: a key stolen
 from a running process opens only the traffic of its own epoch (and of the previous
@@ -80,10 +92,22 @@ class KeyRing:
         "_offer",
         "offer_at",
         "rotations",
+        "reject_after",
+        "reject_packets",
+        "min_gap",
     )
 
     def __init__(
-        self, box: SessionBox, now: float, *, interval: float, packets: int, initiator: bool
+        self,
+        box: SessionBox,
+        now: float,
+        *,
+        interval: float,
+        packets: int,
+        initiator: bool,
+        reject_after: float = float("inf"),
+        reject_packets: int = 1 << 62,
+        min_gap: float = 0.0,
     ) -> None:
         self.box = box
         self.epoch = 0
@@ -102,6 +126,11 @@ class KeyRing:
         self._offer: KeyPair | None = None
         self.offer_at = 0.0
         self.rotations = 0
+        self.reject_after = max(reject_after, 1.5 * interval)
+        """Seconds after which the current key is refused (``expired``)."""
+        self.reject_packets = max(reject_packets, packets + packets // 2)
+        self.min_gap = min(min_gap, interval / 2)
+        """Seconds the current key is used at least before a peer's offer is taken."""
 
     # -- when ---------------------------------------------------------------------------
 
@@ -110,6 +139,10 @@ class KeyRing:
         if self._offer is not None or self.next is not None or self.previous is not None:
             return False
         return now - self.installed_at >= self.interval or self.sealed >= self.packets
+
+    def expired(self, now: float) -> bool:
+        """No rotation completed in time: the current key must not be used any more."""
+        return now - self.installed_at >= self.reject_after or self.sealed >= self.reject_packets
 
     def get_timer(self, pto: float) -> float | None:
         """When ``on_timer`` has something to do: repeat an offer, drop the previous key,
@@ -120,8 +153,8 @@ class KeyRing:
             if self.retire_at is None:  # the other end has not switched yet: confirm
                 return self.offer_at + max(pto, MIN_OFFER_GAP)
             return self.retire_at
-        if self.next is not None:
-            return None  # the offerer's turn
+        if self.next is not None:  # the offerer's turn; the key expires if it never comes
+            return self.installed_at + self.reject_after
         return self.installed_at + self.interval
 
     def on_timer(self, now: float, pto: float) -> bytes | None:
@@ -147,14 +180,17 @@ class KeyRing:
 
     # -- frames -------------------------------------------------------------------------
 
-    def on_offer(self, epoch: int, public: bytes) -> bytes | None:
-        """The other end offers ``epoch``: our KEY_ACCEPT, or None (not answered)."""
+    def on_offer(self, epoch: int, public: bytes, now: float) -> bytes | None:
+        """The other end offers ``epoch``: our KEY_ACCEPT, or None (not answered).
+        Raises ``BadPacket`` (``rekey_rate``) for an offer sooner than ``min_gap``."""
         if epoch != self.epoch + 1:
             if epoch <= self.epoch:
                 return None  # a repeated offer of an epoch we already switched to
             raise BadPacket("key offer skips an epoch", DropReason.BODY)
         if self.next is not None:
             return self.answer  # repeated: the same answer (the other end missed it)
+        if now - self.installed_at < self.min_gap and self.sealed < self.packets // 2:
+            raise BadPacket("key offer sooner than the minimum gap", DropReason.REKEY_RATE)
         if self._offer is not None:
             if self.initiator:
                 return None  # both offered: ours wins, the other end will accept it

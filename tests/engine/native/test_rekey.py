@@ -111,11 +111,11 @@ def test_simultaneous_offers_resolve_to_the_initiators() -> None:
     offer_a, offer_b = a.on_timer(1.0, 0.1), b.on_timer(1.0, 0.1)
     assert offer_a is not None and offer_b is not None
     _, epoch, pub_b = KEY_FRAME.unpack(offer_b)
-    assert a.on_offer(epoch, pub_b) is None  # the initiator keeps its own offer
+    assert a.on_offer(epoch, pub_b, 0.0) is None  # the initiator keeps its own offer
     _, epoch, pub_a = KEY_FRAME.unpack(offer_a)
-    answer = b.on_offer(epoch, pub_a)  # the responder drops its own and accepts
+    answer = b.on_offer(epoch, pub_a, 0.0)  # the responder drops its own and accepts
     assert answer is not None and answer[0] == KEY_ACCEPT_FRAME
-    assert b.on_offer(epoch, pub_a) == answer  # a repeated offer gets the same answer
+    assert b.on_offer(epoch, pub_a, 0.0) == answer  # a repeated offer gets the same answer
     _, epoch, pub = KEY_FRAME.unpack(answer)
     assert a.on_accept(epoch, pub, now=1.1)
     assert not a.on_accept(epoch, pub, now=1.2)  # late repeat: nothing more
@@ -129,17 +129,17 @@ def test_offers_of_other_epochs_switch_nothing(epoch: int) -> None:
     a, b = _rings()
     public = KeyPair.generate().public
     if epoch == 0:
-        assert b.on_offer(epoch, public) is None
+        assert b.on_offer(epoch, public, 0.0) is None
     else:
         with pytest.raises(BadPacket, match="skips an epoch"):
-            b.on_offer(epoch, public)
+            b.on_offer(epoch, public, 0.0)
     assert b.next is None and b.epoch == 0
 
 
 def test_a_low_order_key_in_an_offer_is_a_counted_drop_not_a_crash() -> None:
     _, b = _rings()
     with pytest.raises(BadPacket, match="unusable key"):
-        b.on_offer(1, bytes(32))  # the all-zero point: no shared secret
+        b.on_offer(1, bytes(32), 0.0)  # the all-zero point: no shared secret
     assert b.next is None and b.answer == b""
 
 
