@@ -6,7 +6,9 @@ steps append node events to ``.raetsalt.inbox``; the route step sorts them into
 ``.raetsalt.routed``; each serving step takes its part of it and appends the actions it
 decided (road messages, client answers, bus events) to ``.raetsalt.outbox``; the
 outbound step carries them out and sends.  A step whose node is not open does nothing;
-a step that fails sets ``.raetsalt.status.failure`` (the flow goes to ``failed``).
+a step that raises drops what it was serving, logs and counts it, and the daemon serves
+on (``_Step``); only a step that fails on every run for a minute sets
+``.raetsalt.status.failure`` (the flow goes to ``failed``).
 
 Both daemons::
 
@@ -48,13 +50,23 @@ from typing import Any
 from raetsalt.daemon.jobs import MasterService, MinionService
 from raetsalt.daemon.service import MasterWatch, MinionLink
 from raetsalt.flo.doer import RaetsaltDoer
+from raetsalt.log import Throttle, clip
 
 log = logging.getLogger("raetsalt.daemon")
 
 
 class _Step(RaetsaltDoer):
     """A serving step: ``step(node, jobs)`` runs only while the node is open (the job
-    service exists from the node's opening to its closing)."""
+    service exists from the node's opening to its closing).
+
+    A step that raises is contained: what it was serving is dropped (``discard``) and
+    counted in ``.raetsalt.status.step_failures``, the failure is logged (the first one
+    of an interval with its traceback: it is a bug; the rest counted in the next line),
+    and the daemon serves on.  Only a step that keeps failing with nothing left to drop,
+    on every run for ``GIVE_UP_AFTER`` seconds, fails the flow (the daemon exits 1 and
+    its supervisor starts it again)."""
+
+    GIVE_UP_AFTER = 60.0
 
     def action(self, **kwa: Any) -> None:
         jobs = self.jobs.value
@@ -62,12 +74,39 @@ class _Step(RaetsaltDoer):
             return
         try:
             self.step(jobs.node, jobs)
-        except Exception as exc:  # noqa: BLE001 - reported, the flow goes to failure
-            log.exception("%s failed", type(self).__name__)
-            self.fail(f"{type(self).__name__} failed: {exc}")
+        except Exception as exc:  # noqa: BLE001 - contained: logged, counted, dropped
+            self._failed(jobs, exc)
+        else:
+            self._failing_since = None
 
     def step(self, node: Any, jobs: Any) -> None:
         raise NotImplementedError
+
+    def discard(self) -> int:
+        """Drop the input the failed step was serving; how many items that was."""
+        return 0
+
+    _failing_since: float | None = None
+    _log = Throttle(60.0)
+
+    def _failed(self, jobs: Any, exc: Exception) -> None:
+        name = type(self).__name__
+        dropped = self.discard()
+        now = jobs.node.clock()
+        status = self.status.data
+        status.step_failures = int(getattr(status, "step_failures", 0) or 0) + 1
+        times = self._log.note(name, now)
+        if times:
+            log.error("%s failed (%d time(s) since the last report; %d item(s) of input "
+                      "dropped now): %s: %s", name, times, dropped, type(exc).__name__,
+                      clip(str(exc), 200, bare=True), exc_info=times == 1)
+        if dropped:
+            self._failing_since = None
+            return
+        if self._failing_since is None:
+            self._failing_since = now
+        elif now - self._failing_since >= self.GIVE_UP_AFTER:
+            self.fail(f"{name} failed on every run for {self.GIVE_UP_AFTER:.0f} s: {exc}")
 
 
 # ---------------------------------------------------------------------------- both
@@ -109,6 +148,11 @@ class _Route(_Step):
             self.status.data.events += len(inbox)
             inbox.clear()
 
+    def discard(self) -> int:
+        dropped = len(self.inbox.value)
+        self.inbox.value.clear()
+        return dropped
+
 
 class _Timers(_Step):
     """Time and the workers: what the job service's ``poll(now)`` decides."""
@@ -128,6 +172,11 @@ class RaetsaltMasterKeys(_Step):
     def step(self, node: Any, jobs: MasterService) -> None:
         jobs.serve_keys(self.routed.value.keys)
 
+    def discard(self) -> int:
+        dropped = len(self.routed.value.keys)
+        self.routed.value.keys.clear()
+        return dropped
+
 
 class _Serve(_Step):
     """Give one queue of ``.raetsalt.routed`` to one method of the job service
@@ -142,6 +191,12 @@ class _Serve(_Step):
         messages = getattr(self.routed.value, self.queue)
         if messages or self.always:
             self.outbox.value.extend(getattr(jobs, self.method)(messages, node.clock()))
+
+    def discard(self) -> int:
+        messages = getattr(self.routed.value, self.queue)
+        dropped = len(messages)
+        messages.clear()
+        return dropped
 
 
 class RaetsaltMasterRequests(_Serve):
@@ -175,6 +230,11 @@ class RaetsaltMasterPresence(_Step):
         if link and isinstance(watch, MasterWatch):
             watch.handle(link)
         link.clear()
+
+    def discard(self) -> int:
+        dropped = len(self.routed.value.link)
+        self.routed.value.link.clear()
+        return dropped
 
 
 # ---------------------------------------------------------------------------- minion
@@ -210,6 +270,11 @@ class RaetsaltMinionLink(_Step):
             if facts != self.shown:
                 self.shown = facts
                 self.link.update(facts)
+
+    def discard(self) -> int:
+        dropped = len(self.routed.value.link)
+        self.routed.value.link.clear()
+        return dropped
 
     shown: dict[str, bool] = {}
     """The facts last copied into ``.raetsalt.link`` (per instance once set)."""

@@ -1,0 +1,94 @@
+"""An accepted minion that sends what a test tells it (hostile bodies, floods), built
+from the same parts as ``raetsalt-minion`` (``open_node``, ``MinionLink``) but without
+its job service, so nothing it sends is filtered.
+
+    python rogue_minion.py CONFDIR send BODIES      # BODIES: a Python literal list
+    python rogue_minion.py CONFDIR flood SIZE       # returns of SIZE bytes, for ever
+
+Prints ``connected`` once the session with the master is up, ``sent N`` after each
+burst, and the master's answers' shares are ignored.  ``send`` stops after every body
+was delivered (``delivered N``); ``flood`` keeps at most ``WINDOW`` messages in flight
+and stops on SIGTERM.  The bodies get their ``route`` here.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import select
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from raetsalt.config import minion_config
+from raetsalt.daemon.service import MinionLink, ensure_dirs, open_node
+from raetsalt.engine.events import MessageDelivered, TransactionFailed
+from raetsalt.services import protocol as p
+
+WINDOW = 64
+
+
+def main() -> int:
+    confdir, mode, what = sys.argv[1], sys.argv[2], sys.argv[3]
+    logging.basicConfig(level=logging.ERROR)
+    opts = minion_config(Path(confdir) / "minion")
+    ensure_dirs(opts)
+    node = open_node(opts, "minion")
+    link = MinionLink(node, opts)
+    link.connect()
+    stop = False
+
+    def on_signal(signum: int, frame: Any) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    bodies: list[dict[str, Any]] = ast.literal_eval(what) if mode == "send" else []
+    size = int(what) if mode == "flood" else 0
+    sent = delivered = in_flight = 0
+    said_connected = False
+    while not stop:
+        timeout = node.timeout()
+        select.select([node.stack.sock], [], [],
+                      0.05 if timeout is None else min(timeout, 0.05))
+        events = node.service_ready()
+        link.handle(events)
+        for event in events:
+            if isinstance(event, MessageDelivered | TransactionFailed):
+                in_flight -= 1
+                delivered += isinstance(event, MessageDelivered)
+        if not link.connected or node.master is None:
+            continue
+        if not said_connected:
+            said_connected = True
+            print("connected", flush=True)
+        if mode == "send" and sent < len(bodies):
+            for body in bodies:
+                share = body.pop("__share")
+                node.stack.send(node.master, p.road_message(opts["id"], None, share, **body))
+                sent += 1
+                in_flight += 1
+            print(f"sent {sent}", flush=True)
+        elif mode == "send" and in_flight <= 0:
+            print(f"delivered {delivered}", flush=True)
+            break
+        elif mode == "flood":
+            burst = 0
+            while in_flight < WINDOW:
+                body = p.road_message(opts["id"], None, p.SHARE_RETURN, jid=p.CALL_JID,
+                                      fun="test.echo", fun_args=[],
+                                      **{"return": "x" * size, "retcode": 0})
+                node.stack.send(node.master, body)
+                in_flight += 1
+                sent += 1
+                burst += 1
+            if burst:
+                print(f"sent {sent}", flush=True)
+        node.service_ready()
+    node.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
