@@ -30,14 +30,13 @@ import select
 import signal
 import struct
 import subprocess
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import msgpack
 
+from raetsalt.daemon.childproc import python_child
 from raetsalt.drivers.clock import monotonic
 from raetsalt.errors import KeepError
 from raetsalt.log import Throttle
@@ -47,11 +46,6 @@ log = logging.getLogger(__name__)
 Entry = tuple[str, str, bytes]
 """(jid, file name, JSON text)."""
 
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
-"""Where this ``raetsalt`` is: the child imports the same one, whatever its working
-directory holds (``python -m`` would look there first)."""
-_CHILD = ("import sys; sys.path.insert(0, sys.argv[1]); "
-          "from raetsalt.daemon.cacheproc import main; sys.exit(main(sys.argv[2]))")
 
 RETRY = 1.0
 """Seconds between restarts of a child that died (and between the child's retries)."""
@@ -150,7 +144,7 @@ class ProcessWriter:
             return False
         self._start_at = now + RETRY
         try:
-            proc = subprocess.Popen([sys.executable, "-c", _CHILD, _PACKAGE_ROOT, self.root],
+            proc = subprocess.Popen(python_child(__name__, self.root),
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     close_fds=True)
         except OSError as exc:
@@ -285,10 +279,10 @@ def serve(root: str, source: int = 0, sink: int = 1) -> int:
     return 0
 
 
-def main(root: str) -> int:
-    """The child process (``ProcessWriter`` starts it)."""
+def main(argv: list[str]) -> int:
+    """The child process (``ProcessWriter`` starts it): ``argv`` is ``[root]``."""
     # The master stops it by closing the pipe: a terminal's Ctrl-C is the master's.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(level=logging.ERROR, format="raetsalt-master job cache: %(message)s")
-    return serve(root)
+    return serve(argv[0])

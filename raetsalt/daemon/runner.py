@@ -11,7 +11,9 @@
    rule of the wrong shape), whose warnings are logged once logging is set up;
 3. log to ``log_file`` (level ``log_level_logfile``, else the console level; the file
    is created 0600 and an existing one loses its group-write and world bits, also
-   after log rotation) and to stderr (``-l``, else ``log_level``);
+   after log rotation) and to stderr (``-l``, else ``log_level``), from ``/`` (the
+   daemon changes its working directory there first: nothing is imported from where it
+   was started);
 4. with ``-d``: double fork, new session, stdio on ``/dev/null``; the parent returns 0;
 5. claim ``pidfile``: lock it (``flock``) for as long as the daemon runs and write the
    pid.  Only a running daemon holds the lock (the kernel drops it when the process
@@ -213,6 +215,9 @@ def main(node: str, argv: Sequence[str] | None = None) -> int:
         opts["log_file"] = os.path.abspath(args.log_file)
     if args.pid_file:
         opts["pidfile"] = os.path.abspath(args.pid_file)
+    # Nothing may come from where the daemon was started (a world-writable /tmp): the
+    # config's paths are absolute by now, and children import only this raetsalt.
+    os.chdir("/")
     console_level = args.log_level or opts["log_level"]
     try:
         ensure_dirs(opts)

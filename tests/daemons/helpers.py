@@ -42,23 +42,20 @@ def free_port() -> int:
 class Daemon:
     """A daemon process whose stderr (the console log) is read line by line."""
 
-    def __init__(self, node: str, confdir: Path, *extra: str) -> None:
+    def __init__(self, node: str, confdir: Path, *extra: str, cwd: Path | None = None
+                 ) -> None:
+        """With ``cwd``, the installed ``raetsalt-<node>`` script is run from there (as an
+        operator would), else ``python -m raetsalt.cli.<node>``."""
         self.node = node
         self.confdir = confdir
+        program = ([str(Path(sys.executable).with_name(f"raetsalt-{node}"))] if cwd
+                   else [sys.executable, "-m", f"raetsalt.cli.{node}"])
         self.popen = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                f"raetsalt.cli.{node}",
-                "-c",
-                str(confdir),
-                "-l",
-                "info",
-                *extra,
-            ],
+            [*program, "-c", str(confdir), "-l", "info", *extra],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            cwd=cwd,
         )
         assert self.popen.stderr is not None
         os.set_blocking(self.popen.stderr.fileno(), False)
@@ -161,9 +158,11 @@ class World:
         command = [sys.executable, "-m", f"raetsalt.cli.{tool}", "-c", str(confdir), *args]
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
 
-    def start(self, node: str, confdir: Path, *extra: str) -> Daemon:
-        """Start ``raetsalt-<node> -c confdir -l info`` (``extra`` arguments after)."""
-        daemon = Daemon(node, confdir, *extra)
+    def start(self, node: str, confdir: Path, *extra: str, cwd: Path | None = None
+              ) -> Daemon:
+        """Start ``raetsalt-<node> -c confdir -l info`` (``extra`` arguments after; in
+        ``cwd`` if given)."""
+        daemon = Daemon(node, confdir, *extra, cwd=cwd)
         self.daemons.append(daemon)
         return daemon
 
