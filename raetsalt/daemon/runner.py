@@ -9,7 +9,10 @@
    and exits 78 (``EX_CONFIG``); so does, on a master, an access option that
    ``raetsalt.auth.check_access_config`` refuses (a regex that does not compile, a
    rule of the wrong shape), whose warnings are logged once logging is set up;
-3. log to ``log_file`` (level ``log_level_logfile``, else the console level; the file
+3. refuse (exit 78) private directories another user could have prepared
+   (``raetsalt.daemon.strictmodes``: root_dir, pki_dir, sock_dir, cachedir, the log
+   directory and their parents), checked before and after creating what is missing;
+   log to ``log_file`` (level ``log_level_logfile``, else the console level; the file
    is created 0600 and an existing one loses its group-write and world bits, also
    after log rotation) and to stderr (``-l``, else ``log_level``), from ``/`` (the
    daemon changes its working directory there first: nothing is imported from where it
@@ -52,6 +55,7 @@ from raetsalt.log import LOG_LEVELS as LEVELS
 from raetsalt.log import clip
 
 from .service import EXIT_FAILURE, EXIT_OK, ensure_dirs
+from .strictmodes import check_private_dirs
 
 log = logging.getLogger("raetsalt.daemon")
 
@@ -219,6 +223,16 @@ def main(node: str, argv: Sequence[str] | None = None) -> int:
     # config's paths are absolute by now, and children import only this raetsalt.
     os.chdir("/")
     console_level = args.log_level or opts["log_level"]
+    problem = check_private_dirs(opts)  # before anything is created there
+    if problem is None:
+        try:
+            ensure_dirs(opts)
+        except OSError:
+            pass  # reported below
+        problem = check_private_dirs(opts)  # and what was created on the way
+    if problem is not None:
+        print(f"{prog}: {problem}", file=sys.stderr)
+        return EXIT_CONFIG
     try:
         ensure_dirs(opts)
         setup_logging(opts, console_level, node=node)
