@@ -35,6 +35,7 @@ from raetsalt.errors import LocalError
 from raetsalt.execution.grains import core_grains
 from raetsalt.execution.loader import Context, Loader
 from raetsalt.lane.page import MAX_PAGE_SIZE
+from raetsalt.log import Throttle, clip
 from raetsalt.manor import LocalMessage
 from raetsalt.node import Node, NodeEvent
 from raetsalt.services import protocol as p
@@ -58,6 +59,7 @@ from raetsalt.services.minion import (
 )
 from raetsalt.services.peer import PeerRelay
 from raetsalt.services.protocol import ToClient
+from raetsalt.services.quota import MinionQuota, QuotaConfig
 
 log = logging.getLogger("raetsalt.daemon")
 
@@ -115,6 +117,8 @@ def unrestricted_users(opts: Mapping[str, Any]) -> set[str]:
 _PEER_SHARES = frozenset({p.SHARE_PEER_PUBLISH, p.SHARE_PEER_RUNNER})
 _MINION_SHARES = frozenset({p.SHARE_HELLO, p.SHARE_SALT_REQ, p.SHARE_PILLAR_REFRESH,
                             p.SHARE_CLOCK_REQ})
+_SERVED_SHARES = _MINION_SHARES | _PEER_SHARES | {p.SHARE_RETURN}
+"""A minion's messages the per-minion message quota applies to."""
 
 
 @dataclass(slots=True)
@@ -143,9 +147,13 @@ class MasterService:
                  utcnow: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.node = node
         self.roster = RoadRoster(node)
+        self.quota = MinionQuota(QuotaConfig.from_opts(opts))
+        """Per-minion limits on messages and returns (``raetsalt.services.quota``)."""
+        self._quota_log = Throttle(60.0)
         self.jobs = MasterJobs(
             opts,
-            QueuedJobCache(os.path.join(opts["cachedir"], "jobs"), process=True),
+            QueuedJobCache(os.path.join(opts["cachedir"], "jobs"), process=True,
+                           quota=self.quota, clock=node.clock),
             self.roster,
             estate=node.stack.road.name,
             data_cache=QueuedDataCache(os.path.join(opts["cachedir"], "minions")),
@@ -186,10 +194,14 @@ class MasterService:
     # -- the flow's steps (``flows/master.flo``), in the order it runs them ---------------
 
     def sort(self, events: Iterable[NodeEvent], inbox: MasterInbox) -> None:
-        """Routing: put each node event where the step that serves it looks."""
+        """Routing: put each node event where the step that serves it looks; a minion's
+        message over its quota is dropped here (counted, logged once a minute)."""
+        now = self.node.clock()
         for event in events:
             if type(event) is MessageReceived:
                 share = p.share_of(event.body) if isinstance(event.body, dict) else None
+                if share in _SERVED_SHARES and not self._admit(event.remote, now):
+                    continue
                 if share == p.SHARE_RETURN:
                     inbox.returns.append(event)
                 elif share in _PEER_SHARES:
@@ -204,6 +216,17 @@ class MasterService:
                 inbox.keys.append(event)
             else:
                 inbox.link.append(event)
+
+    def _admit(self, remote: str, now: float) -> bool:
+        why = self.quota.admit_message(remote, now)
+        if why is None:
+            return True
+        self.jobs.stats["minion_message_quota"] += 1
+        times = self._quota_log.note(remote, now)
+        if times:
+            log.warning("messages of %s dropped: %s (%d since the last report)",
+                        clip(_remote_role(self.node, remote)), why, times)
+        return False
 
     def serve_keys(self, messages: list[LocalMessage]) -> None:
         """Operator key commands (``raetsalt-key``); they answer by themselves."""

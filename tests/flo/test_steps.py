@@ -22,9 +22,11 @@ from raetsalt.errors import LocalError
 from raetsalt.flo import steps
 from raetsalt.flo.behaviors import RaetsaltMinionState
 from raetsalt.flo.doer import IOINITS, RaetsaltDoer
+from raetsalt.log import Throttle
 from raetsalt.manor import LocalMessage
 from raetsalt.services import protocol as p
 from raetsalt.services.master import Fire, MasterJobs, ToMinion
+from raetsalt.services.quota import MinionQuota, QuotaConfig
 
 PEER = {"minion1$": ["test.ping"]}
 PEER_RUN = {"minion1$": ["manage.up$"]}
@@ -88,6 +90,8 @@ def master(tmp_path: Path, store: Store) -> tuple[FakeNode, MasterService]:
     node = FakeNode()
     service = object.__new__(MasterService)  # the steps below need only these two
     service.node = node  # type: ignore[assignment]
+    service.quota = MinionQuota(QuotaConfig())
+    service._quota_log = Throttle(60.0)
     service.jobs = MasterJobs(
         {"timeout": 5, "peer": PEER, "peer_run": PEER_RUN}, JobCache(tmp_path / "jobs"),
         FakeRoster(sorted(GRAINS)), estate="themaster",
