@@ -5,10 +5,10 @@ its job service, so nothing it sends is filtered.
     python rogue_minion.py CONFDIR send BODIES      # BODIES: a Python literal list
     python rogue_minion.py CONFDIR flood SIZE       # returns of SIZE bytes, for ever
 
-Prints ``connected`` once the session with the master is up, ``sent N`` after each
-burst, and the master's answers' shares are ignored.  ``send`` stops after every body
-was delivered (``delivered N``); ``flood`` sends about ``PACE`` returns a second and
-stops on SIGTERM.  The bodies get their ``route`` here.
+Prints ``connected`` once the session with the master is up and ``sent N`` after each
+burst.  ``send`` stops once the master answered a clock request sent after the bodies
+(``delivered N``: on the same stream, so it served them first); ``flood`` sends about
+``PACE`` returns a second and stops on SIGTERM.  The bodies get their ``route`` here.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 from raetsalt.config import minion_config
 from raetsalt.daemon.service import MinionLink, ensure_dirs, open_node
-from raetsalt.engine.events import MessageDelivered, TransactionFailed
+from raetsalt.engine.events import MessageDelivered, MessageReceived, TransactionFailed
 from raetsalt.services import protocol as p
 
 PACE = 400.0
@@ -52,6 +52,7 @@ def main() -> int:
     size = int(what) if mode == "flood" else 0
     sent = delivered = in_flight = 0
     next_burst = 0.0
+    answered = False
     said_connected = False
     while not stop:
         timeout = node.timeout()
@@ -60,6 +61,9 @@ def main() -> int:
         events = node.service_ready()
         link.handle(events)
         for event in events:
+            if (isinstance(event, MessageReceived) and isinstance(event.body, dict)
+                    and p.share_of(event.body) == p.SHARE_CLOCK):
+                answered = True
             if isinstance(event, MessageDelivered):  # one event may confirm several
                 in_flight -= event.count
                 delivered += event.count
@@ -76,9 +80,11 @@ def main() -> int:
                 node.stack.send(node.master, p.road_message(opts["id"], None, share, **body))
                 sent += 1
                 in_flight += 1
+            # The master answers this after it served what came before (same stream).
+            node.stack.send(node.master, p.road_message(opts["id"], None, p.SHARE_CLOCK_REQ))
             print(f"sent {sent}", flush=True)
-        elif mode == "send" and in_flight <= 0:
-            print(f"delivered {delivered}", flush=True)
+        elif mode == "send" and answered:
+            print(f"delivered {sent}", flush=True)
             break
         elif mode == "flood":
             # A burst per pass (about PACE a second), however few deliveries the road
