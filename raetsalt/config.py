@@ -484,10 +484,13 @@ _EXAMPLE_HEADER = """\
 # Also read: {node}.d/*.conf beside this file (see default_include), in sorted
 # order; a key set there replaces the value here.
 #
-# This example works as-is on loopback, as a non-root user: root_dir is
-# /tmp/raetsalt, so keys, caches, sockets and logs go under it.  For a real
-# install set root_dir to / (the default) or remove it.  On a shared machine
-# pick a private root_dir instead of /tmp/raetsalt.
+# This example works as-is on loopback, run as root: root_dir is / (the
+# default), so keys go to /etc/raetsalt/pki/{node}, the job cache to
+# /var/cache/raetsalt/{node}, sockets to /var/run/raetsalt/{node} and the log
+# to /var/log/raetsalt/{node}.  To try it as another user, set root_dir to a
+# directory of yours that nobody else can write (e.g. ~/raetsalt): the daemons
+# refuse private directories (and parents) that another user owns or may
+# write, as OpenSSH's StrictModes does, so never a shared /tmp/raetsalt.
 #
 # This file is generated from the schema in raetsalt/config_schema.py:
 #   python -m raetsalt.config {node} > conf/{node}
@@ -496,10 +499,9 @@ _EXAMPLE_HEADER = """\
 
 # The settings the shipped examples change from the defaults.
 EXAMPLE_SETTINGS: dict[str, dict[str, Any]] = {
-    "master": {"root_dir": "/tmp/raetsalt", "interface": "127.0.0.1"},
+    "master": {"interface": "127.0.0.1"},
     "minion": {
         "id": "minion1",
-        "root_dir": "/tmp/raetsalt",
         "interface": "127.0.0.1",
         "master": "127.0.0.1",
     },

@@ -514,6 +514,56 @@ SCHEMA: tuple[Option, ...] = (
         "Jobs",
     ),
     Option(
+        "minion_message_rate",
+        s.number(0.001),
+        {"master": 200.0},
+        "Messages a second each minion may send the master's services (returns, "
+        "hellos, peer publish, Salt file and pillar requests, clock requests), on "
+        "average; beyond it they are dropped and counted, and the master says so once "
+        "a minute per minion.",
+        "Jobs",
+    ),
+    Option(
+        "minion_message_burst",
+        s.number(1.0),
+        {"master": 2000.0},
+        "Messages a minion may send at once above minion_message_rate.",
+        "Jobs",
+    ),
+    Option(
+        "minion_return_rate",
+        s.number(1.0),
+        {"master": 8388608.0},
+        "Bytes of returns (their stored JSON text) a second each minion may put in "
+        "the job cache, on average (8 MiB); beyond it returns are dropped and counted.",
+        "Jobs",
+    ),
+    Option(
+        "minion_return_burst",
+        s.number(1.0),
+        {"master": 67108864.0},
+        "Bytes of returns a minion may send at once above minion_return_rate (64 MiB); "
+        "keep it above the largest return a minion sends.",
+        "Jobs",
+    ),
+    Option(
+        "minion_backlog_max",
+        s.integer(1),
+        {"master": 67108864},
+        "Bytes of one minion's returns accepted but not yet on disk (64 MiB); while "
+        "the job cache writer is that far behind, its further returns are dropped.",
+        "Jobs",
+    ),
+    Option(
+        "job_cache_backlog_max",
+        s.integer(1),
+        {"master": 268435456},
+        "Bytes of all returns accepted but not yet on disk (256 MiB); beyond it "
+        "returns are dropped (counted, logged) until the writer catches up, so the "
+        "master's memory stays bounded whatever minions send.",
+        "Jobs",
+    ),
+    Option(
         "nodegroups",
         s.nodegroups(),
         {"master": {}},

@@ -45,6 +45,11 @@ class KeepError(RaetSaltError):
     """The on-disk keep is unreadable, corrupt or cannot be written."""
 
 
+class QuotaExceeded(KeepError):
+    """A minion's return is over one of the master's quotas (``raetsalt.services.quota``):
+    dropped, not stored; the message says which."""
+
+
 class ConfigError(RaetSaltError):
     """A configuration file or option is invalid; the message names file and key."""
 

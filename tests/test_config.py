@@ -597,10 +597,11 @@ def test_example_files_load_and_work_on_loopback() -> None:
     assert minion["id"] == "minion1"
     assert (minion["interface"], minion["raet_port"]) == ("127.0.0.1", 4510)
     assert (minion["master"], minion["master_port"]) == ("127.0.0.1", master["raet_port"])
-    for opts in (master, minion):
-        assert opts["root_dir"] == "/tmp/raetsalt"
+    for opts in (master, minion):  # private default paths, never a shared /tmp
+        assert opts["root_dir"] == "/"
         for key in ("pki_dir", "cachedir", "sock_dir", "log_file", "pidfile"):
-            assert opts[key].startswith("/tmp/raetsalt/"), key
+            assert opts[key].startswith(("/etc/raetsalt/", "/var/")), key
+            assert not opts[key].startswith("/tmp"), key
     assert master["sock_dir"] != minion["sock_dir"]
     assert master["pki_dir"] != minion["pki_dir"]
 

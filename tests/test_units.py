@@ -1,4 +1,4 @@
-"""The systemd units shipped in conf/ pass ``systemd-analyze verify`` (every key known,
+"""The systemd units shipped in conf/systemd/ pass ``systemd-analyze verify`` (every key known,
 every value well formed), with ExecStart pointed at this venv's commands."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-CONF = Path(__file__).resolve().parent.parent / "conf"
+CONF = Path(__file__).resolve().parent.parent / "conf" / "systemd"
 
 
 @pytest.mark.parametrize("node", ["master", "minion"])

@@ -9,9 +9,14 @@
    and exits 78 (``EX_CONFIG``); so does, on a master, an access option that
    ``raetsalt.auth.check_access_config`` refuses (a regex that does not compile, a
    rule of the wrong shape), whose warnings are logged once logging is set up;
-3. log to ``log_file`` (level ``log_level_logfile``, else the console level; the file
+3. refuse (exit 78) private directories another user could have prepared
+   (``raetsalt.daemon.strictmodes``: root_dir, pki_dir, sock_dir, cachedir, the log
+   directory and their parents), checked before and after creating what is missing;
+   log to ``log_file`` (level ``log_level_logfile``, else the console level; the file
    is created 0600 and an existing one loses its group-write and world bits, also
-   after log rotation) and to stderr (``-l``, else ``log_level``);
+   after log rotation) and to stderr (``-l``, else ``log_level``), from ``/`` (the
+   daemon changes its working directory there first: nothing is imported from where it
+   was started);
 4. with ``-d``: double fork, new session, stdio on ``/dev/null``; the parent returns 0;
 5. claim ``pidfile``: lock it (``flock``) for as long as the daemon runs and write the
    pid.  Only a running daemon holds the lock (the kernel drops it when the process
@@ -43,6 +48,7 @@ from raetsalt import syspaths
 from raetsalt.cli._flags import add_version_flags
 from raetsalt.config import LOG_LEVELS, load_node_config
 from raetsalt.daemon.service import EXIT_FAILURE, EXIT_OK, ensure_dirs
+from raetsalt.daemon.strictmodes import check_private_dirs
 from raetsalt.drivers.logfile import setup_logging
 from raetsalt.errors import ConfigError
 from raetsalt.log import clip
@@ -164,7 +170,20 @@ def main(node: str, argv: Sequence[str] | None = None) -> int:
         opts["log_file"] = os.path.abspath(args.log_file)
     if args.pid_file:
         opts["pidfile"] = os.path.abspath(args.pid_file)
+    # Nothing may come from where the daemon was started (a world-writable /tmp): the
+    # config's paths are absolute by now, and children import only this raetsalt.
+    os.chdir("/")
     console_level = args.log_level or opts["log_level"]
+    problem = check_private_dirs(opts)  # before anything is created there
+    if problem is None:
+        try:
+            ensure_dirs(opts)
+        except OSError:
+            pass  # reported below
+        problem = check_private_dirs(opts)  # and what was created on the way
+    if problem is not None:
+        print(f"{prog}: {problem}", file=sys.stderr)
+        return EXIT_CONFIG
     try:
         ensure_dirs(opts)
         setup_logging(opts, console_level, node=node)

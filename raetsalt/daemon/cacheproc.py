@@ -7,16 +7,19 @@ lock: its stream of small system calls convoys with the busy loop (two timing te
 local attacks failed under load that way).  A process shares no lock.
 
 ``ProcessWriter`` is the master's side.  ``submit`` queues entries; ``commit_now`` (the
-loop calls it once per pass) sends what was queued as one numbered batch down a pipe and
-reads which batches the child reports committed, never blocking: while the pipe is full
-(the child is behind) batches wait in memory, where the job cache's readers see them
-anyway (``QueuedJobCache``).  The child (``main``, run from this very ``raetsalt``)
-takes every batch that has arrived, writes them together with ``JobCache.commit`` (group
-commit: a crash leaves each file old or new, never torn) and then reports the highest
-batch number, so what it reported is on disk.  A child that dies is started again (at
-most once every ``RETRY`` seconds) and gets every batch it had not reported, in order
-(rewriting a file with the same text is harmless); a failing disk is the child's to
-retry, logged there once per interval.
+loop calls it once per pass) sends what was queued as numbered batches of at most
+``MAX_BATCH`` bytes down a pipe and reads which batches the child reports committed,
+never blocking: while the pipe is full (the child is behind) entries wait in memory,
+where the job cache's readers see them anyway (``QueuedJobCache``); ``backlog`` and
+``held(name)`` say how many bytes wait (the master's quotas refuse returns beyond a
+bound, ``raetsalt.services.quota``).  The child (``main``, run from this very
+``raetsalt``) takes the batches that have arrived, up to ``CHILD_BATCH`` bytes at a time
+(so a flood never stops it from committing), writes them together with
+``JobCache.commit`` (group commit: a crash leaves each file old or new, never torn) and
+then reports the highest batch number, so what it reported is on disk.  A child that
+dies is started again (at most once every ``RETRY`` seconds) and gets every batch it had
+not reported, in order (rewriting a file with the same text is harmless); a failing
+disk is the child's to retry, logged there once per interval.
 
 Frames both ways: a 4-byte big-endian length, then msgpack: ``[sequence, [[jid, name,
 text], ...]]`` down, ``sequence`` up.
@@ -24,20 +27,20 @@ text], ...]]`` down, ``sequence`` up.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import select
 import signal
 import struct
 import subprocess
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import msgpack
 
+from raetsalt.daemon.childproc import python_child
 from raetsalt.drivers.clock import monotonic
 from raetsalt.errors import KeepError
 from raetsalt.log import Throttle
@@ -47,16 +50,19 @@ log = logging.getLogger(__name__)
 Entry = tuple[str, str, bytes]
 """(jid, file name, JSON text)."""
 
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
-"""Where this ``raetsalt`` is: the child imports the same one, whatever its working
-directory holds (``python -m`` would look there first)."""
-_CHILD = ("import sys; sys.path.insert(0, sys.argv[1]); "
-          "from raetsalt.daemon.cacheproc import main; sys.exit(main(sys.argv[2]))")
 
 RETRY = 1.0
 """Seconds between restarts of a child that died (and between the child's retries)."""
-MAX_OUTPUT = 16 << 20
+MAX_OUTPUT = 8 << 20
 """Bytes sent to the pipe but not yet taken by the child, above which new entries wait."""
+MAX_BATCH = 2 << 20
+"""Bytes of entries (at least one entry) in one batch sent to the child."""
+CHILD_BATCH = 8 << 20
+"""Bytes of entries the child gathers at most before it commits them."""
+BEHIND = 16 << 20
+"""A backlog of this many bytes is reported (once, then again when it is cleared)."""
+TRIM = 1 << 20
+"""After a backlog of this many bytes is cleared, the freed memory is handed back."""
 _LENGTH = struct.Struct(">I")
 MAX_FRAME = 1 << 30
 """The longest frame either side accepts."""
@@ -81,6 +87,13 @@ class ProcessWriter:
         self.committed = 0
         """The highest batch the child reported on disk."""
         self.restarts = 0
+        self.backlog = 0
+        """Bytes of entries submitted and not yet reported committed."""
+        self._held: dict[str, int] = {}
+        """File name -> bytes of its entries in the backlog."""
+        self.peak = 0
+        """The largest backlog since it was last empty."""
+        self._behind = False
         self._pending: list[Entry] = []
         self._unreported: dict[int, list[Entry]] = {}
         self._output = bytearray()
@@ -93,6 +106,40 @@ class ProcessWriter:
 
     def submit(self, entries: list[Entry]) -> None:
         self._pending.extend(entries)
+        held = self._held
+        for _jid, name, text in entries:
+            self.backlog += len(text)
+            held[name] = held.get(name, 0) + len(text)
+        if self.backlog > self.peak:
+            self.peak = self.backlog
+            if self.peak >= BEHIND and not self._behind:
+                self._behind = True
+                log.warning("job cache: the writer is behind, %.1f MiB of returns are not "
+                            "on disk yet", self.backlog / (1 << 20))
+
+    def held(self, name: str) -> int:
+        """Bytes of the entries for files named ``name`` not yet on disk."""
+        return self._held.get(name, 0)
+
+    def _release(self, batch: list[Entry]) -> None:
+        held = self._held
+        for _jid, name, text in batch:
+            self.backlog -= len(text)
+            left = held.get(name, 0) - len(text)
+            if left > 0:
+                held[name] = left
+            else:
+                held.pop(name, None)
+        if not self.backlog and self.peak:
+            if self._behind:
+                self._behind = False
+                log.warning("job cache: the writer caught up (%.1f MiB were waiting at "
+                            "most)", self.peak / (1 << 20))
+            if self.peak >= TRIM:
+                trim_memory()
+                log.info("job cache: backlog cleared (%.1f MiB at most)",
+                         self.peak / (1 << 20))
+            self.peak = 0
 
     def commit_now(self) -> bool:
         """Hand over what is queued, take the child's reports; never blocks.  True when
@@ -102,13 +149,30 @@ class ProcessWriter:
             return True
         if self._proc is None and not self._start():  # started with the first batch
             return False
-        if self._pending and len(self._output) < MAX_OUTPUT:
+        while self._pending and len(self._output) < MAX_OUTPUT:
+            batch = self._next_batch()
             self.sequence += 1
-            self._unreported[self.sequence] = self._pending
-            self._output += _frame([self.sequence, [list(e) for e in self._pending]])
-            self._pending = []
+            self._unreported[self.sequence] = batch
+            self._output += _frame([self.sequence, [list(e) for e in batch]])
+            self._write_output()
         self._write_output()
         return not self._pending and not self._unreported
+
+    def _next_batch(self) -> list[Entry]:
+        """The oldest pending entries, ``MAX_BATCH`` bytes at most (one at least)."""
+        pending = self._pending
+        size = count = 0
+        for _jid, _name, text in pending:
+            if count and size + len(text) > MAX_BATCH:
+                break
+            size += len(text)
+            count += 1
+        if count == len(pending):
+            self._pending = []
+            return pending
+        batch = pending[:count]
+        del pending[:count]
+        return batch
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until everything submitted so far is reported committed."""
@@ -150,7 +214,7 @@ class ProcessWriter:
             return False
         self._start_at = now + RETRY
         try:
-            proc = subprocess.Popen([sys.executable, "-c", _CHILD, _PACKAGE_ROOT, self.root],
+            proc = subprocess.Popen(python_child(__name__, self.root),
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     close_fds=True)
         except OSError as exc:
@@ -219,8 +283,19 @@ class ProcessWriter:
         for sequence in reports:
             assert isinstance(sequence, int)
             for done in [s for s in self._unreported if s <= sequence]:
-                self.on_committed(self._unreported.pop(done))
+                batch = self._unreported.pop(done)
+                self._release(batch)
+                self.on_committed(batch)
             self.committed = max(self.committed, sequence)
+
+
+def trim_memory() -> None:
+    """Hand the heap's free pages back to the system (glibc's ``malloc_trim``): after a
+    backlog of returns is written, the master's memory comes back to what it was."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc
 
 
 # -- the child ----------------------------------------------------------------------------
@@ -247,11 +322,14 @@ def serve(root: str, source: int = 0, sink: int = 1) -> int:
     failures = Throttle(60.0)
     buffer = bytearray()
     entries: list[Entry] = []
+    size = 0
     highest = 0
     done = False
     while not done or entries:
-        # Wait for input only when there is nothing to write; then take what else came.
-        while not done and (not entries or select.select([source], [], [], 0)[0]):
+        # Wait for input only when there is nothing to write; then take what else came,
+        # up to CHILD_BATCH bytes (a master that never stops sending is committed too).
+        while not done and (not entries or (size < CHILD_BATCH and
+                                            select.select([source], [], [], 0)[0])):
             data = os.read(source, 1 << 20)
             if not data:
                 done = True
@@ -259,7 +337,9 @@ def serve(root: str, source: int = 0, sink: int = 1) -> int:
             buffer += data
             for frame in _frames(buffer):
                 sequence, batch = frame
-                entries.extend((str(j), str(n), bytes(t)) for j, n, t in batch)
+                for j, n, t in batch:
+                    entries.append((str(j), str(n), bytes(t)))
+                    size += len(t)
                 highest = max(highest, int(sequence))
             if buffer:
                 continue  # the rest of a frame is on its way
@@ -278,6 +358,7 @@ def serve(root: str, source: int = 0, sink: int = 1) -> int:
             time.sleep(RETRY)  # the child's only job: nothing else waits for it
             continue
         entries = []
+        size = 0
         try:
             os.write(sink, _frame(highest))  # a few bytes: the pipe takes them whole
         except OSError:
@@ -285,10 +366,10 @@ def serve(root: str, source: int = 0, sink: int = 1) -> int:
     return 0
 
 
-def main(root: str) -> int:
-    """The child process (``ProcessWriter`` starts it)."""
+def main(argv: list[str]) -> int:
+    """The child process (``ProcessWriter`` starts it): ``argv`` is ``[root]``."""
     # The master stops it by closing the pipe: a terminal's Ctrl-C is the master's.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(level=logging.ERROR, format="raetsalt-master job cache: %(message)s")
-    return serve(root)
+    return serve(argv[0])

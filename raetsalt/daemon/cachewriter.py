@@ -25,13 +25,16 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from raetsalt.daemon.cacheproc import ProcessWriter
 from raetsalt.daemon.datacache import MinionDataCache
 from raetsalt.daemon.jobcache import LOAD, JobCache, encode_entry
+from raetsalt.drivers.clock import monotonic
 from raetsalt.drivers.keepwriter import KeepWriter
+from raetsalt.errors import QuotaExceeded
+from raetsalt.services.quota import MinionQuota
 
 WINDOW = 0.2
 """Seconds returns gather before a batch is written: a handful of batches a second."""
@@ -44,8 +47,12 @@ class QueuedJobCache(JobCache):
     """A job cache written in the background (module docstring)."""
 
     def __init__(self, root: str | os.PathLike[str], *, threaded: bool = True,
-                 process: bool = False) -> None:
+                 process: bool = False, quota: MinionQuota | None = None,
+                 clock: Callable[[], float] = monotonic) -> None:
         super().__init__(root)
+        self.quota = quota
+        """Per-minion limits on returns (with the process writer only: its backlog)."""
+        self.clock = clock
         self._lock = threading.Lock()
         self._queued: dict[str, dict[str, bytes]] = {}
         """jid -> file name -> JSON text, until it is written."""
@@ -65,8 +72,20 @@ class QueuedJobCache(JobCache):
         self._queue(jid, LOAD, encode_entry({**load, "jid": jid}, LOAD))
 
     def save_return(self, jid: str, minion: str, ret: dict[str, Any]) -> None:
+        """Queue a return; ``QuotaExceeded`` (nothing kept) when it is over a quota."""
         name = self.return_name(jid, minion)
-        self._queue(jid, name, encode_entry(ret, name))
+        text = encode_entry(ret, name)
+        writer = self.writer
+        if self.quota is not None and isinstance(writer, ProcessWriter):
+            why = self.quota.admit_return(minion, len(text), writer.held(name),
+                                          writer.backlog, self.clock())
+            if why is not None:
+                raise QuotaExceeded(why)
+        self._queue(jid, name, text)
+
+    def backlog(self) -> int:
+        """Bytes accepted and not yet on disk (the process writer's; else 0)."""
+        return self.writer.backlog if isinstance(self.writer, ProcessWriter) else 0
 
     def _queue(self, jid: str, name: str, text: bytes) -> None:
         with self._lock:

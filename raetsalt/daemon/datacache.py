@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from raetsalt.daemon.storable import encode_json
 from raetsalt.errors import KeepError
 
 
@@ -42,10 +43,11 @@ class MinionDataCache:
 
     def save(self, minion: str, grains: Mapping[str, Any]) -> None:
         path = self.path_of(minion)
+        text = encode_json({"grains": grains}, minion)
         fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".", suffix=".tmp")
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump({"grains": grains}, handle, default=repr)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(text)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

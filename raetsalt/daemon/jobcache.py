@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from raetsalt.daemon.storable import encode_json
 from raetsalt.errors import KeepError
 from raetsalt.keep.store import sync_filesystem
 from raetsalt.services.jids import JID, new_jid
@@ -31,11 +32,9 @@ LOAD = ".load.json"
 
 
 def encode_entry(data: Any, name: str) -> bytes:
-    """The JSON text a job cache file holds; ``KeepError`` if ``data`` has none."""
-    try:
-        return json.dumps(data, default=repr).encode("utf-8")
-    except (RecursionError, ValueError) as exc:  # nested too deep, circular
-        raise KeepError(f"{name}: cannot be stored as JSON: {exc}") from None
+    """The JSON text a job cache file holds, for any value a decoder accepts
+    (``raetsalt.daemon.storable``); ``KeepError`` only if ``data`` has none."""
+    return encode_json(data, name)
 
 
 class JobCache:
@@ -52,16 +51,14 @@ class JobCache:
 
     def _write(self, path: Path, data: Any) -> None:
         path.parent.mkdir(mode=0o700, exist_ok=True)
+        text = encode_entry(data, path.name)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(data, handle, default=repr)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(text)
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, path)
-        except (RecursionError, ValueError) as exc:  # nested too deep, circular
-            Path(tmp).unlink(missing_ok=True)
-            raise KeepError(f"{path.name}: cannot be stored as JSON: {exc}") from None
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise

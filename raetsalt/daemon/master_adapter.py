@@ -37,6 +37,7 @@ from raetsalt.daemon.saltmaster import MasterBridge
 from raetsalt.engine.events import MessageReceived
 from raetsalt.errors import LocalError
 from raetsalt.lane.page import MAX_PAGE_SIZE
+from raetsalt.log import Throttle, clip
 from raetsalt.manor import LocalMessage
 from raetsalt.node import Node, NodeEvent
 from raetsalt.protocol import ToClient
@@ -44,6 +45,7 @@ from raetsalt.services.master import Action as MasterAction
 from raetsalt.services.master import Fire, MasterJobs, PeerGrant, Sink, ToMinion
 from raetsalt.services.ports import JobStore
 from raetsalt.services.progress import SHARE_RUNNING
+from raetsalt.services.quota import MinionQuota, QuotaConfig
 from raetsalt.store.pgjobcache import PgJobCache
 
 log = logging.getLogger("raetsalt.daemon")
@@ -73,6 +75,8 @@ def unrestricted_users(opts: Mapping[str, Any]) -> set[str]:
 _PEER_SHARES = frozenset({p.SHARE_PEER_PUBLISH, p.SHARE_PEER_RUNNER})
 _MINION_SHARES = frozenset({p.SHARE_HELLO, p.SHARE_SALT_REQ, p.SHARE_PILLAR_REFRESH,
                             p.SHARE_CLOCK_REQ, SHARE_RUNNING})
+_SERVED_SHARES = _MINION_SHARES | _PEER_SHARES | {p.SHARE_RETURN}
+"""A minion's messages the per-minion message quota applies to."""
 
 
 @dataclass(slots=True)
@@ -106,12 +110,14 @@ class MasterInbox:
         return dropped
 
 
-def job_cache(opts: Mapping[str, Any]) -> JobStore:
+def job_cache(opts: Mapping[str, Any], quota: MinionQuota, clock: Callable[[], float]
+              ) -> JobStore:
     """``master_job_cache``: Salt's ``local_cache`` (files under ``<cachedir>/jobs``,
     written by a child process) or ``pgjsonb`` (``raetsalt.store.pgjobcache``)."""
     if opts.get("master_job_cache") == "pgjsonb":
         return PgJobCache(opts, os.path.join(opts["cachedir"], "pgjsonb-spool"))
-    return QueuedJobCache(os.path.join(opts["cachedir"], "jobs"), process=True)
+    return QueuedJobCache(os.path.join(opts["cachedir"], "jobs"), process=True,
+                          quota=quota, clock=clock)
 
 
 class MasterAdapter:
@@ -122,9 +128,12 @@ class MasterAdapter:
                  utcnow: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.node = node
         self.roster = RoadRoster(node)
+        self.quota = MinionQuota(QuotaConfig.from_opts(opts))
+        """Per-minion limits on messages and returns (``raetsalt.services.quota``)."""
+        self._quota_log = Throttle(60.0)
         self.jobs = MasterJobs(
             opts,
-            job_cache(opts),
+            job_cache(opts, self.quota, node.clock),
             self.roster,
             estate=node.stack.road.name,
             data_cache=QueuedDataCache(os.path.join(opts["cachedir"], "minions")),
@@ -173,11 +182,15 @@ class MasterAdapter:
     # -- what the flow's steps call (``flows/master.flo`` says in which order) ------------
 
     def sort(self, events: Iterable[NodeEvent], inbox: MasterInbox) -> None:
-        """Routing: put each node event where the step that serves it looks."""
+        """Routing: put each node event where the step that serves it looks; a minion's
+        message over its quota is dropped here (counted, logged once a minute)."""
+        now = self.node.clock()
         for event in events:
             match event:
                 case MessageReceived(body=dict() as body):
                     share = p.share_of(body)
+                    if share in _SERVED_SHARES and not self._admit(event.remote, now):
+                        continue
                     if share == p.SHARE_RETURN:
                         inbox.returns.append(event)
                     elif share in _PEER_SHARES:
@@ -192,6 +205,17 @@ class MasterAdapter:
                     inbox.keys.append(event)
                 case _:
                     inbox.link.append(event)
+
+    def _admit(self, remote: str, now: float) -> bool:
+        why = self.quota.admit_message(remote, now)
+        if why is None:
+            return True
+        self.jobs.stats["minion_message_quota"] += 1
+        times = self._quota_log.note(remote, now)
+        if times:
+            log.warning("messages of %s dropped: %s (%d since the last report)",
+                        clip(self._role(remote)), why, times)
+        return False
 
     def serve_keys(self, messages: list[LocalMessage]) -> None:
         """Operator key commands (``raetsalt-key``); they answer by themselves."""

@@ -17,13 +17,13 @@ import logging
 import os
 import selectors
 import subprocess
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
+from raetsalt.daemon.childproc import python_child
 from raetsalt.drivers.jobchild import plain
 from raetsalt.errors import BadPacket
 from raetsalt.saltbridge.control import FrameReader, daemon_log_levels, encode_frame, write_all
@@ -213,8 +213,8 @@ class MasterBridge:
         from_worker_r, from_worker_w = os.pipe()
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "raetsalt.saltbridge.worker", str(to_worker_r),
-                 str(from_worker_w)],
+                python_child("raetsalt.saltbridge.worker", str(to_worker_r),
+                             str(from_worker_w)),
                 pass_fds=(to_worker_r, from_worker_w), stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, close_fds=True)
         except OSError:

@@ -23,11 +23,11 @@ import os
 import selectors
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from raetsalt.daemon.childproc import python_child
 from raetsalt.daemon.executor import ForkExecutor
 from raetsalt.drivers.jobchild import plain
 from raetsalt.errors import BadPacket, LocalError
@@ -190,7 +190,7 @@ class MinionBridge:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "raetsalt.saltbridge.zygote", str(child.fileno())],
+                python_child("raetsalt.saltbridge.zygote", str(child.fileno())),
                 pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, close_fds=True)
         except OSError as exc:

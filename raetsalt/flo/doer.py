@@ -28,6 +28,7 @@ Share layout (every house; absolute paths)::
         rejected  bool    minion: the master rejected/denied its key
         failure   str     why the daemon cannot go on ('' while fine)
         events    int     road events and lane messages routed so far
+        step_failures int a step raised (contained: its input dropped, logged)
     .raetsalt.signal  fields: stop (bool), signum (int)    set by the daemon's
                              SIGTERM/SIGINT handler; the flows shut down on it
     .raetsalt.exit    value: int                           the process exit code
@@ -58,6 +59,7 @@ _STATUS = odict(
     rejected=False,
     failure="",
     events=0,
+    step_failures=0,
 )
 _LINK = odict(connected=False, was_connected=False, pending=False, rejected=False,
               unreachable=False, retry=False)

@@ -6,7 +6,9 @@ steps append node events to ``.raetsalt.inbox``; the route step sorts them into
 ``.raetsalt.routed``; each serving step takes its part of it and appends the actions it
 decided (road messages, client answers, bus events) to ``.raetsalt.outbox``; the
 outbound step carries them out and sends.  A step whose node is not open does nothing;
-a step that fails sets ``.raetsalt.status.failure`` (the flow goes to ``failed``).
+a step that raises drops what it was serving, logs and counts it, and the daemon serves
+on (``_Step``); only a step that fails on every run for a minute sets
+``.raetsalt.status.failure`` (the flow goes to ``failed``).
 
 Both daemons::
 
@@ -60,13 +62,23 @@ from raetsalt.daemon.master_adapter import MasterAdapter
 from raetsalt.daemon.minion_adapter import MinionAdapter
 from raetsalt.daemon.service import MasterWatch, MinionLink
 from raetsalt.flo.doer import RaetsaltDoer
+from raetsalt.log import Throttle, clip
 
 log = logging.getLogger("raetsalt.daemon")
 
 
 class _Step(RaetsaltDoer):
     """A serving step: ``step(node, jobs)`` runs only while the node is open (the job
-    service exists from the node's opening to its closing)."""
+    service exists from the node's opening to its closing).
+
+    A step that raises is contained: what it was serving is dropped (``discard``) and
+    counted in ``.raetsalt.status.step_failures``, the failure is logged (the first one
+    of an interval with its traceback: it is a bug; the rest counted in the next line),
+    and the daemon serves on.  Only a step that keeps failing with nothing left to drop,
+    on every run for ``GIVE_UP_AFTER`` seconds, fails the flow (the daemon exits 1 and
+    its supervisor starts it again)."""
+
+    GIVE_UP_AFTER = 60.0
 
     def action(self, **kwa: Any) -> None:
         jobs = self.jobs.value
@@ -74,12 +86,47 @@ class _Step(RaetsaltDoer):
             return
         try:
             self.step(jobs.node, jobs)
-        except Exception as exc:  # noqa: BLE001 - reported, the flow goes to failure
-            log.exception("%s failed", type(self).__name__)
-            self.fail(f"{type(self).__name__} failed: {exc}")
+        except Exception as exc:  # noqa: BLE001 - contained: logged, counted, dropped
+            self._failed(jobs, exc)
+        else:
+            self._failing_since = None
 
     def step(self, node: Any, jobs: Any) -> None:
         raise NotImplementedError
+
+    queue: str | None = None
+    """The list of ``.raetsalt.routed`` the step serves, if any (what ``discard`` drops)."""
+
+    def discard(self) -> int:
+        """Drop the input the failed step was serving; how many items that was."""
+        if self.queue is None:
+            return 0
+        messages = getattr(self.routed.value, self.queue)
+        dropped = len(messages)
+        messages.clear()
+        return dropped
+
+    _failing_since: float | None = None
+    _log = Throttle(60.0)
+
+    def _failed(self, jobs: Any, exc: Exception) -> None:
+        name = type(self).__name__
+        dropped = self.discard()
+        now = jobs.node.clock()
+        status = self.status.data
+        status.step_failures = int(getattr(status, "step_failures", 0) or 0) + 1
+        times = self._log.note(name, now)
+        if times:
+            log.error("%s failed (%d time(s) since the last report; %d item(s) of input "
+                      "dropped now): %s: %s", name, times, dropped, type(exc).__name__,
+                      clip(str(exc), 200, bare=True), exc_info=times == 1)
+        if dropped:
+            self._failing_since = None
+            return
+        if self._failing_since is None:
+            self._failing_since = now
+        elif now - self._failing_since >= self.GIVE_UP_AFTER:
+            self.fail(f"{name} failed on every run for {self.GIVE_UP_AFTER:.0f} s: {exc}")
 
 
 # ---------------------------------------------------------------------------- both
@@ -132,6 +179,11 @@ class _Route(_Step):
     warned: frozenset[str] = frozenset()
     """The lists already reported as served by no step (per instance once set)."""
 
+    def discard(self) -> int:
+        dropped = len(self.inbox.value)
+        self.inbox.value.clear()
+        return dropped
+
 
 class _Timers(_Step):
     """Time and the workers: what the job service's ``poll(now)`` decides."""
@@ -148,12 +200,16 @@ class RaetsaltMasterRoute(_Route):
 
 
 class RaetsaltMasterKeys(_Step):
+    queue = "keys"
+
     def step(self, node: Any, jobs: MasterAdapter) -> None:
         jobs.serve_keys(self.routed.value.keys)
 
 
 class RaetsaltMasterRequests(_Step):
     """Every pass (the access gate's logins finish in their own time)."""
+
+    queue = "requests"
 
     def step(self, node: Any, jobs: MasterAdapter) -> None:
         self.outbox.value.extend(jobs.serve_requests(self.routed.value.requests, node.clock()))
@@ -162,6 +218,8 @@ class RaetsaltMasterRequests(_Step):
 class RaetsaltPeerAcl(_Step):
     """The peer / peer_run decision: ``routed.peers`` -> ``routed.granted`` or answered."""
 
+    queue = "peers"
+
     def step(self, node: Any, jobs: MasterAdapter) -> None:
         routed = self.routed.value
         if routed.peers:
@@ -169,6 +227,8 @@ class RaetsaltPeerAcl(_Step):
 
 
 class RaetsaltPeerPublish(_Step):
+    queue = "granted"
+
     def step(self, node: Any, jobs: MasterAdapter) -> None:
         granted = self.routed.value.granted
         if granted:
@@ -178,11 +238,15 @@ class RaetsaltPeerPublish(_Step):
 class RaetsaltMasterReturns(_Step):
     """Every pass: returns held for a client that was behind go out when it caught up."""
 
+    queue = "returns"
+
     def step(self, node: Any, jobs: MasterAdapter) -> None:
         self.outbox.value.extend(jobs.serve_returns(self.routed.value.returns, node.clock()))
 
 
 class RaetsaltMasterMinions(_Step):
+    queue = "minions"
+
     def step(self, node: Any, jobs: MasterAdapter) -> None:
         minions = self.routed.value.minions
         if minions:
@@ -194,6 +258,8 @@ class RaetsaltMasterTimers(_Timers):
 
 
 class RaetsaltMasterPresence(_Step):
+    queue = "link"
+
     def step(self, node: Any, jobs: MasterAdapter) -> None:
         link = self.routed.value.link
         watch = self.watch.value
@@ -210,6 +276,8 @@ class RaetsaltMinionRoute(_Route):
 
 
 class RaetsaltMinionJobs(_Step):
+    queue = "master"
+
     def step(self, node: Any, jobs: MinionAdapter) -> None:
         messages = self.routed.value.master
         if messages:
@@ -217,6 +285,8 @@ class RaetsaltMinionJobs(_Step):
 
 
 class RaetsaltMinionRequests(_Step):
+    queue = "requests"
+
     def step(self, node: Any, jobs: MinionAdapter) -> None:
         messages = self.routed.value.requests
         if messages:
@@ -228,6 +298,8 @@ class RaetsaltMinionTimers(_Timers):
 
 
 class RaetsaltMinionLink(_Step):
+    queue = "link"
+
     def step(self, node: Any, jobs: MinionAdapter) -> None:
         events = self.routed.value.link
         link = self.watch.value

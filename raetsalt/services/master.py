@@ -29,7 +29,7 @@ from typing import Any
 
 from raetsalt import acl
 from raetsalt import protocol as p
-from raetsalt.errors import BadPacket, KeepError, TargetError
+from raetsalt.errors import BadPacket, KeepError, QuotaExceeded, TargetError
 from raetsalt.log import Throttle, clip
 from raetsalt.protocol import Requester, ToClient, returner_options_untrusted
 from raetsalt.services.grainpool import GrainPool
@@ -87,6 +87,7 @@ class ReturnDrop(StrEnum):
     MALFORMED = "return_malformed"  # no usable jid, fun or fun_args: dropped
     UNKNOWN_JOB = "return_unknown_job"  # not a job of this master (or too old): dropped
     REPEATED = "return_repeated"  # a second return for one job: stored, not sent again
+    QUOTA = "return_quota"  # over a per-minion quota (services.quota): dropped
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +177,8 @@ class MasterJobs:
         self.opts = opts
         self.unrestricted = frozenset(unrestricted)
         self._denial_log = Throttle(60.0, burst=20)
+        self._quota_log = Throttle(60.0)
+        """Returns dropped or not stored: one line a minute per minion, counting."""
         """Refusals are logged, but at most 20 a minute per requester (then counted)."""
         """Local users publisher_acl does not restrict (root, the master's own user)."""
         self.cache = cache
@@ -256,12 +259,11 @@ class MasterJobs:
             if gathering.expected <= set(gathering.returns):
                 return self._finish_gathering(jid)
             return []
-        if jid == p.CALL_JID:
+        call_load: dict[str, Any] | None = None
+        if jid == p.CALL_JID:  # its job is recorded once its return is accepted
             jid = self._new_jid()
-            self._save_load(jid, {
-                "tgt": minion, "tgt_type": "list", "fun": fun, "arg": fun_args,
-                "user": minion, "minions": [minion], "missing": [],
-            })
+            call_load = {"tgt": minion, "tgt_type": "list", "fun": fun, "arg": fun_args,
+                         "user": minion, "minions": [minion], "missing": []}
         elif not is_jid(jid) or (jid not in self._jobs and self.cache.get_load(jid) is None):
             self.stats[ReturnDrop.UNKNOWN_JOB] += 1
             log.debug("return from %s for unknown job %r dropped", minion, jid)
@@ -271,8 +273,23 @@ class MasterJobs:
         ret.setdefault("success", ret["retcode"] == 0)
         try:
             self.cache.save_return(jid, minion, {**ret, "fun": fun, "fun_args": fun_args})
+        except QuotaExceeded as exc:  # nothing is kept for it: bounded memory
+            self.stats[ReturnDrop.QUOTA] += 1
+            times = self._quota_log.note(minion, self.utcnow().timestamp())
+            if times:
+                log.warning("returns of %s dropped: %s (%d since the last report)",
+                            clip(minion), exc, times)
+            return []
         except (OSError, KeepError) as exc:
-            log.error("return of %s for %s not stored: %s", minion, jid, exc)
+            times = self._quota_log.note(("store", minion), self.utcnow().timestamp())
+            if times:
+                log.error("return of %s for %s not stored: %s (%d since the last report)",
+                          clip(minion), jid, exc, times)
+        if call_load is not None:
+            try:
+                self._save_load(jid, call_load)
+            except (OSError, KeepError) as exc:
+                log.error("job %s of %s not stored: %s", jid, clip(minion), exc)
         watch = self._watches.get(jid)
         if watch is not None:
             if minion in watch.returned:

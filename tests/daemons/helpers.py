@@ -36,23 +36,20 @@ MINION_TUNING = ("raet_alive_period: 1.0\nacceptance_wait_time: 1.0\nrandom_reau
 class Daemon:
     """A daemon process whose stderr (the console log) is read line by line."""
 
-    def __init__(self, node: str, confdir: Path, *extra: str) -> None:
+    def __init__(self, node: str, confdir: Path, *extra: str, cwd: Path | None = None
+                 ) -> None:
+        """With ``cwd``, the installed ``raetsalt-<node>`` script is run from there (as an
+        operator would), else ``python -m raetsalt.cli.<node>``."""
         self.node = node
         self.confdir = confdir
+        program = ([str(Path(sys.executable).with_name(f"raetsalt-{node}"))] if cwd
+                   else [sys.executable, "-m", f"raetsalt.cli.{node}"])
         self.popen = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                f"raetsalt.cli.{node}",
-                "-c",
-                str(confdir),
-                "-l",
-                "info",
-                *extra,
-            ],
+            [*program, "-c", str(confdir), "-l", "info", *extra],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            cwd=cwd,
         )
         assert self.popen.stderr is not None
         os.set_blocking(self.popen.stderr.fileno(), False)
@@ -173,15 +170,17 @@ class World:
         command = [sys.executable, "-m", f"raetsalt.cli.{tool}", "-c", str(confdir), *args]
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
 
-    def start(self, node: str, confdir: Path, *extra: str) -> Daemon:
-        """Start ``raetsalt-<node> -c confdir -l info`` (``extra`` arguments after)."""
+    def start(self, node: str, confdir: Path, *extra: str, cwd: Path | None = None
+              ) -> Daemon:
+        """Start ``raetsalt-<node> -c confdir -l info`` (``extra`` arguments after; in
+        ``cwd`` if given)."""
         if node != "master":
-            return self._spawn(node, confdir, *extra)
+            return self._spawn(node, confdir, *extra, cwd=cwd)
         if self._held is not None:
             self._held.release()
             self._held = None
         if not self.port:
-            daemon = self._spawn(node, confdir, *extra)
+            daemon = self._spawn(node, confdir, *extra, cwd=cwd)
             line = daemon.peek(("serving on",))
             if line is not None:
                 self.port = port_in(line)
@@ -192,10 +191,11 @@ class World:
         config.write_text(config.read_text().replace("raet_port: 0\n", f"raet_port: {self.port}\n"))
         # The port it had before, or the one held for it: someone else may have bound it
         # since, for a moment.
-        return retry_in_use(lambda: self._spawn(node, confdir, *extra), self._in_use)
+        return retry_in_use(lambda: self._spawn(node, confdir, *extra, cwd=cwd), self._in_use)
 
-    def _spawn(self, node: str, confdir: Path, *extra: str) -> Daemon:
-        daemon = Daemon(node, confdir, *extra)
+    def _spawn(self, node: str, confdir: Path, *extra: str, cwd: Path | None = None
+               ) -> Daemon:
+        daemon = Daemon(node, confdir, *extra, cwd=cwd)
         self.daemons.append(daemon)
         return daemon
 

@@ -194,3 +194,27 @@ def test_a_writer_whose_master_is_gone_stops_when_it_cannot_write(tmp_path: Path
     assert (root / jid).read_text() == "not a directory"
     for fd in (source, sink, reports):
         os.close(fd)
+
+
+def test_a_backlog_goes_in_bounded_batches_and_quotas_see_it(cache: QueuedJobCache) -> None:
+    from raetsalt.daemon import cacheproc
+    from raetsalt.errors import QuotaExceeded
+    from raetsalt.services.quota import MinionQuota, QuotaConfig
+
+    writer = cache.writer
+    assert isinstance(writer, ProcessWriter)
+    text = "y" * 100_000
+    for n in range(60):  # 6 MB submitted before the loop's next pass
+        cache.save_return(JID, f"m{n}", {"return": text})
+    assert writer.backlog > 6_000_000 and writer.held("m0.json") > 100_000
+    writer.commit_now()
+    sizes = [sum(len(t) for _, _, t in batch) for batch in writer._unreported.values()]
+    assert len(sizes) >= 3 and max(sizes) <= cacheproc.MAX_BATCH  # streamed, not one frame
+    assert cache.flush(30)
+    assert writer.backlog == 0 and writer.held("m0.json") == 0
+    assert len(list((cache.root / JID).glob("m*.json"))) == 60
+    cache.quota = MinionQuota(QuotaConfig(minion_backlog=150_000))
+    cache.save_return(JID, "q", {"return": text})
+    with pytest.raises(QuotaExceeded, match="minion_backlog_max"):
+        cache.save_return(JID, "q", {"return": text})  # the first is not on disk yet
+    assert writer.held("q.json") < 150_000

@@ -23,9 +23,11 @@ from raetsalt.errors import LocalError
 from raetsalt.flo import steps
 from raetsalt.flo.behaviors import RaetsaltMinionState
 from raetsalt.flo.doer import IOINITS, RaetsaltDoer
+from raetsalt.log import Throttle
 from raetsalt.manor import LocalMessage
 from raetsalt.protocol import ToClient
 from raetsalt.services.master import Fire, MasterJobs, Sink, ToMinion, _Watch
+from raetsalt.services.quota import MinionQuota, QuotaConfig
 
 PEER = {"minion1$": ["test.ping"]}
 PEER_RUN = {"minion1$": ["manage.up$"]}
@@ -89,6 +91,8 @@ def master(tmp_path: Path, store: Store) -> tuple[FakeNode, MasterAdapter]:
     node = FakeNode()
     service = object.__new__(MasterAdapter)  # the steps below need only these two
     service.node = node  # type: ignore[assignment]
+    service.quota = MinionQuota(QuotaConfig())
+    service._quota_log = Throttle(60.0)
     service.jobs = MasterJobs(
         {"timeout": 5, "peer": PEER, "peer_run": PEER_RUN}, JobCache(tmp_path / "jobs"),
         FakeRoster(sorted(GRAINS)), estate="themaster",
@@ -194,18 +198,55 @@ def test_outbound_carries_out_the_outbox_and_sends_only_when_there_is_output(
     assert node.flushed == ["road", "bus"]
 
 
-def test_a_failing_step_fails_the_flow_and_a_closed_node_runs_nothing(
+def test_a_failing_step_drops_its_batch_logs_once_and_the_daemon_serves_on(
+    store: Store, master: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    _node, service = master
+    jid = service.jobs._new_jid()
+    service.jobs.cache.save_load(jid, {"fun": "test.ping", "minions": ["minion2"]})
+    real = service.jobs.on_return
+
+    def on_return(minion: str, body: Any) -> list[Any]:
+        if body.get("poison"):
+            raise TypeError("a bug the input found")
+        return real(minion, body)
+
+    service.jobs.on_return = on_return  # type: ignore[method-assign]
+    routed = store.fetch(".raetsalt.routed").value
+    step = attach(steps.RaetsaltMasterReturns, store)
+    for _ in range(3):
+        routed.returns.append(road_message("minion2", p.SHARE_RETURN, jid=jid, poison=True))
+        step.action()
+        assert routed.returns == []  # dropped, not served again on every pass
+    status = store.fetch(".raetsalt.status")
+    assert status["failure"] == "" and store.fetch(".raetsalt.exit").value == 0
+    assert status["step_failures"] == 3
+    failures = [r for r in caplog.records if "RaetsaltMasterReturns failed" in r.getMessage()]
+    assert len(failures) == 1 and failures[0].exc_info  # once, with the bug's traceback
+    routed.returns.append(road_message("minion2", p.SHARE_RETURN, jid=jid, fun="test.ping",
+                                       **{"return": True}))
+    step.action()  # the next batch is served
+    assert service.jobs.cache.get_returns(jid)["minion2"]["return"] is True
+
+
+def test_a_step_failing_on_every_run_for_a_minute_fails_the_flow_and_a_closed_node_runs_nothing(
     store: Store, master: Any
 ) -> None:
     node, _service = master
+    now = [10.0]
+    node.clock = lambda: now[0]
 
     def broken() -> list[Any]:
         raise RuntimeError("boom")
 
     node.receive_road = broken
     step = attach(steps.RaetsaltRoadReceive, store)
-    step.action()
     status = store.fetch(".raetsalt.status")
+    while now[0] < 10.0 + steps.RaetsaltRoadReceive.GIVE_UP_AFTER:
+        step.action()
+        assert status["failure"] == ""
+        now[0] += 1.0
+    step.action()
     assert "boom" in status["failure"] and store.fetch(".raetsalt.exit").value == 1
     store.fetch(".raetsalt.jobs").value = None  # the node closed
     node.receive_lane = broken
