@@ -25,7 +25,6 @@ import argparse
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -48,29 +47,27 @@ bench_job:
 """
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 class Daemon:
     def __init__(self, node: str, confdir: Path) -> None:
         tool = Path(sys.executable).with_name(f"raetsalt-{node}")
         self.proc = subprocess.Popen([str(tool), "-c", str(confdir), "-l", "info"],
                                      stderr=subprocess.PIPE, text=True)
 
-    def wait_line(self, fragment: str, timeout: float = 60.0) -> None:
+    def wait_line(self, *fragments: str, timeout: float = 60.0) -> dict[str, str]:
+        """The first line holding each fragment (in any order); then the rest of the
+        daemon's output is drained in the background."""
         assert self.proc.stderr is not None
+        found: dict[str, str] = {}
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             line = self.proc.stderr.readline()
             if not line:
                 break
-            if fragment in line:
+            found.update({f: line for f in fragments if f in line and f not in found})
+            if len(found) == len(fragments):
                 threading.Thread(target=self._drain, daemon=True).start()
-                return
-        raise SystemExit(f"bench_reactor: no {fragment!r} from the daemon")
+                return found
+        raise SystemExit(f"bench_reactor: no {fragments!r} from the daemon")
 
     def _drain(self) -> None:
         assert self.proc.stderr is not None
@@ -158,20 +155,20 @@ def main() -> int:
     daemons: list[Daemon] = []
     try:
         (root / "bench.sls").write_text(SLS)
-        port = free_port()
         master_dir, ghost_dir = root / "ma", root / "gh"
         master_dir.mkdir()
         ghost_dir.mkdir()
         (master_dir / "master").write_text(
             f"root_dir: {master_dir}\ninterface: 127.0.0.1\nid: themaster\n"
-            f"raet_port: {port}\nauto_accept: true\n"
+            f"raet_port: 0\nauto_accept: true\n"
             f"reactor:\n  - 'bench/*':\n    - {root}/bench.sls\n")
+        master = Daemon("master", master_dir)
+        daemons.append(master)
+        lines = master.wait_line("serving on", "reactor listening on the master's bus")
+        port = int(lines["serving on"].split("serving on 127.0.0.1:", 1)[1].split()[0])
         (ghost_dir / "minion").write_text(
             f"id: ghost\nroot_dir: {ghost_dir}\ninterface: 127.0.0.1\nraet_port: 0\n"
             f"master: 127.0.0.1:{port}\nexecution_mode: native\n")
-        master = Daemon("master", master_dir)
-        daemons.append(master)
-        master.wait_line("reactor listening on the master's bus")
         ghost = Daemon("minion", ghost_dir)
         ghost.wait_line("connected to the master")
         ghost.stop()
