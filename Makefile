@@ -9,6 +9,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# what make venv installs (and make pins resolves, and make test-latest upgrades)
+EXTRAS := test,bench,lint,salt,cluster
 
 .PHONY: venv test demo bench lint type clean pins test-latest postgres
 
@@ -18,7 +20,7 @@ venv: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml setup.py raetsalt/_trains.c constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt \
-		-e '.[test,bench,lint,salt,cluster]'
+		-e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 # the tests that compare with Salt itself (the oracle)
@@ -30,7 +32,7 @@ pins:
 	rm -rf .venv-pins
 	$(PYTHON) -m venv .venv-pins
 	.venv-pins/bin/python -m pip install -q --disable-pip-version-check \
-		-e '.[test,bench,lint,salt,cluster]'
+		-e '.[$(EXTRAS)]'
 	.venv-pins/bin/python .ci/pins.py freeze
 	rm -rf .venv-pins
 
@@ -38,7 +40,7 @@ test-latest:
 	rm -rf .venv-latest
 	$(PYTHON) -m venv .venv-latest
 	.venv-latest/bin/python -m pip install -q --disable-pip-version-check --upgrade \
-		-e '.[test,salt]'
+		-e '.[$(EXTRAS)]'
 	.venv-latest/bin/python .ci/pins.py drift
 	.venv-latest/bin/python -m pytest -q -p no:cacheprovider $(ORACLE_TESTS)
 
