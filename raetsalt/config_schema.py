@@ -501,6 +501,33 @@ SCHEMA: tuple[Option, ...] = (
         "Jobs",
         example=("grains:", "  roles: [web]", "  datacenter: east"),
     ),
+    Option(
+        "mine_functions",
+        s.mapping(),
+        {"minion": {}},
+        "Functions whose results this minion stores in the master's mine (Salt's "
+        "mine_functions; the pillar's mine_functions are merged over them): name -> "
+        "list of arguments, or alias -> [mine_function: name, arguments...].",
+        "Mine",
+        example=("mine_functions:", "  network.ip_addrs: [eth0]",
+                 "  web_ips: [mine_function: network.ip_addrs, allow_tgt: 'lb*']"),
+    ),
+    Option(
+        "mine_interval",
+        s.integer(0),
+        {"minion": 60},
+        "Minutes between two runs of mine.update (the first runs when the minion "
+        "gets its pillar after it started).  0 turns the periodic runs off.",
+        "Mine",
+    ),
+    Option(
+        "mine_enabled",
+        s.boolean(),
+        {"minion": True},
+        "Whether the minion runs mine.update by itself (at start and every "
+        "mine_interval minutes).",
+        "Mine",
+    ),
     # ---------------------------------------------------------------- access control
     Option(
         "peer",
@@ -521,6 +548,17 @@ SCHEMA: tuple[Option, ...] = (
         "minion-id regex -> list of runner regexes.",
         "Access control",
         example=("peer_run:", "  'web.*':", "    - manage.up"),
+    ),
+    Option(
+        "mine_get",
+        s.optional_rule_mapping(),
+        {"master": None},
+        "Which minions may read which mine functions (mine.get): minion-id regex -> "
+        "list of function regexes (Salt's mine_get; regexes match at the start).  "
+        "Unset: every minion may read every function.  A refused read fails with "
+        "the reason, is logged and fired as raetsalt/mine_get/<id>/denied.",
+        "Access control",
+        example=("mine_get:", "  'web.*':", "    - network.ip_addrs"),
     ),
     Option(
         "publisher_acl",

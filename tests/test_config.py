@@ -302,13 +302,14 @@ def test_salt_keys_load_with_one_warning_line(tmp_path: Path) -> None:
 def test_minion_salt_keys_and_master_options_are_ignored(tmp_path: Path) -> None:
     write(tmp_path / "minion", "master_finger: 'ab:cd'\nfile_client: local\n"
                                "startup_states: highstate\nmine_functions: {}\n"
+                               "mine_interval: 5\nmine_enabled: true\n"
                                "hash_type: sha256\nschedule: {}\npeer: {}\n")
     warnings: list[str] = []
     load_node_config(tmp_path, "minion", warnings)
-    assert warnings[0].endswith("'startup_states', 'mine_functions', 'schedule', "
+    assert warnings[0].endswith("'startup_states', 'schedule', "
                                 "'peer' (a raetsalt master option)")
-    # file_client, master_finger and hash_type are minion options
-    assert "ignoring 4 key(s)" in warnings[0]
+    # file_client, master_finger, hash_type and the mine's keys are minion options
+    assert "ignoring 3 key(s)" in warnings[0]
 
 
 def test_all_unknown_keys_in_one_error(tmp_path: Path) -> None:

@@ -10,7 +10,8 @@
     every other function (``state.*``, ``pkg.*``, ``pillar.*``, ``cp.*``, custom modules
     in ``module_dirs`` and synced ``_modules``...) through Salt's loader, and the grains
     are Salt's.  ``SALT_FIRST`` go to Salt too: ``sys.*`` (so ``sys.doc`` knows Salt's
-    functions) and ``saltutil.sync_grains`` (which syncs ``_grains``).  Without
+    functions), ``mine.*`` (so the mine can run any of Salt's functions) and
+    ``saltutil.sync_grains`` (which syncs ``_grains``).  Without
     ``salt``: as ``native``.
 ``salt``
     every function through Salt's loader, except those only raetsalt can do
@@ -31,7 +32,7 @@ PINNED_MODULES = ("publish", "event")
 PINNED = frozenset({"saltutil.running", "saltutil.find_job", "saltutil.kill_job"})
 """Functions (and modules) that always run natively: they act on raetsalt's own road,
 bus and job processes."""
-SALT_FIRST_MODULES = ("sys",)
+SALT_FIRST_MODULES = ("sys", "mine")
 SALT_FIRST = frozenset({"saltutil.sync_grains"})
 """Built-in functions that give way to Salt's when Salt's loader is in use."""
 

@@ -16,7 +16,9 @@ What is put under Salt (only in the zygote and its jobs, never in raetsalt's dae
 * ``salt.utils.event.get_event`` / ``MinionEvent`` are raetsalt's minion bus
   (``raetsalt.event``), so ``event.fire``, ``event.fire_master``, state events and the
   ``module_refresh``/``pillar_refresh``/``grains_refresh`` events of ``saltutil`` reach
-  the raetsalt minion (the job's outcome also carries the refreshes it asked for).
+  the raetsalt minion (the job's outcome also carries the refreshes it asked for);
+  Salt's mine writes, fired as ``_minion_mine``, go to the master instead
+  (``raetsalt.saltbridge.mine_bus``).
 
 ``run(payload)`` runs one job in the calling (forked) process as Salt's
 ``Minion._thread_return`` does, and returns the outcome the daemon expects
@@ -37,12 +39,12 @@ from typing import Any
 
 from raetsalt import event as raet_event
 
-from . import channel
+from . import channel, mine_bus
 
 log = logging.getLogger(__name__)
 
 CONFIG_KEYS = ("id", "cachedir", "sock_dir", "conf_file", "log_file", "file_client",
-               "file_roots", "pillar_roots", "module_dirs", "grains")
+               "file_roots", "pillar_roots", "module_dirs", "grains", "mine_functions")
 """The raetsalt minion opts ``SaltRuntime`` needs."""
 WARM = ("test.ping", "cmd.run", "state.apply", "pillar.items", "grains.items",
         "cp.get_file", "saltutil.sync_all", "pkg.list_pkgs", "file.stat")
@@ -54,9 +56,12 @@ _REFRESHES: set[str] = set()
 
 
 class _MinionBus(raet_event.MinionEvent):
-    """raetsalt's minion bus with Salt's ``MinionEvent`` call shape; notes refreshes."""
+    """raetsalt's minion bus with Salt's ``MinionEvent`` call shape; notes refreshes and
+    carries the mine's writes to the master (``mine_bus``)."""
 
     def fire_event(self, data: Any, tag: str, timeout: float = 1000) -> bool:
+        if str(tag) == mine_bus.MINE_TAG:
+            return bool(mine_bus.send(self.opts, data))
         what = REFRESH_TAGS.get(str(tag))
         if what is not None:
             _REFRESHES.add(what)
@@ -78,6 +83,7 @@ def salt_opts(config: Mapping[str, Any]) -> dict[str, Any]:
         "pillar_roots": dict(config.get("pillar_roots") or {}),
         "module_dirs": list(config.get("module_dirs") or []),
         "grains": dict(config.get("grains") or {}),
+        "mine_functions": dict(config.get("mine_functions") or {}),
         "multiprocessing": True, "cache_jobs": False, "grains_cache": False,
         "master_type": "str", "transport": "zeromq",
     }
