@@ -6,6 +6,8 @@ and Salt's exit codes (0; 1 when a step failed)."""
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import re
 import subprocess
 from collections.abc import Iterator
@@ -16,7 +18,8 @@ from typing import Any
 import pytest
 from daemons.helpers import World, make_world
 
-from remote.cluster import started_cluster
+from raetsalt.cli import run as run_cli
+from remote.cluster import run_as, started_cluster
 
 pytest.importorskip("salt")
 salt_output = pytest.importorskip("salt.output")
@@ -27,6 +30,22 @@ MASTER = """\
 auto_accept: true
 file_roots:
   base: [{srv}]
+publisher_acl:
+  nobody:
+    - test.ping
+"""
+AS_NOBODY = """\
+allowed:
+  salt.function:
+    - name: test.ping
+    - tgt: web1
+
+denied:
+  salt.function:
+    - name: cmd.run
+    - tgt: web1
+    - arg:
+      - id
 """
 DEPLOY = """\
 build:
@@ -83,6 +102,7 @@ class Orch:
     world: World
     master_conf: Path
     out: Path
+    home: Path
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         return self.world.cli("run", self.master_conf, "-t", "60", *args, timeout=180.0)
@@ -97,11 +117,16 @@ def orch() -> Iterator[Orch]:
         (srv / "orch" / "deploy.sls").write_text(DEPLOY.format(out=out))
         (srv / "orch" / "failing.sls").write_text(FAILING)
         (srv / "marker.sls").write_text(MARKER.format(out=out))
+        (srv / "orch" / "acl.sls").write_text(AS_NOBODY)
+        os.chmod(world.root, 0o755)  # other users read the config and the SLS files
+        home = world.root / "home"
+        home.mkdir()
+        os.chown(home, pwd.getpwnam("nobody").pw_uid, -1)
         with started_cluster(world, MASTER.format(srv=srv),
                              {"web1": "roles: [web]", "db1": "roles: [db]"},
                              {"web1": "execution_mode: auto\n",
                               "db1": "execution_mode: salt\n"}) as up:
-            yield Orch(world, up.master_conf, out)
+            yield Orch(world, up.master_conf, out, home)
 
 
 def _mask(text: str) -> str:
@@ -166,3 +191,18 @@ def test_bad_calls_are_one_line(orch: Orch) -> None:
     bad = orch.run("state.orch", "orch.deploy", "pillar=notadict")
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1
     assert "Pillar data must be formatted as a dictionary" in bad.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the CLI as another user")
+def test_orchestrate_has_the_callers_rights(orch: Orch, capsys: pytest.CaptureFixture[str]
+                                           ) -> None:
+    # This test's Python lives under /root, which other users cannot read: run the same
+    # orchestration once as root in this process, so that the modules it imports are
+    # already loaded in the child that becomes nobody.  Root may do both steps.
+    assert run_cli.main(["-c", str(orch.master_conf), "state.orch", "orch.acl"]) == 0
+    capsys.readouterr()
+    code, out, err = run_as("nobody", str(orch.home), run_cli.main,
+                            ["-c", str(orch.master_conf), "state.orch", "orch.acl"])
+    assert code == 1 and out, out + err
+    assert "Succeeded: 1 (changed=1)\nFailed:    1\n" in out
+    assert "publish of 'cmd.run' to 'web1' (glob) denied" in out
