@@ -7,11 +7,11 @@ when the master cannot be reached."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from typing import Any
 
 from raetsalt.errors import DaemonUnavailable
+from raetsalt.saltbridge.modes import salt_importable
 
 from ._auth import AuthProblem, credentials, open_master
 from ._common import EX_CLIENT, EX_GENERIC, Printer
@@ -21,7 +21,7 @@ ARGUMENTS = ("mods", "saltenv", "test", "exclude", "pillar", "pillarenv")
 
 def main(prog: str, fun: str, opts: dict[str, Any], args: argparse.Namespace,
          positional: list[Any], kwargs: dict[str, Any], printer: Printer) -> int:
-    if importlib.util.find_spec("salt") is None:
+    if not salt_importable():
         from raetsalt.saltbridge.orchestrate import MISSING_SALT
 
         print(MISSING_SALT.format(prog=prog, fun=fun), file=sys.stderr)
