@@ -34,6 +34,14 @@ publisher_acl:
   nobody:
     - test.ping
 """
+PILLARED = """\
+greet:
+  salt.function:
+    - name: test.echo
+    - tgt: {{ pillar['who'] }}
+    - arg:
+      - {{ salt['pillar.get']('word', 'none') }}
+"""
 AS_NOBODY = """\
 allowed:
   salt.function:
@@ -118,6 +126,7 @@ def orch() -> Iterator[Orch]:
         (srv / "orch" / "failing.sls").write_text(FAILING)
         (srv / "marker.sls").write_text(MARKER.format(out=out))
         (srv / "orch" / "acl.sls").write_text(AS_NOBODY)
+        (srv / "orch" / "pillared.sls").write_text(PILLARED)
         os.chmod(world.root, 0o755)  # other users read the config and the SLS files
         home = world.root / "home"
         home.mkdir()
@@ -170,6 +179,15 @@ def test_test_true_changes_nothing(orch: Orch) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert not (orch.out / "installed").exists()
     assert "Result: None" in done.stdout and "would be executed on target" in done.stdout
+
+
+def test_pillar_on_the_command_line(orch: Orch) -> None:
+    done = orch.run("state.orch", "orch.pillared", 'pillar={"who": "db1", "word": "hi"}',
+                    "--out", "json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    [states] = json.loads(done.stdout).values()
+    [greet] = states.values()
+    assert greet["changes"]["ret"] == {"db1": "hi"}
 
 
 def test_a_failing_step_fails_the_run(orch: Orch) -> None:
