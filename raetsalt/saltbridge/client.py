@@ -10,7 +10,9 @@ the caller's credentials (``auth``: eauth fields or a token, or nothing when the
 says who is asking).  So every publication and runner they make is checked by the
 master exactly as the same command typed on the command line (``publisher_acl``,
 ``external_auth``, the blacklist); a refusal raises Salt's ``SaltClientError`` (Salt's
-``EauthAuthenticationError`` shape is not kept) with the master's reason.
+``EauthAuthenticationError`` shape is not kept) with the master's reason.  As Salt's,
+``cmd_iter`` does not give up on a minion at ``timeout`` while ``saltutil.find_job``
+says it still runs the job (each such check restarts the wait).
 
 Shapes are Salt's: ``cmd`` -> ``{minion: return}`` (``full_return``: ``{minion:
 {ret, retcode, jid[, out]}}``); ``cmd_iter`` yields ``{minion: {ret, retcode, jid[,
@@ -29,6 +31,8 @@ from raetsalt import protocol as p
 
 DEFAULT_TIMEOUT = 5.0
 ACK_TIMEOUT = 30.0
+FIND_JOB_TIMEOUT = 5.0
+"""How long a ``saltutil.find_job`` check waits (Salt's ``gather_job_timeout``)."""
 
 
 class Connection(Protocol):
@@ -97,11 +101,16 @@ class LocalClient:
                  **kwargs: Any) -> Iterator[dict[str, Any]]:
         wait = float(timeout) if timeout else self.timeout
         req, jid, expected = self._publish(tgt, tgt_type, fun, arg, kwarg, ret, wait, kwargs)
-        deadline = time.monotonic() + wait
+        start = time.monotonic()
+        deadline = start + wait
         seen: set[str] = set()
         while not expected <= seen:
             body = self._waiter.next(req, (p.SHARE_JOB_RET,), deadline)
             if body is None:
+                if (time.monotonic() - start < p.MAX_JOB_TTL
+                        and self._still_running(jid, expected - seen)):
+                    deadline = time.monotonic() + wait
+                    continue
                 break
             for minion, data in p.job_returns(body):
                 if minion in seen:
@@ -151,6 +160,26 @@ class LocalClient:
         self.destroy()
 
     # -- internals --------------------------------------------------------------------
+
+    def _still_running(self, jid: str, minions: set[str]) -> bool:
+        """Salt's ``find_job`` check: whether one of ``minions`` still runs ``jid`` (then
+        the wait for returns starts again, as Salt's ``cmd_iter`` does)."""
+        try:
+            req, _jid, expected = self._publish(sorted(minions), "list", "saltutil.find_job",
+                                                [jid], None, "", FIND_JOB_TIMEOUT, {})
+        except Exception:  # noqa: BLE001 - refused or unanswered: nothing runs, as far as we know
+            return False
+        deadline = time.monotonic() + FIND_JOB_TIMEOUT
+        running, seen = False, set[str]()
+        while not expected <= seen:
+            body = self._waiter.next(req, (p.SHARE_JOB_RET,), deadline)
+            if body is None:
+                break
+            for minion, data in p.job_returns(body):
+                seen.add(minion)
+                running = running or bool(data.get("return"))
+        self._waiter.queues.pop(req, None)
+        return running
 
     def _publish(self, tgt: Any, tgt_type: str, fun: str, arg: Any,
                  kwarg: Mapping[str, Any] | None, ret: str, wait: float,

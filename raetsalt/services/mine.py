@@ -268,8 +268,9 @@ class MasterMine:
                         f" [{times} denials since the last report]" if times > 1 else "")
         actions: list[Action] = [self._answer(minion, rid, error=message, denied=True)]
         if self.utcnow is not None:
-            data = {"id": minion, "fun": denied[:5], "tgt": tgt if isinstance(tgt, str)
-                    else list(tgt)[:20], "tgt_type": tgt_type, "reason": reason,
+            data = {"id": minion, "fun": [f[:200] for f in denied[:5]],
+                    "tgt": tgt[:200] if isinstance(tgt, str) else [str(t)[:200] for t in tgt[:20]],
+                    "tgt_type": tgt_type[:40], "reason": reason,
                     "_stamp": salt_stamp(self.utcnow())}
             actions.append(Fire(f"raetsalt/mine_get/{minion}/denied", data))
         return actions

@@ -67,3 +67,19 @@ def test_runner_client() -> None:
     assert runner.cmd("manage.up", full_return=True) == {"return": ["a"], "success": True,
                                                           "jid": ""}
     assert runner.cmd("x.y", full_return=True)["success"] is False
+
+
+def test_a_job_still_running_is_waited_for() -> None:
+    master = FakeMaster([
+        [(p.SHARE_PUB_ACK, {"jid": "7", "minions": ["a"]})],
+        # find_job: a still runs job 7; then its return comes
+        [(p.SHARE_PUB_ACK, {"jid": "8", "minions": ["a"]}),
+         (p.SHARE_JOB_RET, {"returns": [["a", {"return": {"jid": "7"}}]]})],
+        [(p.SHARE_PUB_ACK, {"jid": "9", "minions": ["a"]}),
+         (p.SHARE_JOB_RET, {"returns": [["a", {"return": {}}]]})],
+    ])
+    client = LocalClient(master, timeout=0.01)
+    assert client.cmd("a", "state.apply") == {}
+    assert [fields["fun"] for _share, fields in master.requests] == [
+        "state.apply", "saltutil.find_job", "saltutil.find_job"]
+    assert master.requests[1][1]["arg"] == ["7"] and master.requests[1][1]["tgt"] == ["a"]
