@@ -258,9 +258,11 @@ def test_hostile_loads_from_a_minion(cluster: Cluster) -> None:
         {"cmd": "_file_hash", "path": "web/motd.j2", "saltenv": "../../etc"},
         {"cmd": "_file_list", "saltenv": "base", "prefix": "/etc"},
         {"cmd": "_return", "jid": "20260101000000000000", "return": "forged"},
-        {"cmd": "_mine", "data": {}},
         {"cmd": "__init__"},
         {"no": "cmd"},
+        # a mine write lands in the sender's own mine, whatever id the load names
+        {"cmd": "_mine", "id": "db1", "data": {"forged": 1}},
+        {"cmd": "_mine_get", "tgt": "*", "fun": "forged"},
     ]
     answers = cluster.json("web1", "localmod.hostile", json.dumps(loads))["web1"]
     assert answers[0] == {"ret": {"role": "web", "message": "hello from pillar",
@@ -269,9 +271,10 @@ def test_hostile_loads_from_a_minion(cluster: Cluster) -> None:
     assert "loc must be a byte offset" in answers[2]["error"]
     assert "is not a saltenv name" in answers[3]["error"]
     assert "absolute" in answers[4]["error"]
-    for answer, cmd in zip(answers[5:8], ["'_return'", "'_mine'", "'__init__'"], strict=True):
+    for answer, cmd in zip(answers[5:7], ["'_return'", "'__init__'"], strict=True):
         assert answer == {"error": f"{cmd} is not a command the raetsalt master serves"}
-    assert answers[8] == {"error": "the request names no command"}
+    assert answers[7] == {"error": "the request names no command"}
+    assert answers[8:] == [{"ret": True}, {"ret": {"web1": 1}}]
     master_log = Path(load_node_config(cluster.master_conf, "master")["log_file"]).read_text()
     assert "Traceback" not in master_log and "salt request refused_path" in master_log
 
