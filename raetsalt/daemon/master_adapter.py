@@ -132,6 +132,7 @@ class MasterAdapter:
                                if opts.get("minion_data_cache", True) else None,
                                self.jobs.targeted, estate=node.stack.road.name, utcnow=utcnow)
         """Salt's mine (``raetsalt.services.mine``)."""
+        self.jobs.mine_reader = self.mine.read
 
     @staticmethod
     def new_inbox() -> MasterInbox:

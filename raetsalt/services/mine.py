@@ -185,28 +185,33 @@ class MasterMine:
 
     def _get(self, minion: str, rid: str, load: Mapping[str, Any], now: float
              ) -> list[Action]:
-        fun = load.get("fun")
         tgt = load.get("tgt")
         tgt_type = load.get("tgt_type") or load.get("expr_form") or "glob"
-        if isinstance(fun, str):
-            functions = list(dict.fromkeys(f for f in fun.split(",") if f))
-            as_dict = len(functions) > 1
-        elif isinstance(fun, list) and all(isinstance(f, str) for f in fun):
-            functions, as_dict = list(dict.fromkeys(fun)), True
-        else:
-            raise _Refused("mine.get needs a function name, a comma-separated string or "
-                           "a list of names")
-        if len(functions) > MAX_FUNCTIONS:
-            raise _Refused(f"mine.get asks for {len(functions)} functions; at most "
-                           f"{MAX_FUNCTIONS}")
+        functions, as_dict = _functions(load.get("fun"))
         if not isinstance(tgt, str | list) or not isinstance(tgt_type, str):
             raise _Refused("mine.get needs a target (tgt) and a target type")
         denied = self._denied(minion, functions)
         if denied:
             return self._deny(minion, rid, denied, tgt, tgt_type, now)
+        return [self._answer(minion, rid, ret=self._collect(tgt, tgt_type, functions,
+                                                            as_dict, minion))]
+
+    def read(self, tgt: Any, fun: Any, tgt_type: str = "glob") -> dict[str, Any]:
+        """The master's own read (the ``mine.get`` runner): no ``mine_get`` rules and no
+        minion-side ACL; raises ``ValueError``/``TargetError`` for a bad call."""
+        try:
+            functions, as_dict = _functions(fun)
+        except _Refused as exc:
+            raise ValueError(str(exc)) from None
+        return self._collect(tgt, tgt_type, functions, as_dict, None)
+
+    def _collect(self, tgt: Any, tgt_type: str, functions: list[str], as_dict: bool,
+                 requester: str | None) -> dict[str, Any]:
         try:
             minions = self.targeted(tgt, tgt_type)
         except TargetError as exc:
+            if requester is None:
+                raise
             raise _Refused(f"mine.get: {exc}") from None
         ret: dict[str, Any] = {}
         allowed_cache: dict[tuple[Any, str], bool] = {}
@@ -219,14 +224,15 @@ class MasterMine:
                     continue
                 value = mine[function]
                 if isinstance(value, dict) and ACL_ID in value:
-                    if not self._acl_allows(value, minion, allowed_cache):
+                    if requester is not None and not self._acl_allows(value, requester,
+                                                                      allowed_cache):
                         continue
                     value = value.get(ACL_DATA)
                 if as_dict:
                     ret.setdefault(function, {})[source] = value
                 else:
                     ret[source] = value
-        return [self._answer(minion, rid, ret=ret)]
+        return ret
 
     def _acl_allows(self, entry: Mapping[str, Any], requester: str,
                     cache: dict[tuple[Any, str], bool]) -> bool:
@@ -278,6 +284,23 @@ class MasterMine:
     def _answer(self, minion: str, rid: str, **fields: Any) -> ToMinion:
         return ToMinion(minion, p.road_message(self.estate, None, p.SHARE_SALT_RET, rid=rid,
                                                **fields))
+
+
+def _functions(fun: Any) -> tuple[list[str], bool]:
+    """The functions a ``mine.get`` asks for, and whether the answer is keyed by function
+    (several functions, or a list)."""
+    if isinstance(fun, str):
+        functions = list(dict.fromkeys(f for f in fun.split(",") if f))
+        as_dict = len(functions) > 1
+    elif isinstance(fun, list) and all(isinstance(f, str) for f in fun):
+        functions, as_dict = list(dict.fromkeys(fun)), True
+    else:
+        raise _Refused("mine.get needs a function name, a comma-separated string or a "
+                       "list of names")
+    if len(functions) > MAX_FUNCTIONS:
+        raise _Refused(f"mine.get asks for {len(functions)} functions; at most "
+                       f"{MAX_FUNCTIONS}")
+    return functions, as_dict
 
 
 def _match(pattern: str, value: str) -> bool:

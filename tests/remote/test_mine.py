@@ -7,6 +7,7 @@ web1 run)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -94,6 +95,14 @@ def test_mine_functions_are_sent_at_start(mine: Mine) -> None:
     addrs = mine.json("web1", "mine.get", "db1", "network.ip_addrs")["web1"]
     assert list(addrs) == ["db1"] and all(isinstance(a, str) for a in addrs["db1"])
     assert mine.json("n1", "mine.get", "n*", "whoami")["n1"] == {"n1": "n1"}
+
+
+def test_mine_get_runner(mine: Mine) -> None:
+    addrs = mine.json("web1", "mine.get", "db1", "network.ip_addrs")["web1"]
+    done = mine.world.cli("run", mine.master_conf, "mine.get", "d*", "network.ip_addrs",
+                          "--out", "json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == addrs
 
 
 def test_mine_get_in_a_template_on_another_minion(mine: Mine) -> None:

@@ -155,3 +155,15 @@ def test_mine_clock_runs_at_first_pillar_then_every_interval() -> None:
     assert not clock.handle_timer(pillar, 129.0)
     assert clock.handle_timer(pillar, 130.0) and clock.get_timer() == 250.0
     assert not clock.handle_timer(pillar, 250.0, busy=True)  # the last run still going
+
+
+def test_the_masters_own_read_has_no_rules() -> None:
+    mine = make({"mine_get": {}})
+    entry = {"__data__": [1], "__saltmine_acl__": 1, "allow_tgt": "nobody"}
+    ask(mine, "db1", cmd="_mine", data={"ip": 1, "secret": entry})
+    assert mine.read("db*", "ip") == {"db1": 1}
+    assert mine.read("*", ["ip", "secret"]) == {"ip": {"db1": 1}, "secret": {"db1": [1]}}
+    with pytest.raises(ValueError, match="needs a function name"):
+        mine.read("*", 3)
+    with pytest.raises(TargetError):
+        mine.read("*", "ip", "nope")
