@@ -579,6 +579,33 @@ SCHEMA: tuple[Option, ...] = (
         "Jobs",
         example=("grains:", "  roles: [web]", "  datacenter: east"),
     ),
+    Option(
+        "mine_functions",
+        s.mapping(),
+        {"minion": {}},
+        "Functions whose results this minion stores in the master's mine (Salt's "
+        "mine_functions; the pillar's mine_functions are merged over them): name -> "
+        "list of arguments, or alias -> [mine_function: name, arguments...].",
+        "Mine",
+        example=("mine_functions:", "  network.ip_addrs: [eth0]",
+                 "  web_ips: [mine_function: network.ip_addrs, allow_tgt: 'lb*']"),
+    ),
+    Option(
+        "mine_interval",
+        s.integer(0),
+        {"minion": 60},
+        "Minutes between two runs of mine.update (the first runs when the minion "
+        "gets its pillar after it started).  0 turns the periodic runs off.",
+        "Mine",
+    ),
+    Option(
+        "mine_enabled",
+        s.boolean(),
+        {"minion": True},
+        "Whether the minion runs mine.update by itself (at start and every "
+        "mine_interval minutes).",
+        "Mine",
+    ),
     # ---------------------------------------------------------------- access control
     Option(
         "peer",
@@ -599,6 +626,17 @@ SCHEMA: tuple[Option, ...] = (
         "minion-id regex -> list of runner regexes.",
         "Access control",
         example=("peer_run:", "  'web.*':", "    - manage.up"),
+    ),
+    Option(
+        "mine_get",
+        s.optional_rule_mapping(),
+        {"master": None},
+        "Which minions may read which mine functions (mine.get): minion-id regex -> "
+        "list of function regexes (Salt's mine_get; regexes match at the start).  "
+        "Unset: every minion may read every function.  A refused read fails with "
+        "the reason, is logged and fired as raetsalt/mine_get/<id>/denied.",
+        "Access control",
+        example=("mine_get:", "  'web.*':", "    - network.ip_addrs"),
     ),
     Option(
         "publisher_acl",
@@ -924,25 +962,6 @@ SCHEMA += (
         {"minion": []},
         "Returners every job published to this minion also goes to (besides those the "
         "publication names with --return): master_bus, sqlite3, or Salt's returners.",
-        _AUTOMATION,
-    ),
-    Option(
-        "mine_get",
-        s.rule_mapping(nullable=True),
-        {"master": None},
-        "Salt's master-side mine ACL: minion id regexes to lists of function regexes a "
-        "matching minion may read with mine.get.  null: every minion may read every "
-        "function.  A denied mine.get fails with the reason (Salt returns {}).",
-        _AUTOMATION,
-        example=("mine_get:", "  'web.*':", "    - network.ip_addrs"),
-    ),
-    Option(
-        "mine_functions",
-        s.mapping(),
-        {"minion": {}},
-        "Salt's mine functions (function or alias -> arguments) that mine.update sends "
-        "to the master (needs Salt's loader on the minion).  raetsalt does not run "
-        "mine.update on a timer (mine_interval) yet: run it, or mine.send.",
         _AUTOMATION,
     ),
     Option(

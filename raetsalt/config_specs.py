@@ -187,6 +187,16 @@ def rule_mapping(*, nullable: bool = False) -> Spec:
     return Spec("a mapping of names or regexes to lists of rules", check)
 
 
+def optional_rule_mapping() -> Spec:
+    """``mine_get``: like ``rule_mapping``, but unset (None) means "no rules at all"."""
+    rules = rule_mapping()
+
+    def check(value: Any) -> Any:
+        return None if value is None else rules.check(value)
+
+    return Spec("a mapping of names or regexes to lists of rules, or nothing", check)
+
+
 def external_auth() -> Spec:
     def check(value: Any) -> Any:
         if value is None:

@@ -93,7 +93,8 @@ master ``peer_ack``     ``{rid, ...}``: the ``pub_ack`` for relay ``rid``.
 master ``peer_ret``     ``{rid, ...}``: a ``job_ret`` for relay ``rid``.
 master ``peer_run_ret`` ``{rid, ...}``: the ``run_ret`` for relay ``rid``.
 minion ``salt_req``     ``{rid, load, timeout}``: a relayed Salt request
-                       (``raetsalt.saltbridge.service``: file server and pillar).
+                       (``raetsalt.saltbridge.service``: file server and pillar;
+                       ``raetsalt.services.mine``: the mine's ``_mine*`` loads).
 master ``salt_ret``     ``{rid, ret}`` or ``{rid, error[, refused]}``.
 minion ``pillar_refresh`` ``{}``: compile this minion's pillar again and push it.
 master ``pillar``       ``{pillar}``: the minion's pillar, after every hello and refresh.

@@ -303,6 +303,7 @@ def test_salt_keys_load_with_one_warning_line(tmp_path: Path) -> None:
 def test_minion_salt_keys_and_master_options_are_ignored(tmp_path: Path) -> None:
     write(tmp_path / "minion", "master_finger: 'ab:cd'\nfile_client: local\n"
                                "startup_states: highstate\nmine_functions: {}\n"
+                               "mine_interval: 5\nmine_enabled: true\n"
                                "hash_type: sha256\nschedule: {}\npeer: {}\n")
     warnings: list[str] = []
     load_node_config(tmp_path, "minion", warnings)

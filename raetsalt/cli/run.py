@@ -8,7 +8,8 @@ Talks to the local ``raetsalt-master`` over its lane.  Prints the runner's retur
 options (``raetsalt.cli._common``).  ``-d [FUN]`` prints the documentation of the runners
 (those starting with ``FUN``) without asking the master.  Exit codes: 0; 1 when the
 runner failed or does not exist (the message goes to stderr); 2 when the master cannot
-be reached; 78 for a bad config.
+be reached; 78 for a bad config.  ``state.orchestrate``/``state.orch`` run Salt's
+orchestrate in this process (``raetsalt.cli._orchestrate``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from raetsalt import protocol as p
 from raetsalt.errors import DaemonUnavailable
 from raetsalt.execution.args import parse_input
 
+from . import _orchestrate
 from ._auth import AuthProblem, add_auth_options, credentials, open_master
 from ._common import (
     EX_CLIENT,
@@ -35,6 +37,8 @@ from ._common import (
 )
 
 PROG = "raetsalt-run"
+ORCHESTRATE = frozenset({"state.orchestrate", "state.orch"})
+"""Run by this process with Salt's state compiler (``raetsalt.cli._orchestrate``)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -72,6 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     opts, printer = start_client(PROG, args, "master")
     timeout = args.timeout if args.timeout and args.timeout > 0 else float(opts["timeout"]) + 10
     positional, kwargs = wire_safe(parse_input(args.arg))
+    if args.fun in ORCHESTRATE:
+        return _orchestrate.main(PROG, args.fun, opts, args, positional, kwargs, printer)
     try:
         with open_master(opts) as client:
             auth = credentials(args, client)

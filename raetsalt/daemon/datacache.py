@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import msgpack
+
 from raetsalt.daemon.storable import encode_json
 from raetsalt.errors import KeepError
 
@@ -57,3 +59,43 @@ class MinionDataCache:
         (self.root / f"{minion}.json").unlink(missing_ok=True)
 
 
+
+
+class MineCache:
+    """Each minion's mine (Salt's ``mine`` bank of the minion data cache): one msgpack
+    file per minion under ``<root>/mine``, written whole (temp file, then rename), so a
+    master restart keeps what the minions sent (``raetsalt.services.mine.MineStore``)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root) / "mine"
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+    def load_all(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for path in self.root.glob("*.p"):
+            try:
+                data = msgpack.unpackb(path.read_bytes(), strict_map_key=False)
+            except (OSError, ValueError, msgpack.ExtraData):
+                continue
+            if isinstance(data, dict):
+                out[path.stem] = data
+        return out
+
+    def save(self, minion: str, data: Mapping[str, Any]) -> None:
+        path = self._path(minion)
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(msgpack.packb(dict(data)))
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def remove(self, minion: str) -> None:
+        self._path(minion).unlink(missing_ok=True)
+
+    def _path(self, minion: str) -> Path:
+        if not minion or "/" in minion or minion.startswith(".") or "\0" in minion:
+            raise KeepError(f"not a minion id for the data cache: {minion!r}")
+        return self.root / f"{minion}.p"

@@ -31,6 +31,7 @@ from raetsalt import protocol as p
 from raetsalt.daemon.access import REQUEST_SHARES, AccessGate, Ready
 from raetsalt.daemon.cachewriter import QueuedDataCache, QueuedJobCache
 from raetsalt.daemon.clusterkeys import ClusterKeyLink
+from raetsalt.daemon.datacache import MineCache
 from raetsalt.daemon.keys import SHARE_KEY, KeyService
 from raetsalt.daemon.roster import RoadRoster
 from raetsalt.daemon.saltmaster import MasterBridge
@@ -43,6 +44,7 @@ from raetsalt.node import Node, NodeEvent
 from raetsalt.protocol import ToClient
 from raetsalt.services.master import Action as MasterAction
 from raetsalt.services.master import Fire, MasterJobs, PeerGrant, Sink, ToMinion
+from raetsalt.services.mine import MasterMine, is_mine_request
 from raetsalt.services.ports import JobStore
 from raetsalt.services.progress import SHARE_RUNNING
 from raetsalt.services.quota import MinionQuota, QuotaConfig
@@ -150,6 +152,11 @@ class MasterAdapter:
         self.salt = MasterBridge(opts, node.stack.road.name, clock=node.clock)
         """Salt's file server and pillar for minions (``raetsalt.saltbridge``)."""
         self.jobs.pillars = self.salt.requests.pillars
+        self.mine = MasterMine(opts, MineCache(os.path.join(opts["cachedir"], "minions"))
+                               if opts.get("minion_data_cache", True) else None,
+                               self.jobs.targeted, estate=node.stack.road.name, utcnow=utcnow)
+        """Salt's mine (``raetsalt.services.mine``)."""
+        self.jobs.mine_reader = self.mine.read
 
     @staticmethod
     def new_inbox() -> MasterInbox:
@@ -282,6 +289,8 @@ class MasterAdapter:
             if share == p.SHARE_HELLO:
                 actions.extend(self.jobs.on_hello(minion, event.body))
                 actions.extend(self.salt.on_hello(minion, self.jobs.grains.get(minion)))
+            elif share == p.SHARE_SALT_REQ and is_mine_request(event.body):
+                actions.extend(self.mine.on_request(minion, event.body, now))
             elif share == p.SHARE_SALT_REQ:
                 actions.extend(self.salt.on_request(minion, event.body, grains))
             elif share == p.SHARE_PILLAR_REFRESH:

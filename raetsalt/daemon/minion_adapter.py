@@ -40,6 +40,7 @@ from raetsalt.node import Node, NodeEvent
 from raetsalt.protocol import ToClient
 from raetsalt.saltbridge.saltjob import salt_loader_returners
 from raetsalt.services.jids import new_jid
+from raetsalt.services.mineclock import MINE_FUN, MineClock
 from raetsalt.services.minion import Action as MinionAction
 from raetsalt.services.minion import (
     JobOutcome,
@@ -122,6 +123,8 @@ class MinionAdapter:
         self.jobs = MinionJobs(str(opts["id"]), grains if grains is not None
                                else load_grains(opts), estate=node.stack.road.name)
         self.relay = PeerRelay(node.stack.road.name)
+        self.mine = MineClock(opts)
+        """When ``mine.update`` runs (``raetsalt.services.mineclock``)."""
         self._last_jid: str | None = None
         self._child_jobs: list[dict[str, Any]] = []
         """The other jobs at the last spawn (what the new job's saltutil.running sees)."""
@@ -144,8 +147,12 @@ class MinionAdapter:
     def timeout(self) -> float | None:
         waits = [w for w in (self.executor.timeout(),
                              self.bridge.timeout() if self.bridge else None,
-                             self._timer_wait()) if w is not None]
+                             self._timer_wait(), self._mine_wait()) if w is not None]
         return min(waits, default=None)
+
+    def _mine_wait(self) -> float | None:
+        timer = self.mine.get_timer()
+        return None if timer is None else max(0.0, timer - self.node.clock())
 
     def _timer_wait(self) -> float | None:
         timer = self.jobs.get_timer()
@@ -181,6 +188,8 @@ class MinionAdapter:
             elif share == p.SHARE_PILLAR:
                 pillar = event.body.get("pillar")
                 self.jobs.pillar = pillar if isinstance(pillar, dict) else {}
+                if self.mine.on_pillar(self.jobs.pillar, now, self._mine_busy()):
+                    actions.extend(self._mine_update())
             else:
                 assert share is not None
                 actions.extend(self.relay.on_answer(share, event.body))
@@ -221,6 +230,8 @@ class MinionAdapter:
         timer = self.jobs.get_timer()
         if timer is not None and timer <= now:
             actions.extend(self.jobs.handle_timer(now, self.utcnow().timestamp()))
+        if self.mine.handle_timer(self.jobs.pillar, now, self._mine_busy()):
+            actions.extend(self._mine_update())
         for jid, data in self.executor.poll():
             outcome = None
             if data is not None:
@@ -316,6 +327,16 @@ class MinionAdapter:
         self._last_jid = jid
         return list(self.jobs.on_call(event.source, event.body, jid))
 
+    def _mine_busy(self) -> bool:
+        return self.mine.running is not None and self.mine.running in self.jobs.running
+
+    def _mine_update(self) -> list[MinionAction]:
+        jid = new_jid(self.utcnow(), self._last_jid)
+        self._last_jid = jid
+        self.mine.started(jid)
+        return list(self.jobs.start_local(JobSpec(jid, MINE_FUN, [], self.jobs.minion_id,
+                                                  "list", "", "", kind="local")))
+
     def _spawn(self, spec: JobSpec) -> list[MinionAction]:
         if self.bridge is not None and self.bridge.wants(spec.fun, self.loader.functions,
                                                           spec.arg):
@@ -368,6 +389,7 @@ class MinionAdapter:
             jobs=lambda: [dict(j) for j in others],
             kill_job=kill_job,
             master_client=lambda: CommandClient("minion", opts["sock_dir"], str(opts["id"])),
+            extras={"pillar": dict(self.jobs.pillar)},
         )
         outcome = execute(self.loader, spec, ctx, os.getpid())
         if (spec.ret or opts.get("return")) and spec.kind == "publish":

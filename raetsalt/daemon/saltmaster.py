@@ -90,7 +90,6 @@ class MasterBridge:
     def poll(self, grains: Mapping[str, Mapping[str, Any]]) -> list[ToMinion]:
         """Worker answers and time-outs; ``grains`` by minion (for pillar re-compiles)."""
         now = self.clock()
-        self.requests.grains_table = grains  # for the mine's targets
         out: list[ToMinion] = []
         for worker in list(self._workers.values()):
             out.extend(self._read(worker, grains, now))

@@ -13,10 +13,10 @@
     sanitize=True``, ``state.*``, ``pkg.*``, ``pillar.*``, ``cp.*``, custom modules in
     ``module_dirs`` and synced ``_modules``...) through Salt's loader, and the grains
     are Salt's.  ``SALT_FIRST`` go to Salt too: ``sys.*`` (so ``sys.doc`` knows Salt's
-    functions), ``test.version`` (Salt's version inventory), ``saltutil.sync_grains``
-    (which syncs ``_grains``) and ``saltutil.refresh_grains`` (the job computes Salt's
-    grains again, ``raetsalt.saltbridge.saltjob.GRAIN_CHANGERS``).  Without ``salt``: as
-    ``native``.
+    functions), ``mine.*`` (so the mine can run any of Salt's functions),
+    ``test.version`` (Salt's version inventory), ``saltutil.sync_grains`` (which syncs
+    ``_grains``) and ``saltutil.refresh_grains`` (the job computes Salt's grains again,
+    ``raetsalt.saltbridge.saltjob.GRAIN_CHANGERS``).  Without ``salt``: as ``native``.
 ``salt``
     every function through Salt's loader, except those only raetsalt can do
     (``PINNED``: peer publishing, the minion's bus, its job table); the minion refuses
@@ -40,7 +40,7 @@ PINNED_MODULES = ("publish", "event")
 PINNED = frozenset({"saltutil.running", "saltutil.find_job", "saltutil.kill_job"})
 """Functions (and modules) that always run natively: they act on raetsalt's own road,
 bus and job processes."""
-SALT_FIRST_MODULES = ("sys",)
+SALT_FIRST_MODULES = ("sys", "mine")
 SALT_FIRST = frozenset({"saltutil.sync_grains", "saltutil.refresh_grains", "test.version"})
 """Built-in functions that give way to Salt's when Salt's loader is in use."""
 POSITIONAL_AS_SALT = {"cmd.run": 2, "cmd.run_all": 2, "cmd.retcode": 2}

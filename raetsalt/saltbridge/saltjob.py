@@ -19,7 +19,9 @@ What is put under Salt (only in the zygote and its jobs, never in raetsalt's dae
 * ``salt.utils.event.get_event`` / ``MinionEvent`` are raetsalt's minion bus
   (``raetsalt.event``), so ``event.fire``, ``event.fire_master``, state events and the
   ``module_refresh``/``pillar_refresh``/``grains_refresh`` events of ``saltutil`` reach
-  the raetsalt minion (the job's outcome also carries the refreshes it asked for).
+  the raetsalt minion (the job's outcome also carries the refreshes it asked for);
+  Salt's mine writes, fired as ``_minion_mine``, go to the master instead
+  (``raetsalt.saltbridge.mine_bus``).
 
 ``run(payload)`` runs one job in the calling (forked) process as Salt's
 ``Minion._thread_return`` does, and returns the outcome the daemon expects
@@ -42,7 +44,7 @@ from typing import Any
 from raetsalt import event as raet_event
 from raetsalt.execution import returners
 
-from . import channel
+from . import channel, mine_bus
 from .unserved import unserved
 
 log = logging.getLogger(__name__)
@@ -69,17 +71,12 @@ so jobs and grain targeting see them at once, as with Salt."""
 
 
 class _MinionBus(raet_event.MinionEvent):
-    """raetsalt's minion bus with Salt's ``MinionEvent`` call shape; notes refreshes."""
+    """raetsalt's minion bus with Salt's ``MinionEvent`` call shape; notes refreshes and
+    carries the mine's writes to the master (``mine_bus``)."""
 
     def fire_event(self, data: Any, tag: str, timeout: float = 1000) -> bool:
-        if str(tag) == "_minion_mine" and isinstance(data, dict):
-            # Salt's minion daemon forwards this to the master; here it goes straight
-            # through the request channel (the master's mine, raetsalt.services.mine).
-            try:
-                return bool(channel.RaetReqChannel(dict(self.opts)).send(dict(data)))
-            except Exception as exc:  # noqa: BLE001 - Salt's mine.send reports False
-                log.warning("mine data not sent to the master: %s", exc)
-                return False
+        if str(tag) == mine_bus.MINE_TAG:
+            return bool(mine_bus.send(self.opts, data))
         what = REFRESH_TAGS.get(str(tag))
         if what is not None:
             _REFRESHES.add(what)

@@ -39,8 +39,6 @@ import msgpack
 
 from raetsalt import protocol as p
 from raetsalt.services.master import ToMinion
-from raetsalt.services.mine import MineDenied, MineRefused, MineStore
-from raetsalt.targeting import MinionFacts
 
 from .paths import PathRefused, clean_relpath, valid_saltenv
 
@@ -69,10 +67,8 @@ FILE_COMMANDS: dict[str, str] = {
     "_file_list_emptydirs": "empty_dirs",
 }
 """Salt fileclient commands -> what the file worker does for them."""
-MINE_COMMANDS = frozenset({"_mine", "_mine_get", "_mine_delete", "_mine_flush"})
-"""Salt's mine (``raetsalt.services.mine``)."""
 COMMANDS = frozenset({*FILE_COMMANDS, "_symlink_list", "_file_envs", "_master_opts",
-                      "_master_tops", "_ext_nodes", "_pillar", "_file_recv", *MINE_COMMANDS})
+                      "_master_tops", "_ext_nodes", "_pillar", "_file_recv"})
 
 
 class SaltRequestDrop(StrEnum):
@@ -143,11 +139,6 @@ class SaltRequests:
         self._next_id = 0
         self._pillar: dict[str, _PillarState] = {}
         self._logged: dict[str, float] = {}
-        rules = opts.get("mine_get")
-        self.mine = MineStore(rules if isinstance(rules, Mapping) else None,
-                              lambda value: len(msgpack.packb(value, default=str)))
-        self.grains_table: Mapping[str, Mapping[str, Any]] = {}
-        """Every minion's grains as last reported (set by the daemon; for ``_mine_get``)."""
 
     # -- minions ------------------------------------------------------------------------
 
@@ -247,8 +238,6 @@ class SaltRequests:
             return [self._answer(minion, rid, ret=False)]
         if cmd == "_pillar":
             return self._pillar_request(minion, rid, load, now, grains)
-        if cmd in MINE_COMMANDS:
-            return [self._mine_request(minion, rid, cmd, load)]
         form = FILE_COMMANDS[cmd]
         saltenv = _field(load, "saltenv", valid_saltenv, "base")
         if form in ("files", "dirs", "empty_dirs"):
@@ -266,26 +255,6 @@ class SaltRequests:
         if saltenv not in self._file_roots():
             return [self._answer(minion, rid, ret=_EMPTY[form])]  # Salt: nothing there
         return self._start(minion, rid, "files", op, args, now, FILE_TIMEOUT, form)
-
-    def _mine_request(self, minion: str, rid: str, cmd: str, load: Mapping[str, Any]
-                      ) -> ToMinion:
-        try:
-            if cmd == "_mine":
-                ret: Any = self.mine.store(minion, load)
-            elif cmd == "_mine_delete":
-                ret = self.mine.delete(minion, load)
-            elif cmd == "_mine_flush":
-                ret = self.mine.flush(minion)
-            else:
-                table = {m: MinionFacts(g, self.pillars.get(m))
-                         for m, g in self.grains_table.items()}
-                ret = self.mine.get(minion, load, table, self.opts.get("nodegroups") or {})
-        except MineDenied as exc:
-            log.warning("%s", exc)
-            return self._answer(minion, rid, error=str(exc))
-        except MineRefused as exc:
-            raise _Refusal(SaltRequestDrop.BAD_LOAD, str(exc)) from None
-        return self._answer(minion, rid, ret=ret)
 
     def _pillar_request(self, minion: str, rid: str, load: Mapping[str, Any], now: float,
                         grains: Mapping[str, Any]) -> list[Action]:

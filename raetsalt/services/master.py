@@ -206,6 +206,8 @@ class MasterJobs:
         self._jobs: dict[str, float] = {}
         """jid -> when it was published (jobs whose returns are accepted)."""
         self._next_clean: float | None = None
+        self.mine_reader: Callable[[Any, Any, str], dict[str, Any]] | None = None
+        """Reads the mine for the ``mine.get`` runner (``raetsalt.services.mine``)."""
 
     # -- road ---------------------------------------------------------------------------
 
@@ -663,6 +665,10 @@ class MasterJobs:
         """Road state of the accepted minions (or of ``minions``), by id."""
         ids = self.roster.accepted() if minions is None else list(minions)
         return {m: self.roster.state(m) for m in ids}
+
+    def mine_get(self, tgt: Any, fun: Any, tgt_type: str) -> dict[str, Any]:
+        """The mine of the minions ``tgt`` matches (the ``mine.get`` runner)."""
+        return {} if self.mine_reader is None else self.mine_reader(tgt, fun, tgt_type)
 
     def targeted(self, tgt: Any, tgt_type: str) -> list[str]:
         """Accepted minions that ``tgt`` matches (master side)."""

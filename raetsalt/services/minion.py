@@ -94,7 +94,8 @@ class JobSpec:
     ret_config: str = ""
     ret_kwargs: dict[str, Any] = field(default_factory=dict)
     kind: str = "publish"
-    """``'publish'`` (from the master) or ``'call'`` (``raetsalt-call``)."""
+    """``'publish'`` (from the master), ``'call'`` (``raetsalt-call``) or ``'local'``
+    (the minion's own, e.g. the mine's refresh: nothing is returned)."""
     yard: str | None = None
     """The client yard of a call."""
     req: str | None = None
@@ -428,6 +429,10 @@ class MinionJobs:
         self.running[jid] = _Running(spec)
         return [Spawn(spec)]
 
+    def start_local(self, spec: JobSpec) -> list[Action]:
+        """Run a job of the minion's own (``kind='local'``)."""
+        return self._start(spec)
+
     # -- job processes ------------------------------------------------------------------
 
     def on_started(self, jid: str, pid: int) -> None:
@@ -465,6 +470,11 @@ class MinionJobs:
         if outcome.refresh_grains:
             actions.append(RefreshGrains())
         actions.extend(Refresh(what) for what in outcome.refresh)
+        if spec.kind == "local":
+            if not ret.get("success", True):
+                log.warning("%s (local job %s) failed: %s", spec.fun, spec.jid,
+                            str(ret.get("return"))[:300])
+            return actions  # nobody waits for it; not in the master's job cache
         body = {"jid": spec.jid if spec.kind == "publish" else p.CALL_JID, "fun": spec.fun,
                 "fun_args": spec.arg, **ret}
         if spec.kind == "call":

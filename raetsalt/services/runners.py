@@ -354,6 +354,15 @@ def acl_explain(
     return out
 
 
+def mine_get(master: RunnerContext, tgt: Any, fun: Any, tgt_type: str = "glob"
+             ) -> dict[str, Any]:
+    """Salt's ``mine.get`` runner: the mine values of ``fun`` (a name, a comma-separated
+    string or a list) of the minions ``tgt`` matches, read on the master (no
+    ``mine_get`` rules: who may run runners is ``publisher_acl``'s matter), in the
+    shapes of the ``mine.get`` execution function."""
+    return master.mine_get(tgt, fun, tgt_type)
+
+
 RUNNERS: dict[str, Runner] = {
     "manage.status": manage_status,
     "manage.up": manage_up,
@@ -367,6 +376,7 @@ RUNNERS: dict[str, Runner] = {
     "jobs.exit_success": jobs_exit_success,
     "jobs.active": jobs_active,
     "acl.explain": acl_explain,
+    "mine.get": mine_get,
 }
 
 

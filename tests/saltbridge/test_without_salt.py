@@ -12,7 +12,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "raetsalt"
 # Where Salt may be imported, and only inside functions: the zygote's runtime, the
 # channel it installs under Salt, and the pillar worker's compiler.
 SALT_USERS = {"saltbridge/saltjob.py", "saltbridge/channel.py", "saltbridge/pillar.py",
-              "saltbridge/mastersalt.py"}
+              "saltbridge/mastersalt.py", "saltbridge/mine_bus.py", "saltbridge/client.py",
+              "saltbridge/orchestrate.py"}
 
 BLOCK = """
 import sys
@@ -67,10 +68,24 @@ spec = JobSpec("1", "test.ping", [])
 assert execute(loader, spec, Context(opts={}, grains={}), 1).ret["return"] is True
 missing = execute(loader, JobSpec("2", "state.apply", []), Context(opts={}, grains={}), 1)
 assert missing.missing_fun and missing.ret["return"] == "'state.apply' is not available."
+assert {"mine.send", "mine.get", "mine.update", "mine.delete", "mine.flush"} <= set(
+    loader.functions)
 from raetsalt.saltbridge.pillar import NativePillar, make_compiler
 assert isinstance(make_compiler({}, {}), NativePillar)
 """)
     assert done.returncode == 0, done.stderr
+
+
+def test_without_salt_orchestrate_says_so_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "master").write_text(f"root_dir: {tmp_path}\n")
+    done = _run(BLOCK + f"""
+from raetsalt.cli import run
+raise SystemExit(run.main(["-c", {str(tmp_path)!r}, "state.orch", "deploy"]))
+""")
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == ("raetsalt-run: state.orch needs the 'salt' package (pip install "
+                           "'raetsalt[salt]'): Salt's state compiler renders the "
+                           "orchestration\n")
 
 
 def test_salt_is_imported_only_inside_functions_of_the_bridge() -> None:
