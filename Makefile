@@ -18,7 +18,7 @@ venv: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml setup.py raetsalt/_trains.c constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt \
-		-e '.[test,bench,lint,salt]'
+		-e '.[test,bench,lint,salt,api]'
 	touch $(STAMP)
 
 # the tests that compare with Salt itself (the oracle)
@@ -30,7 +30,7 @@ pins:
 	rm -rf .venv-pins
 	$(PYTHON) -m venv .venv-pins
 	.venv-pins/bin/python -m pip install -q --disable-pip-version-check \
-		-e '.[test,bench,lint,salt]'
+		-e '.[test,bench,lint,salt,api]'
 	.venv-pins/bin/python .ci/pins.py freeze
 	rm -rf .venv-pins
 

@@ -55,7 +55,13 @@ from raetsalt.auth.limits import (
     plausible_username,
 )
 from raetsalt.auth.tokens import TokenStore
-from raetsalt.drivers.cmdsock import CommandServer, Limits, PeerCred, command_socket_path
+from raetsalt.drivers.cmdsock import (
+    CONN_PREFIX,
+    CommandServer,
+    Limits,
+    PeerCred,
+    command_socket_path,
+)
 from raetsalt.log import Throttle, clip
 from raetsalt.services import protocol as p
 from raetsalt.services.protocol import Requester
@@ -72,7 +78,7 @@ SHARE_TOKEN_RET = "token_ret"
 REQUEST_SHARES = (p.SHARE_PUBLISH, p.SHARE_RUNNER, SHARE_MK_TOKEN)
 _ANSWER = {p.SHARE_PUBLISH: p.SHARE_PUB_ACK, p.SHARE_RUNNER: p.SHARE_RUN_RET,
            SHARE_MK_TOKEN: SHARE_TOKEN_RET}
-_CREDENTIALS = ("eauth", "username", "password", "token")
+_CREDENTIALS = ("eauth", "username", "password", "token", "login_client")
 MAX_PENDING_LOGINS = 32
 REFUSAL_HOLD = 1.0
 """Longest hold-back (s) of a refusal that needed no check (a locked or busy key)."""
@@ -329,7 +335,13 @@ class AccessGate:
             self._answer(yard, share, body, error=eauth_failure("eauth"))
             return
         plausible = plausible_username(username) and len(password) <= MAX_PASSWORD
-        keys = login_keys(username if plausible_username(username) else None, requester.uid)
+        # A trusted lane client (only root and the master's user have yards in sock_dir)
+        # relaying logins for remote clients names each one; nobody else may.
+        relayed = body.get("login_client")
+        client = (relayed if isinstance(relayed, str) and relayed
+                  and not yard.startswith(CONN_PREFIX) else None)
+        keys = login_keys(username if plausible_username(username) else None, requester.uid,
+                          client)
         refusal = self.limiter.admit(keys, now)
         if refusal is not None:
             text = eauth_failure("eauth", username)
@@ -450,6 +462,8 @@ def options(cls: type[_Fields], opts: Mapping[str, Any], prefix: str) -> _Fields
 def _key_text(key: Any) -> str:
     """``('user', 'fred')`` -> ``user 'fred'``; ``('uid', 65534)`` -> ``uid 65534``."""
     kind, value = key
+    if kind == "client":
+        return f"client {clip(value)}"
     return f"user {clip(value)}" if kind == "user" else f"uid {value}"
 
 
