@@ -146,6 +146,10 @@ class Api:
             raw = request.rfile.read()  # bounded by Cheroot: max_request_body_size
         except MaxSizeExceeded:
             raise HttpProblem(413, "Request Entity Too Large") from None
+        except OSError as exc:  # a chunked body over the limit, a client gone or slow
+            if "Too Large" in str(exc):
+                raise HttpProblem(413, "Request Entity Too Large") from None
+            raise HttpProblem(400, "the request body could not be read") from None
         if not raw:
             return b"", None
         media = str(request.headers.get("Content-Type", "")).split(";")[0].strip().lower()
