@@ -10,7 +10,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test demo bench lint type clean pins test-latest
+.PHONY: venv test demo bench lint type clean pins test-latest browser
 
 venv: $(STAMP)
 
@@ -42,7 +42,14 @@ test-latest:
 	.venv-latest/bin/python .ci/pins.py drift
 	.venv-latest/bin/python -m pytest -q -p no:cacheprovider $(ORACLE_TESTS)
 
-test: lint type
+# Chromium and its driver for the SaltGUI test (tests/api/test_saltgui.py), from Debian's
+# packages, only when missing and only as root (the test is skipped without them)
+browser:
+	@if [ ! -x /usr/bin/chromedriver ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; \
+	fi
+
+test: lint type browser
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 demo: $(STAMP)

@@ -93,7 +93,12 @@ def _respond(data: Any, status: int = 200) -> bytes:
 
 
 def _problem(status: int, text: str) -> bytes:
-    return _respond({"status": status, "return": text}, status)
+    """An error document: in the type the client accepts, else JSON (the status says
+    what went wrong, not that the error cannot be written in its type)."""
+    media = formats.choose(cherrypy.request.headers.get("Accept")) or formats.JSON
+    cherrypy.response.status = status
+    cherrypy.response.headers["Content-Type"] = media
+    return formats.render({"status": status, "return": text}, media)
 
 
 class Api:
