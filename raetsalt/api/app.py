@@ -402,8 +402,8 @@ class Api:
             return self.hub.stream(sub, still_valid)
         return self._guard(("GET",), handle)
 
-    @_exposed
-    def hook(self, *path: str, **params: Any) -> Any:
+    def hook(self, *path: str) -> Any:
+        """``POST <webhook_url>/...`` (reached through ``default``)."""
         def handle() -> Any:
             if not self.config.webhook_disable_auth:
                 self._valid_token()
@@ -442,6 +442,10 @@ class Api:
         """Anything else: the web app under ``app_path`` (or for a browser), else 404."""
         full = "/" + "/".join(path)
         app_path = self.config.app_path
+
+        hook = self.config.webhook_url
+        if full == hook or full.startswith(hook + "/"):
+            return self.hook(*path[len(hook.strip("/").split("/")):])
 
         def handle() -> Any:
             if self.config.app is not None and (full == app_path
