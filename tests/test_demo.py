@@ -37,6 +37,9 @@ def test_demo_runs_end_to_end() -> None:
         "    Unaccepted Keys:\n    minion3\n    Rejected Keys:",
         "master minion3 test.ping\n    minion3:\n        True",
         "raetsalt-master master: exit 0",
+        "the REST API: raetsalt-api serves", "listening: open http://127.0.0.1:",
+        "perms ['.*', '@runner', '@wheel']", '{"return": [["minion1", "minion2", "minion3"]]}',
+        "raetsalt-api api: exit 0",
     ]:
         assert fragment in out, fragment
     # The demo waits for the master's bus before subscribing: no warning about it.
