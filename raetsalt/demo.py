@@ -7,7 +7,7 @@ minion1 (a file rendered from a ``salt://`` jinja template with its pillar, and 
 command that requires it) when the ``salt`` extra is installed, let minion1 publish to
 the other minions and run ``manage.up`` through the master (``peer``/``peer_run``), see
 a peer call the master refuses (with its reason, the exit code and the audit event),
-ask ``acl.explain`` why, start the REST API (``raetsalt-api``, Salt's rest_cherrypy
+ask ``acl.explain`` why, delete and re-accept a key, start the REST API (``raetsalt-api``, Salt's rest_cherrypy
 API) and use it as pepper or a web UI would, list the events the master's bus carried,
 and stop everything.  It all lives in a temporary directory and takes well under a
 minute; ``python -m raetsalt.demo --stay`` keeps everything running at the end (with
@@ -205,8 +205,6 @@ def _story(root: Path, port: int, procs: dict[str, subprocess.Popen[bytes]]) -> 
     show("raetsalt-run", master_dir, "acl.explain", "minion2", "test.ping", "G@roles:db",
          "tgt_type=compound", "--out", "yaml")
 
-    _rest_api(master_dir, procs)
-
     step("the operator deletes minion3's key: its session drops at once and it asks "
          "again, as a pending key (Salt's re-authentication)")
     show("raetsalt-key", master_dir, "-d", "minion3", "-y")
@@ -216,6 +214,8 @@ def _story(root: Path, port: int, procs: dict[str, subprocess.Popen[bytes]]) -> 
     _until(["salt", "-c", str(master_dir), "minion3", "test.ping", "-t", "2", "--out", "json"],
            lambda out: '"minion3": true' in out, "minion3 did not come back")
     show("raetsalt", master_dir, "minion3", "test.ping")
+
+    _rest_api(master_dir, procs)
 
     step("what the master's event bus carried")
     drain(bus, seen)

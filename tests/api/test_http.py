@@ -417,3 +417,18 @@ def test_a_slow_event_reader_is_dropped(site: Site, token: str) -> None:
         assert status == 200 and stats["Event streams dropped (slow readers)"] >= 1  # type: ignore[index]
     finally:
         slow.close()
+
+
+def test_a_stopped_master_is_503_not_a_traceback() -> None:
+    with started_site(0) as own:
+        token = own.login()
+        own.master.popen.terminate()
+        assert own.master.popen.wait(30) == 0
+        for method, path, body in (
+                ("POST", "/", [{"client": "local", "tgt": "*", "fun": "test.ping"}]),
+                ("POST", "/", [{"client": "runner", "fun": "manage.up"}]),
+                ("POST", "/login", {"username": "fred", "password": FRED[1],
+                                    "eauth": "file"})):
+            status, _h, raw = own.request(method, path, body, {"X-Auth-Token": token})
+            assert status == 503, (path, raw)
+            assert "not running" in str(_data(raw)["return"])
