@@ -7,11 +7,11 @@ minion1 (a file rendered from a ``salt://`` jinja template with its pillar, and 
 command that requires it) when the ``salt`` extra is installed, let minion1 publish to
 the other minions and run ``manage.up`` through the master (``peer``/``peer_run``), see
 a peer call the master refuses (with its reason, the exit code and the audit event),
-ask ``acl.explain`` why, delete and re-accept a key, start the REST API (``raetsalt-api``, Salt's rest_cherrypy
-API) and use it as pepper or a web UI would, list the events the master's bus carried,
-and stop everything.  It all lives in a temporary directory and takes well under a
-minute; ``python -m raetsalt.demo --stay`` keeps everything running at the end (with
-the API's URL printed) until Ctrl-C.
+ask ``acl.explain`` why, delete and re-accept a key, start the REST API
+(``raetsalt-api``, Salt's rest_cherrypy API) and use it as pepper or a web UI would,
+list the events the master's bus carried, and stop everything.  It all lives in a
+temporary directory and takes well under a minute; ``python -m raetsalt.demo --stay``
+keeps everything running at the end (with the API's URL printed) until Ctrl-C.
 """
 
 from __future__ import annotations
