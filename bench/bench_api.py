@@ -213,35 +213,43 @@ def main() -> int:
     args = parser.parse_args()
     results: dict[str, Any] = {}
     with started_site(MINIONS, BENCH_API) as site:
-        token = site.login()
-        ping_over_http(site, token, 20)  # warm up both paths
-        ping_over_lane(site, token, 20)
-        INCOMPLETE.update(http=0, lane=0)
-        # interleaved, so that the machine's load weighs on both alike
-        http_times, lane_times = [], []
-        for _ in range(args.requests // 10):
-            http_times += ping_over_http(site, token, 10)
-            lane_times += ping_over_lane(site, token, 10)
-        runner_http, runner_lane = [], []
-        for _ in range(args.requests // 10):
-            runner_http += runner_over_http(site, token, 10)
-            runner_lane += runner_over_lane(site, token, 10)
-        results["runner_http_p50_ms"] = p50_ms(runner_http)
-        results["runner_lane_p50_ms"] = p50_ms(runner_lane)
-        results["welcome_rps"] = welcome(site, 2.0)
-        results["http_seq_rps"] = len(http_times) / sum(http_times)
-        results["http_p50_ms"] = p50_ms(http_times)
-        results["lane_seq_rps"] = len(lane_times) / sum(lane_times)
-        results["lane_p50_ms"] = p50_ms(lane_times)
-        for clients in (4, 8):
-            results[f"http_{clients}_clients_rps"] = concurrent_http(site, token, clients,
-                                                                      5.0)
-        rate, received = events_per_second(site, token, args.events)
-        results["sse_events_per_s"] = rate
-        results["sse_events_received"] = received
-        base, loaded = idle_cpu(site, token, 100, args.idle)
-        results["idle_cpu_no_clients_pct"] = base * 100
-        results["idle_cpu_100_sse_clients_pct"] = loaded * 100
+        try:
+            return _measure(site, args, results)
+        except Exception:
+            print("\n".join(site.api.daemon.drain()[-30:]), file=sys.stderr)
+            raise
+
+
+def _measure(site: Site, args: argparse.Namespace, results: dict[str, Any]) -> int:
+    token = site.login()
+    results["welcome_rps"] = welcome(site, 2.0)
+    ping_over_http(site, token, 20)  # warm up both paths
+    ping_over_lane(site, token, 20)
+    INCOMPLETE.update(http=0, lane=0)
+    # interleaved, so that the machine's load weighs on both alike
+    http_times, lane_times = [], []
+    for _ in range(args.requests // 10):
+        http_times += ping_over_http(site, token, 10)
+        lane_times += ping_over_lane(site, token, 10)
+    runner_http, runner_lane = [], []
+    for _ in range(args.requests // 10):
+        runner_http += runner_over_http(site, token, 10)
+        runner_lane += runner_over_lane(site, token, 10)
+    results["runner_http_p50_ms"] = p50_ms(runner_http)
+    results["runner_lane_p50_ms"] = p50_ms(runner_lane)
+    results["http_seq_rps"] = len(http_times) / sum(http_times)
+    results["http_p50_ms"] = p50_ms(http_times)
+    results["lane_seq_rps"] = len(lane_times) / sum(lane_times)
+    results["lane_p50_ms"] = p50_ms(lane_times)
+    for clients in (4, 8):
+        results[f"http_{clients}_clients_rps"] = concurrent_http(site, token, clients,
+                                                                  5.0)
+    rate, received = events_per_second(site, token, args.events)
+    results["sse_events_per_s"] = rate
+    results["sse_events_received"] = received
+    base, loaded = idle_cpu(site, token, 100, args.idle)
+    results["idle_cpu_no_clients_pct"] = base * 100
+    results["idle_cpu_100_sse_clients_pct"] = loaded * 100
     print(f"POST / local test.ping, {MINIONS} minions, one client in sequence:")
     print(f"  HTTP  {results['http_seq_rps']:7.1f} req/s  p50 {results['http_p50_ms']:6.2f} ms")
     print(f"  lane  {results['lane_seq_rps']:7.1f} req/s  p50 {results['lane_p50_ms']:6.2f} ms"

@@ -75,6 +75,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     api = Api(opts, config, link, tokens, Dispatcher(opts, link, tokens), hub)
     cherrypy.config.update(server_config(config))
     mount(api, config)
+    # CherryPy's loggers carry their own level (info): bring them to the console's
+    level = max(logging.getLogger().getEffectiveLevel(), logging.INFO)
+    for manager in (cherrypy.log, *(app.log for app in cherrypy.tree.apps.values())):
+        manager.access_log.setLevel(level)
+        manager.error_log.setLevel(level)
     if hasattr(cherrypy.engine, "signal_handler"):
         cherrypy.engine.signal_handler.subscribe()
     hub.start()

@@ -58,8 +58,9 @@ class ApiProc:
 
     def __init__(self, world: World, confdir: Path) -> None:
         self.port_file = world.root / "api.port"
-        self.daemon = Daemon("api", confdir, "--port-file", str(self.port_file))
-        self.daemon.popen.args  # noqa: B018 - started
+        # warning: the access log (info) would fill the stderr pipe nobody reads
+        self.daemon = Daemon("api", confdir, "-l", "warning", "--port-file",
+                             str(self.port_file))
         world.daemons.append(self.daemon)
         self.daemon.expect("raetsalt-api listening on", timeout=30)
         self.port = int(self.port_file.read_text())
