@@ -20,10 +20,12 @@ import json
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 from raetsalt.errors import RaetSaltError
 from raetsalt.event import SaltEvent
+from raetsalt.log import Throttle
 
 log = logging.getLogger("raetsalt.api")
 
@@ -52,6 +54,7 @@ class EventHub:
         self._thread: threading.Thread | None = None
         self.events = 0
         self.dropped = 0
+        self._log = Throttle(60.0)
 
     def clients(self) -> int:
         with self._lock:
@@ -105,8 +108,11 @@ class EventHub:
                 sub.dropped = True
                 self.unsubscribe(sub)
                 self.dropped += 1
-                log.warning("events: a client that did not keep up was dropped "
-                            "(%d queued events)", self.queue_size)
+                times = self._log.note("slow", time.monotonic())
+                if times:
+                    log.warning("events: %d client(s) that did not keep up were dropped "
+                                "(%d queued events each); %d in all", times,
+                                self.queue_size, self.dropped)
 
     def _run(self) -> None:
         while not self._stop.is_set():
