@@ -17,7 +17,9 @@ token, name, eauth, expire}`` or ``{req, error}``.  Failed logins are fired as
 ``raetsalt/eauth/<user>/failed`` and logged once per burst; the client hears only
 Salt's "Authentication failure of type ..." text.
 
-Guessing is slowed per eauth user and per calling uid (``raetsalt.auth.limits``): the
+Guessing is slowed per eauth user and per calling uid, or per ``login_client`` for a
+login a lane client (``raetsalt-api``) relays for a remote client; the command socket
+cannot name one (``raetsalt.auth.limits``): the
 answer to a failed login is *deferred* (kept in ``_deferred`` and sent by ``poll`` when
 its time comes; ``get_timer`` says when), so a delay never blocks the master's loop,
 other users or other logins.  Refusals of a locked or busy key are held back too (at

@@ -5,6 +5,7 @@ threads; the test waits on the gate's sockets, never sleeps)."""
 from __future__ import annotations
 
 import logging
+import os
 import selectors
 import time
 from collections.abc import Callable, Iterator
@@ -329,3 +330,17 @@ def test_a_relayed_login_counts_against_its_client_not_the_relays_uid() -> None:
         limiter.finish(keys, False, now, now)
     assert limiter.admit(login_keys("ann", 1000, "http:10.0.0.9"), 200.0) is not None
     assert limiter.admit(login_keys("ann", 1000, "http:10.0.0.8"), 200.0) is None
+
+
+def test_a_command_socket_client_cannot_name_a_relayed_client(gate: Gate) -> None:
+    """Only lane clients (root or the master's user) may say whom they relay a login for;
+    on the command socket ``login_client`` is ignored and the caller's uid is counted."""
+    client = StreamClient(gate.path)
+    client.request(SHARE_MK_TOKEN, eauth="file", username="fred", password="nope",
+                   login_client="http:10.9.9.9")
+    gate.pump(gate.started)
+    gate.pump(gate.checked)
+    uid = os.geteuid()
+    assert gate.gate.limiter.failures(("uid", uid)) == 1
+    assert gate.gate.limiter.failures(("client", "http:10.9.9.9")) == 0
+    client.close()
