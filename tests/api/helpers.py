@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import subprocess
 import sys
 import urllib.error
@@ -56,7 +57,7 @@ rest_cherrypy:
 class ApiProc:
     """``raetsalt-api`` run as a process; ``url`` once it listens."""
 
-    def __init__(self, world: World, confdir: Path) -> None:
+    def __init__(self, world: World, confdir: Path, scheme: str = "http") -> None:
         self.port_file = world.root / "api.port"
         # warning: the access log (info) would fill the stderr pipe nobody reads
         self.daemon = Daemon("api", confdir, "-l", "warning", "--port-file",
@@ -64,7 +65,7 @@ class ApiProc:
         world.daemons.append(self.daemon)
         self.daemon.expect("raetsalt-api listening on", timeout=30)
         self.port = int(self.port_file.read_text())
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{scheme}://127.0.0.1:{self.port}"
 
 
 @dataclass
@@ -88,8 +89,12 @@ class Site:
             data = json.dumps(body).encode()
             hdrs.setdefault("Content-Type", "application/json")
         req = urllib.request.Request(self.url + path, data=data, headers=hdrs, method=method)
+        context = None
+        if self.url.startswith("https:"):
+            context = ssl.create_default_context(cafile=str(self.world.root / "api.crt"))
+            context.check_hostname = False
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
+            with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:
                 return resp.status, dict(resp.headers), resp.read()
         except urllib.error.HTTPError as exc:
             return exc.code, dict(exc.headers), exc.read()
@@ -119,11 +124,22 @@ def write_users(root: Path) -> None:
 
 
 @contextmanager
-def started_site(minions: int = 2, api_extra: str = "") -> Iterator[Site]:
+def started_site(minions: int = 2, api_extra: str = "", tls: bool = False
+                 ) -> Iterator[Site]:
+    """A master with ``minions`` minions and the API (over TLS with a self-signed
+    certificate made here when ``tls``)."""
     with make_world() as world:
         write_users(world.root)
         grains = {f"minion{i}": f"role: web{i}" for i in range(1, minions + 1)}
-        with started_cluster(world, master_config(world.root, api_extra), grains) as up:
-            api = ApiProc(world, up.master_conf)
+        config = master_config(world.root, api_extra)
+        if tls:
+            crt, key = world.root / "api.crt", world.root / "api.key"
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes",
+                            "-keyout", str(key), "-out", str(crt), "-days", "1",
+                            "-subj", "/CN=127.0.0.1"], check=True, capture_output=True)
+            config = config.replace("  disable_ssl: true\n",
+                                    f"  ssl_crt: {crt}\n  ssl_key: {key}\n")
+        with started_cluster(world, config, grains) as up:
+            api = ApiProc(world, up.master_conf, "https" if tls else "http")
             yield Site(world, up.master_conf, up.master, api, sorted(grains))
 

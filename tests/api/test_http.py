@@ -432,3 +432,31 @@ def test_a_stopped_master_is_503_not_a_traceback() -> None:
             status, _h, raw = own.request(method, path, body, {"X-Auth-Token": token})
             assert status == 503, (path, raw)
             assert "not running" in str(_data(raw)["return"])
+
+
+def test_tls_when_certificates_are_configured() -> None:
+    with started_site(1, tls=True) as own:
+        assert own.url.startswith("https://")
+        token = own.login()
+        status, _h, body = own.request("POST", "/", [{"client": "local", "tgt": "*",
+                                                      "fun": "test.ping"}],
+                                       {"X-Auth-Token": token})
+        assert status == 200 and _data(body)["return"] == [{"minion1": True}]
+        _s, headers, _b = own.request("POST", "/login", {"username": "ann",
+                                                         "password": ANN[1],
+                                                         "eauth": "file"})
+        assert "Secure" in headers["Set-Cookie"]
+        # plain HTTP on the TLS port gets nowhere
+        plain = http.client.HTTPConnection("127.0.0.1", own.api.port, timeout=30)
+        try:
+            plain.request("GET", "/")
+            assert plain.getresponse().status == 400
+        except (ConnectionError, http.client.HTTPException):
+            pass
+        finally:
+            plain.close()
+
+
+def test_disable_ssl_is_said_loudly(site: Site) -> None:
+    assert any("disable_ssl is set" in line and "IN CLEAR TEXT" in line
+               for line in site.api.daemon.lines)
