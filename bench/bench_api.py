@@ -29,7 +29,7 @@ from api.helpers import Site, started_site  # noqa: E402
 
 from raetsalt.api.master import Credentials, MasterLink  # noqa: E402
 from raetsalt.config import load_node_config  # noqa: E402
-from raetsalt.event import MasterEvent  # noqa: E402
+from raetsalt.event import SaltEvent  # noqa: E402
 
 MINIONS = 10
 INCOMPLETE = {"http": 0, "lane": 0}
@@ -152,7 +152,7 @@ def open_stream(site: Site, token: str) -> socket.socket:
 
 
 def fire(sock_dir: str, count: int) -> None:
-    bus = MasterEvent(sock_dir)
+    bus = SaltEvent("master", sock_dir)  # fires only: never subscribed
     sent = 0
     while sent < count:
         if bus.fire_event({"n": sent, "bench": True}, "bench/api/event"):

@@ -107,6 +107,11 @@ class EventHub:
             except queue.Full:
                 sub.dropped = True
                 self.unsubscribe(sub)
+                try:  # make room for the end mark, so that its stream ends now
+                    sub.queue.get_nowait()
+                    sub.queue.put_nowait(_CLOSED)
+                except (queue.Empty, queue.Full):
+                    pass  # its reader took the room, or refilled it: it sees the flag
                 self.dropped += 1
                 times = self._log.note("slow", time.monotonic())
                 if times:

@@ -18,7 +18,7 @@ from remote.cluster import wait_event
 from api.helpers import ANN, FRED, Site, started_site
 from raetsalt.auth.tokens import TokenStore
 from raetsalt.config import load_node_config
-from raetsalt.event import MasterEvent
+from raetsalt.event import MasterEvent, SaltEvent
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +48,14 @@ def _data(body: bytes) -> dict[str, object]:
 
 
 def _bus(site: Site) -> MasterEvent:
+    """A listener on the master's bus (subscribed at once: read it)."""
     return MasterEvent(load_node_config(site.master_conf, "master")["sock_dir"])
+
+
+def _firer(site: Site) -> SaltEvent:
+    """A connection to the master's bus that only fires (never subscribed, so the
+    events it does not read pile up nowhere)."""
+    return SaltEvent("master", load_node_config(site.master_conf, "master")["sock_dir"])
 
 
 # ------------------------------------------------------------------ the endpoints
@@ -367,7 +374,7 @@ def test_events_stream_the_bus(site: Site, token: str) -> None:
     sock, head = _open_stream(site, {"X-Auth-Token": token})
     try:
         assert b"text/event-stream" in head
-        bus = _bus(site)
+        bus = _firer(site)
         try:
             assert bus.fire_event({"n": 1}, "api/test/one")
         finally:
@@ -396,14 +403,19 @@ def test_events_refuse_a_token_in_the_query(site: Site, token: str) -> None:
     assert status == 400 and "query" in str(_data(body)["return"])
 
 
-def test_a_slow_event_reader_is_dropped(site: Site, token: str) -> None:
+def test_a_slow_event_reader_is_dropped() -> None:
+    with started_site(0, LIMITS) as own:  # its flood of events stays off the others' site
+        _slow_reader_is_dropped(own, own.login())
+
+
+def _slow_reader_is_dropped(site: Site, token: str) -> None:
     slow = socket.create_connection(("127.0.0.1", site.api.port), timeout=30)
     slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     try:
         slow.sendall(f"GET /events HTTP/1.1\r\nHost: x\r\nX-Auth-Token: {token}\r\n\r\n"
                      .encode())
         assert slow.recv(1)  # the stream started; from now on it reads nothing
-        bus = _bus(site)
+        bus = _firer(site)
         try:
             blob = "z" * 60_000
             for n in range(400):
@@ -460,3 +472,32 @@ def test_tls_when_certificates_are_configured() -> None:
 def test_disable_ssl_is_said_loudly(site: Site) -> None:
     assert any("disable_ssl is set" in line and "IN CLEAR TEXT" in line
                for line in site.api.daemon.lines)
+
+
+def test_an_event_stream_ends_when_its_token_does(site: Site) -> None:
+    own = site.login(ANN)
+    sock, _head = _open_stream(site, {"X-Auth-Token": own})
+    try:
+        assert site.request("POST", "/logout", headers={"X-Auth-Token": own})[0] == 200
+        bus = _firer(site)
+        data = b""
+        deadline = time.monotonic() + 60
+        try:
+            sock.settimeout(0.2)
+            # an event at a time; the stream ends (the last chunk) once the API sees the
+            # token gone, which it checks at most once a second while events flow, and
+            # at each keep-alive (15 s) when none do
+            while not data.endswith(b"0\r\n\r\n"):
+                assert time.monotonic() < deadline, data[-200:]
+                bus.fire_event({"n": 1}, "api/test/after-logout")
+                try:
+                    chunk = sock.recv(65536)
+                except TimeoutError:
+                    continue
+                if not chunk:
+                    break
+                data += chunk
+        finally:
+            bus.destroy()
+    finally:
+        sock.close()

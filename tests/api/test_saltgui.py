@@ -19,7 +19,7 @@ import pytest
 
 from api.helpers import FRED, SALTGUI, Site, started_site
 from raetsalt.config import load_node_config
-from raetsalt.event import MasterEvent
+from raetsalt.event import SaltEvent
 
 pytestmark = [
     pytest.mark.integration,
@@ -138,7 +138,7 @@ def test_saltgui_end_to_end(site: Site, browser: object, tmp_path: Path) -> None
         and b.text.strip() == "\u2bc8"]
     assert play, "no play button on the events page"
     play[0].click()  # the page shows events only while "playing"
-    bus = MasterEvent(load_node_config(site.master_conf, "master")["sock_dir"])
+    bus = SaltEvent("master", load_node_config(site.master_conf, "master")["sock_dir"])
     try:
         # fired until the page shows one: the page's EventSource may connect after
         # the first (the stream has no replay)
