@@ -10,9 +10,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # what make venv installs (and make pins resolves, and make test-latest upgrades)
-EXTRAS := test,bench,lint,salt,cluster
+EXTRAS := test,bench,lint,salt,cluster,api
 
-.PHONY: venv test demo bench lint type clean pins test-latest postgres
+.PHONY: venv test demo bench lint type clean pins test-latest postgres browser
 
 venv: $(STAMP)
 
@@ -53,7 +53,15 @@ postgres:
 			DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; \
 		else echo "PostgreSQL's server binaries are missing: run 'sudo apt-get install postgresql' (or make test as root)" >&2; exit 1; fi; }
 
-test: lint type postgres
+
+# Chromium and its driver for the SaltGUI test (tests/api/test_saltgui.py), from Debian's
+# packages, only when missing and only as root (the test is skipped without them)
+browser:
+	@if [ ! -x /usr/bin/chromedriver ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; \
+	fi
+
+test: lint type postgres browser
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 demo: $(STAMP)

@@ -675,6 +675,18 @@ SCHEMA: tuple[Option, ...] = (
         "Access control",
     ),
     Option(
+        "rest_cherrypy",
+        s.mapping(),
+        {"master": {}},
+        "raetsalt-api (Salt's rest_cherrypy HTTP API): port, host, ssl_crt, ssl_key, "
+        "disable_ssl, webhook_url, webhook_disable_auth, thread_pool, "
+        "max_request_body_size, app, app_path, static, static_path...; checked by "
+        "raetsalt-api when it starts (README, REST API).",
+        "Access control",
+        example=("rest_cherrypy:", "  port: 8000", "  ssl_crt: /etc/pki/api.crt",
+                 "  ssl_key: /etc/pki/api.key"),
+    ),
+    Option(
         "keep_acl_in_token",
         s.boolean(),
         {"master": False},

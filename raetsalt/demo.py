@@ -9,8 +9,10 @@ the other minions and run ``manage.up`` through the master (``peer``/``peer_run`
 a peer call the master refuses (with its reason, the exit code and the audit event),
 ask ``acl.explain`` why, watch the reactor answer each minion's start event (with the
 ``salt`` extra) and the ``master_bus`` returner put returns on the master's bus under a
-tag, list the events the master's bus carried, and stop everything.
-It all lives in a temporary directory and takes well under a minute.
+tag, start the REST API (``raetsalt-api``, Salt's rest_cherrypy API) and use it as pepper
+or a web UI would, list the events the master's bus carried, and stop everything.  It all
+lives in a temporary directory and takes well under a minute; ``python -m raetsalt.demo
+--stay`` keeps everything running at the end (with the API's URL printed) until Ctrl-C.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from raetsalt.config import load_node_config
 from raetsalt.event import MasterEvent
@@ -78,6 +82,13 @@ greet_new_minion:
           > {out}/reacted-{{{{ data['id'] }}}}
 """
 """The reactor file of ``salt/minion/*/start`` (Salt's jinja|yaml, ``data`` is the event's)."""
+
+API_USER, API_PASSWORD = "demo", "demo-secret"
+SALTGUI = Path(os.environ.get(
+    "RAETSALT_SALTGUI",
+    Path(__file__).resolve().parents[2] / "shared" / "vendor" / "saltgui" / "saltgui"))
+"""Where a SaltGUI checkout's ``saltgui`` folder is (served by the API when present): by
+default the shared folder beside a source checkout."""
 CLI = {"raetsalt": "salt", "raetsalt-run": "run", "raetsalt-call": "call",
        "raetsalt-key": "key"}
 STARTED = time.monotonic()
@@ -158,7 +169,7 @@ def _story(root: Path, procs: dict[str, subprocess.Popen[bytes]]) -> int:
         print(f"    {line}")
 
     step("start the master and three minions (each a daemon of its own)")
-    port, bus = _start_master(master_dir, srv, procs, reactor)
+    port, bus = _start_master(master_dir, srv, procs, reactor + _api_config(root))
     opts = load_node_config(master_dir, "master")
     seen: list[str] = []
     for name, grains in MINIONS.items():
@@ -223,6 +234,7 @@ def _story(root: Path, procs: dict[str, subprocess.Popen[bytes]]) -> int:
     show("raetsalt", master_dir, "minion3", "test.ping")
 
     _master_bus_returner(master_dir, bus, seen)
+    _rest_api(master_dir, procs)
 
     step("what the master's event bus carried")
     drain(bus, seen)
@@ -235,12 +247,21 @@ def _story(root: Path, procs: dict[str, subprocess.Popen[bytes]]) -> int:
         print(f"    {count:2d} x {key}")
     bus.destroy()
 
-    step("stop the minions and the master (SIGTERM): each exits cleanly")
-    for name in [*MINIONS, "master"]:
+    if "--stay" in sys.argv[1:]:
+        step(f"everything keeps running: open {API_URL[0]} (user {API_USER}, password "
+             f"{API_PASSWORD}); Ctrl-C stops it")
+        try:
+            signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        except KeyboardInterrupt:
+            pass
+
+    step("stop the API, the minions and the master (SIGTERM): each exits cleanly")
+    for name in ["api", *MINIONS, "master"]:
         proc = procs[name]
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=10)
-        print(f"    raetsalt-{'master' if name == 'master' else 'minion'} {name}: exit {code}")
+        kind = name if name in ("api", "master") else "minion"
+        print(f"    raetsalt-{kind} {name}: exit {code}")
         if code != 0:
             raise SystemExit(f"demo: {name} exited {code}")
     print(f"\ndone in {time.monotonic() - STARTED:.1f} s.")
@@ -278,6 +299,59 @@ def _master_bus_returner(master_dir: Path, bus: MasterEvent, seen: list[str]) ->
         print(f"    on the master's bus, tag monitoring: {minion} returned {value!r}")
     if len(got) < len(MINIONS):
         raise SystemExit("demo: the master_bus returns did not all arrive")
+
+
+API_URL = [""]
+
+
+def _api_config(root: Path) -> str:
+    """eauth for the API's demo user (a plain-text file), and the API on a free port."""
+    (root / "users.txt").write_text(f"{API_USER}:{API_PASSWORD}\n")
+    gui = (f"  app: {SALTGUI / 'index.html'}\n  static: {SALTGUI / 'static'}\n"
+           "  static_path: /static\n") if (SALTGUI / "index.html").exists() else ""
+    return (f"external_auth:\n  file:\n    ^filename: {root / 'users.txt'}\n"
+            f"    {API_USER}: ['.*', '@runner', '@wheel']\n"
+            f"rest_cherrypy:\n  host: 127.0.0.1\n  port: 0\n  disable_ssl: true\n{gui}")
+
+
+def _rest_api(master_dir: Path, procs: dict[str, subprocess.Popen[bytes]]) -> None:
+    step("the REST API: raetsalt-api serves Salt's rest_cherrypy API on the master "
+         "(pepper, SaltGUI and scripts speak it)")
+    port_file = master_dir / "api.port"
+    print(f"$ raetsalt-api -c {master_dir} --port-file {port_file} &", flush=True)
+    procs["api"] = subprocess.Popen(
+        [sys.executable, "-m", "raetsalt.api.daemon", "-c", str(master_dir), "-l", "error",
+         "--port-file", str(port_file)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 15
+    while not port_file.exists():
+        if procs["api"].poll() is not None or time.monotonic() > deadline:
+            raise SystemExit("demo: raetsalt-api did not start")
+        time.sleep(0.05)
+    url = API_URL[0] = f"http://127.0.0.1:{int(port_file.read_text())}"
+    gui = " (SaltGUI)" if (SALTGUI / "index.html").exists() else ""
+    print(f"    listening: open {url}/{gui} in a browser, user {API_USER}, "
+          f"password {API_PASSWORD}")
+    login = {"username": API_USER, "password": API_PASSWORD, "eauth": "file"}
+    curl = "curl -sS -H 'Content-Type: application/json' -H 'Accept: application/json'"
+    print(f"$ {curl} {url}/login -d '{json.dumps(login)}'")
+    answer: Any = _post(f"{url}/login", login, {})["return"]
+    print(f"    token {answer[0]['token'][:12]}..., user {answer[0]['user']}, perms "
+          f"{answer[0]['perms']}")
+    headers = {"X-Auth-Token": answer[0]["token"]}
+    for chunk in ({"client": "local", "tgt": "*", "fun": "test.ping"},
+                  {"client": "runner", "fun": "manage.up"}):
+        print(f"$ {curl} -H 'X-Auth-Token: ...' {url}/ -d '{json.dumps([chunk])}'")
+        print(f"    {json.dumps(_post(f'{url}/', [chunk], headers))}")
+
+
+def _post(url: str, body: object, headers: dict[str, str]) -> dict[str, Any]:
+    request = urllib.request.Request(
+        url, json.dumps(body).encode(), {"Content-Type": "application/json",
+                                         "Accept": "application/json", **headers})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        data = json.loads(response.read())
+    assert isinstance(data, dict)
+    return data
 
 
 def _write_tree(root: Path, files: dict[str, str]) -> None:
@@ -337,7 +411,7 @@ def _daemon(node: str, confdir: Path) -> subprocess.Popen[bytes]:
 
 
 def _start_master(master_dir: Path, srv: Path, procs: dict[str, subprocess.Popen[bytes]],
-                  reactor: str) -> tuple[int, MasterEvent]:
+                  extra: str) -> tuple[int, MasterEvent]:
     """Write the master's config with a port and start it; while it exits at once (its
     port was taken in the meantime: "address already in use"), again with another."""
     for _attempt in range(5):
@@ -345,7 +419,7 @@ def _start_master(master_dir: Path, srv: Path, procs: dict[str, subprocess.Popen
         (master_dir / "master").write_text(
             f"id: themaster\nroot_dir: {master_dir}\ninterface: 127.0.0.1\nraet_port: {port}\n"
             f"raet_alive_period: 2.0\nfile_roots: {{base: [{srv}/salt]}}\n"
-            f"pillar_roots: {{base: [{srv}/pillar]}}\n{PEER_CONFIG}{reactor}")
+            f"pillar_roots: {{base: [{srv}/pillar]}}\n{PEER_CONFIG}{extra}")
         procs["master"] = _daemon("master", master_dir)
         bus = _connect_bus(load_node_config(master_dir, "master")["sock_dir"], procs["master"])
         if bus is not None:

@@ -36,6 +36,9 @@ def test_demo_runs_end_to_end() -> None:
         "--return=master_bus --tag=monitoring test.echo 'procs ok' --out txt\n",
         "    on the master's bus, tag monitoring: minion3 returned 'procs ok'\n",
         " 3 x monitoring\n",
+        "the REST API: raetsalt-api serves", "listening: open http://127.0.0.1:",
+        "perms ['.*', '@runner', '@wheel']", '{"return": [["minion1", "minion2", "minion3"]]}',
+        "raetsalt-api api: exit 0",
     ]:
         assert fragment in out, fragment
     # The demo waits for the master's bus before subscribing: no warning about it.

@@ -1,7 +1,10 @@
 """Slowing down password guessing on external_auth logins (sans-IO: ``now`` comes in).
 
 Every login is counted against two keys: the eauth **user name** and the **calling
-uid** (the local user whose socket asked).  For each key:
+uid** (the local user whose socket asked), or, for a login relayed by a trusted local
+service on behalf of a remote client (``raetsalt-api``: its yard is in the master's
+sock_dir), that **client** (``http:<address>``) instead of the service's uid, so that one
+guesser cannot lock every user of the service out.  For each key:
 
 * a failure is answered only ``eauth_fail_delay`` seconds after the attempt began, and
   every further failure in a row doubles that (up to ``eauth_fail_delay_max``); the
@@ -75,9 +78,14 @@ class Refusal:
 Keys = tuple[Hashable, ...]
 
 
-def login_keys(username: str | None, uid: int | None) -> Keys:
-    """The keys one attempt counts against (``username`` None: only the uid)."""
-    keys: list[Hashable] = [("uid", uid)]
+MAX_CLIENT = 128
+"""Longest client name (characters) a relaying service may give."""
+
+
+def login_keys(username: str | None, uid: int | None, client: str | None = None) -> Keys:
+    """The keys one attempt counts against (``username`` None: only the uid, or the
+    relayed ``client`` in its place)."""
+    keys: list[Hashable] = [("uid", uid) if client is None else ("client", client[:MAX_CLIENT])]
     if username is not None:
         keys.insert(0, ("user", username))
     return tuple(keys)

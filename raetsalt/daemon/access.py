@@ -17,7 +17,9 @@ token, name, eauth, expire}`` or ``{req, error}``.  Failed logins are fired as
 ``raetsalt/eauth/<user>/failed`` and logged once per burst; the client hears only
 Salt's "Authentication failure of type ..." text.
 
-Guessing is slowed per eauth user and per calling uid (``raetsalt.auth.limits``): the
+Guessing is slowed per eauth user and per calling uid, or per ``login_client`` for a
+login a lane client (``raetsalt-api``) relays for a remote client; the command socket
+cannot name one (``raetsalt.auth.limits``): the
 answer to a failed login is *deferred* (kept in ``_deferred`` and sent by ``poll`` when
 its time comes; ``get_timer`` says when), so a delay never blocks the master's loop,
 other users or other logins.  Refusals of a locked or busy key are held back too (at
@@ -56,7 +58,13 @@ from raetsalt.auth.limits import (
     plausible_username,
 )
 from raetsalt.auth.tokens import TokenStore
-from raetsalt.drivers.cmdsock import CommandServer, Limits, PeerCred, command_socket_path
+from raetsalt.drivers.cmdsock import (
+    CONN_PREFIX,
+    CommandServer,
+    Limits,
+    PeerCred,
+    command_socket_path,
+)
 from raetsalt.log import Throttle, clip
 from raetsalt.protocol import Requester
 from raetsalt.timefmt import salt_stamp
@@ -72,7 +80,7 @@ SHARE_TOKEN_RET = "token_ret"
 REQUEST_SHARES = (p.SHARE_PUBLISH, p.SHARE_RUNNER, SHARE_MK_TOKEN)
 _ANSWER = {p.SHARE_PUBLISH: p.SHARE_PUB_ACK, p.SHARE_RUNNER: p.SHARE_RUN_RET,
            SHARE_MK_TOKEN: SHARE_TOKEN_RET}
-_CREDENTIALS = ("eauth", "username", "password", "token")
+_CREDENTIALS = ("eauth", "username", "password", "token", "login_client")
 MAX_PENDING_LOGINS = 32
 REFUSAL_HOLD = 1.0
 """Longest hold-back (s) of a refusal that needed no check (a locked or busy key)."""
@@ -329,7 +337,13 @@ class AccessGate:
             self._answer(yard, share, body, error=eauth_failure("eauth"))
             return
         plausible = plausible_username(username) and len(password) <= MAX_PASSWORD
-        keys = login_keys(username if plausible_username(username) else None, requester.uid)
+        # A trusted lane client (only root and the master's user have yards in sock_dir)
+        # relaying logins for remote clients names each one; nobody else may.
+        relayed = body.get("login_client")
+        client = (relayed if isinstance(relayed, str) and relayed
+                  and not yard.startswith(CONN_PREFIX) else None)
+        keys = login_keys(username if plausible_username(username) else None, requester.uid,
+                          client)
         refusal = self.limiter.admit(keys, now)
         if refusal is not None:
             text = eauth_failure("eauth", username)
@@ -450,6 +464,8 @@ def options(cls: type[_Fields], opts: Mapping[str, Any], prefix: str) -> _Fields
 def _key_text(key: Any) -> str:
     """``('user', 'fred')`` -> ``user 'fred'``; ``('uid', 65534)`` -> ``uid 65534``."""
     kind, value = key
+    if kind == "client":
+        return f"client {clip(value)}"
     return f"user {clip(value)}" if kind == "user" else f"uid {value}"
 
 

@@ -5,6 +5,7 @@ threads; the test waits on the gate's sockets, never sleeps)."""
 from __future__ import annotations
 
 import logging
+import os
 import selectors
 import time
 from collections.abc import Callable, Iterator
@@ -315,3 +316,30 @@ def test_an_unknown_user_costs_the_same_hashing(tmp_path: Path,
     assert not backends.authenticate(conf, "file", "fred", "nope").ok
     assert not backends.authenticate(conf, "file", "ghost", "nope").ok
     assert len(calls) == 2 and calls[0] == calls[1]  # ghost hashed against fred's entry
+
+
+def test_a_relayed_login_counts_against_its_client_not_the_relays_uid() -> None:
+    assert login_keys("fred", 1000, "http:10.0.0.9") == (("user", "fred"),
+                                                         ("client", "http:10.0.0.9"))
+    assert login_keys(None, 1000, "http:10.0.0.9") == (("client", "http:10.0.0.9"),)
+    limiter = LoginLimiter(LoginPolicy(lockout_after=2))
+    for now in (0.0, 100.0):
+        keys = login_keys(f"guess{now}", 1000, "http:10.0.0.9")
+        assert limiter.admit(keys, now) is None
+        limiter.finish(keys, False, now, now)
+    assert limiter.admit(login_keys("ann", 1000, "http:10.0.0.9"), 200.0) is not None
+    assert limiter.admit(login_keys("ann", 1000, "http:10.0.0.8"), 200.0) is None
+
+
+def test_a_command_socket_client_cannot_name_a_relayed_client(gate: Gate) -> None:
+    """Only lane clients (root or the master's user) may say whom they relay a login for;
+    on the command socket ``login_client`` is ignored and the caller's uid is counted."""
+    client = StreamClient(gate.path)
+    client.request(SHARE_MK_TOKEN, eauth="file", username="fred", password="nope",
+                   login_client="http:10.9.9.9")
+    gate.pump(gate.started)
+    gate.pump(gate.checked)
+    uid = os.geteuid()
+    assert gate.gate.limiter.failures(("uid", uid)) == 1
+    assert gate.gate.limiter.failures(("client", "http:10.9.9.9")) == 0
+    client.close()

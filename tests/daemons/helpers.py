@@ -39,11 +39,13 @@ class Daemon:
     def __init__(self, node: str, confdir: Path, *extra: str, cwd: Path | None = None
                  ) -> None:
         """With ``cwd``, the installed ``raetsalt-<node>`` script is run from there (as an
-        operator would), else ``python -m raetsalt.cli.<node>``."""
+        operator would), else ``python -m raetsalt.cli.<node>`` (``raetsalt.api.daemon``
+        for the REST API)."""
         self.node = node
         self.confdir = confdir
         program = ([str(Path(sys.executable).with_name(f"raetsalt-{node}"))] if cwd
-                   else [sys.executable, "-m", f"raetsalt.cli.{node}"])
+                   else [sys.executable, "-m",
+                         "raetsalt.api.daemon" if node == "api" else f"raetsalt.cli.{node}"])
         self.popen = subprocess.Popen(
             [*program, "-c", str(confdir), "-l", "info", *extra],
             stdout=subprocess.DEVNULL,

@@ -1,0 +1,272 @@
+"""REST API figures: ``POST /`` ``local`` ``test.ping`` on 10 minions (requests/s and
+p50, against the same publication sent straight to the master's lane), ``/events``
+events/s to one SSE client, and the CPU of 100 idle SSE clients.
+
+    .venv/bin/python bench/bench_api.py [--requests 300] [--events 20000] [--idle 10]
+
+Starts a real master, 10 minions and ``raetsalt-api`` (tests/api/helpers.py) in a
+temporary directory on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing
+import os
+import socket
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from api.helpers import Site, started_site  # noqa: E402
+
+from raetsalt.api.master import Credentials, MasterLink  # noqa: E402
+from raetsalt.config import load_node_config  # noqa: E402
+from raetsalt.event import SaltEvent  # noqa: E402
+
+MINIONS = 10
+INCOMPLETE = {"http": 0, "lane": 0}
+BENCH_API = "  thread_pool: 160\n  sse_queue: 100000\n"
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def ping_over_http(site: Site, token: str, count: int) -> list[float]:
+    conn = http.client.HTTPConnection("127.0.0.1", site.api.port, timeout=60)
+    body = json.dumps([{"client": "local", "tgt": "*", "fun": "test.ping"}])
+    headers = {"X-Auth-Token": token, "Content-Type": "application/json",
+               "Accept": "application/json"}
+    times = []
+    for _ in range(count):
+        start = time.perf_counter()
+        conn.request("POST", "/", body, headers)
+        response = conn.getresponse()
+        data = json.loads(response.read())
+        times.append(time.perf_counter() - start)
+        assert response.status == 200, data
+        if len(data["return"][0]) != MINIONS:
+            INCOMPLETE["http"] += 1
+    conn.close()
+    return times
+
+
+def ping_over_lane(site: Site, token: str, count: int) -> list[float]:
+    link = MasterLink(load_node_config(site.master_conf, "master"))
+    auth = Credentials(token=token)
+    times = []
+    for _ in range(count):
+        start = time.perf_counter()
+        pub = link.publish(auth, "*", "glob", "test.ping", [], 10.0)
+        got = dict(pub.returns(time.monotonic() + 10.0))
+        times.append(time.perf_counter() - start)
+        if len(got) != MINIONS:
+            INCOMPLETE["lane"] += 1
+    link.close()
+    return times
+
+
+def runner_over_http(site: Site, token: str, count: int) -> list[float]:
+    conn = http.client.HTTPConnection("127.0.0.1", site.api.port, timeout=60)
+    body = json.dumps([{"client": "runner", "fun": "manage.up"}])
+    headers = {"X-Auth-Token": token, "Content-Type": "application/json"}
+    times = []
+    for _ in range(count):
+        start = time.perf_counter()
+        conn.request("POST", "/", body, headers)
+        response = conn.getresponse()
+        response.read()
+        times.append(time.perf_counter() - start)
+        assert response.status == 200
+    conn.close()
+    return times
+
+
+def runner_over_lane(site: Site, token: str, count: int) -> list[float]:
+    link = MasterLink(load_node_config(site.master_conf, "master"))
+    auth = Credentials(token=token)
+    times = []
+    for _ in range(count):
+        start = time.perf_counter()
+        link.runner(auth, "manage.up", [], 10.0)
+        times.append(time.perf_counter() - start)
+    link.close()
+    return times
+
+
+def welcome(site: Site, seconds: float) -> float:
+    """``GET /`` (no master involved): the HTTP stack's own rate."""
+    conn = http.client.HTTPConnection("127.0.0.1", site.api.port, timeout=60)
+    done = 0
+    stop = time.monotonic() + seconds
+    started = time.monotonic()
+    while time.monotonic() < stop:
+        conn.request("GET", "/")
+        conn.getresponse().read()
+        done += 1
+    conn.close()
+    return done / (time.monotonic() - started)
+
+
+def concurrent_http(site: Site, token: str, clients: int, seconds: float) -> float:
+    done = [0] * clients
+    stop = time.monotonic() + seconds
+
+    def worker(index: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", site.api.port, timeout=60)
+        body = json.dumps([{"client": "local", "tgt": "*", "fun": "test.ping"}])
+        headers = {"X-Auth-Token": token, "Content-Type": "application/json"}
+        while time.monotonic() < stop:
+            conn.request("POST", "/", body, headers)
+            response = conn.getresponse()
+            response.read()
+            assert response.status == 200
+            done[index] += 1
+        conn.close()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sum(done) / (time.monotonic() - started)
+
+
+def open_stream(site: Site, token: str) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", site.api.port), timeout=60)
+    sock.sendall(f"GET /events HTTP/1.1\r\nHost: x\r\nX-Auth-Token: {token}\r\n\r\n".encode())
+    data = b""
+    while b"retry: 400" not in data:
+        data += sock.recv(65536)
+    return sock
+
+
+def fire(sock_dir: str, count: int) -> None:
+    bus = SaltEvent("master", sock_dir)  # fires only: never subscribed
+    sent = 0
+    while sent < count:
+        if bus.fire_event({"n": sent, "bench": True}, "bench/api/event"):
+            sent += 1
+    bus.fire_event({"done": True}, "bench/api/done")
+    bus.destroy()
+
+
+def events_per_second(site: Site, token: str, count: int) -> tuple[float, int]:
+    sock = open_stream(site, token)
+    sock_dir = load_node_config(site.master_conf, "master")["sock_dir"]
+    firer = multiprocessing.Process(target=fire, args=(sock_dir, count))
+    received = 0
+    tail = b""
+    first: float | None = None
+    firer.start()
+    while True:
+        chunk = sock.recv(1 << 20)
+        if not chunk:
+            break
+        if first is None:
+            first = time.perf_counter()
+        data = tail + chunk
+        received += data.count(b"tag: bench/api/event\n")
+        if b"tag: bench/api/done" in data:
+            break
+        tail = data[-64:]
+        received -= tail.count(b"tag: bench/api/event\n")
+    elapsed = time.perf_counter() - (first or time.perf_counter())
+    firer.join()
+    sock.close()
+    return received / max(elapsed, 1e-9), received
+
+
+def idle_cpu(site: Site, token: str, clients: int, seconds: float) -> tuple[float, float]:
+    pid = site.api.daemon.popen.pid
+    before = cpu_seconds(pid)
+    time.sleep(seconds)
+    base = (cpu_seconds(pid) - before) / seconds
+    socks = [open_stream(site, token) for _ in range(clients)]
+    before = cpu_seconds(pid)
+    time.sleep(seconds)
+    loaded = (cpu_seconds(pid) - before) / seconds
+    for sock in socks:
+        sock.close()
+    return base, loaded
+
+
+def p50_ms(times: list[float]) -> float:
+    return statistics.median(times) * 1000
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--events", type=int, default=20000)
+    parser.add_argument("--idle", type=float, default=10.0)
+    args = parser.parse_args()
+    results: dict[str, Any] = {}
+    with started_site(MINIONS, BENCH_API) as site:
+        try:
+            return _measure(site, args, results)
+        except Exception:
+            print("\n".join(site.api.daemon.drain()[-30:]), file=sys.stderr)
+            raise
+
+
+def _measure(site: Site, args: argparse.Namespace, results: dict[str, Any]) -> int:
+    token = site.login()
+    results["welcome_rps"] = welcome(site, 2.0)
+    ping_over_http(site, token, 20)  # warm up both paths
+    ping_over_lane(site, token, 20)
+    INCOMPLETE.update(http=0, lane=0)
+    # interleaved, so that the machine's load weighs on both alike
+    http_times, lane_times = [], []
+    for _ in range(args.requests // 10):
+        http_times += ping_over_http(site, token, 10)
+        lane_times += ping_over_lane(site, token, 10)
+    runner_http, runner_lane = [], []
+    for _ in range(args.requests // 10):
+        runner_http += runner_over_http(site, token, 10)
+        runner_lane += runner_over_lane(site, token, 10)
+    results["runner_http_p50_ms"] = p50_ms(runner_http)
+    results["runner_lane_p50_ms"] = p50_ms(runner_lane)
+    results["http_seq_rps"] = len(http_times) / sum(http_times)
+    results["http_p50_ms"] = p50_ms(http_times)
+    results["lane_seq_rps"] = len(lane_times) / sum(lane_times)
+    results["lane_p50_ms"] = p50_ms(lane_times)
+    for clients in (4, 8):
+        results[f"http_{clients}_clients_rps"] = concurrent_http(site, token, clients,
+                                                                  5.0)
+    rate, received = events_per_second(site, token, args.events)
+    results["sse_events_per_s"] = rate
+    results["sse_events_received"] = received
+    base, loaded = idle_cpu(site, token, 100, args.idle)
+    results["idle_cpu_no_clients_pct"] = base * 100
+    results["idle_cpu_100_sse_clients_pct"] = loaded * 100
+    print(f"POST / local test.ping, {MINIONS} minions, one client in sequence:")
+    print(f"  HTTP  {results['http_seq_rps']:7.1f} req/s  p50 {results['http_p50_ms']:6.2f} ms")
+    print(f"  lane  {results['lane_seq_rps']:7.1f} req/s  p50 {results['lane_p50_ms']:6.2f} ms"
+          f"   (HTTP - lane p50: {results['http_p50_ms'] - results['lane_p50_ms']:+.2f} ms)")
+    print(f"runner manage.up p50: HTTP {results['runner_http_p50_ms']:.2f} ms, lane "
+          f"{results['runner_lane_p50_ms']:.2f} ms; GET / {results['welcome_rps']:.0f} req/s")
+    for clients in (4, 8):
+        print(f"  HTTP, {clients} clients: {results[f'http_{clients}_clients_rps']:7.1f} req/s")
+    print(f"  (requests where a minion did not return within the 10 s timeout: "
+          f"HTTP {INCOMPLETE['http']}, lane {INCOMPLETE['lane']})")
+    print(f"/events to one client: {results['sse_events_per_s']:9.0f} events/s "
+          f"({results['sse_events_received']} of {args.events} fired)")
+    print(f"raetsalt-api CPU, idle: {results['idle_cpu_no_clients_pct']:.2f} % of a core; "
+          f"with 100 idle SSE clients: {results['idle_cpu_100_sse_clients_pct']:.2f} %")
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
