@@ -32,6 +32,7 @@ from raetsalt.daemon.access import REQUEST_SHARES, AccessGate, Ready
 from raetsalt.daemon.cachewriter import QueuedDataCache, QueuedJobCache
 from raetsalt.daemon.clusterkeys import ClusterKeyLink
 from raetsalt.daemon.datacache import MineCache
+from raetsalt.daemon.inbox import StepInbox
 from raetsalt.daemon.keys import SHARE_KEY, KeyService
 from raetsalt.daemon.roster import RoadRoster
 from raetsalt.daemon.saltmaster import MasterBridge
@@ -82,7 +83,7 @@ _SERVED_SHARES = _MINION_SHARES | _PEER_SHARES | {p.SHARE_RETURN}
 
 
 @dataclass(slots=True)
-class MasterInbox:
+class MasterInbox(StepInbox):
     """A master's node events sorted by the step that serves them (``MasterAdapter.sort``);
     each step empties its list."""
 
@@ -99,17 +100,6 @@ class MasterInbox:
     """Hello, clock requests, Salt file server and pillar requests (road)."""
     link: list[NodeEvent] = field(default_factory=list)
     """Everything else: the road's link events (joins, presence), other messages."""
-
-    def drop_unserved(self) -> dict[str, int]:
-        """Empty the lists no step emptied since the last pass (a flow without the step
-        that serves them): how many were dropped, by list."""
-        dropped: dict[str, int] = {}
-        for name in self.__slots__:
-            queue = getattr(self, name)
-            if queue:
-                dropped[name] = len(queue)
-                queue.clear()
-        return dropped
 
 
 def job_cache(opts: Mapping[str, Any], quota: MinionQuota, clock: Callable[[], float]

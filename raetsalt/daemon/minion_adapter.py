@@ -30,6 +30,7 @@ from typing import Any, assert_never
 from raetsalt import protocol as p
 from raetsalt.daemon.executor import ForkExecutor
 from raetsalt.daemon.grainsfile import load_grains, save_static_grains, static_grains_path
+from raetsalt.daemon.inbox import StepInbox
 from raetsalt.drivers.jobchild import after_result
 from raetsalt.engine.events import Allowed, MessageReceived
 from raetsalt.errors import LocalError
@@ -69,7 +70,7 @@ _FROM_MASTER = frozenset({p.SHARE_FUN, p.SHARE_CLOCK, p.SHARE_PILLAR, *p.LANE_AN
 
 
 @dataclass(slots=True)
-class MinionInbox:
+class MinionInbox(StepInbox):
     """A minion's node events sorted by the step that serves them (``MinionAdapter.sort``);
     each step empties its list but ``link`` (the flow's link step reads it last)."""
 
@@ -79,17 +80,6 @@ class MinionInbox:
     """``raetsalt-call`` and job processes' ``publish.*`` requests (lane)."""
     link: list[NodeEvent] = field(default_factory=list)
     """The road's link events (join, allow, presence) and anything unhandled."""
-
-    def drop_unserved(self) -> dict[str, int]:
-        """Empty the lists no step emptied since the last pass (a flow without the step
-        that serves them): how many were dropped, by list."""
-        dropped: dict[str, int] = {}
-        for name in self.__slots__:
-            queue = getattr(self, name)
-            if queue:
-                dropped[name] = len(queue)
-                queue.clear()
-        return dropped
 
 
 class MinionAdapter:
