@@ -15,10 +15,10 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from helpers.wire import forged_busy
 
-from raetsalt.wire.enums import Flag, PacketKind, TransactionKind
-from raetsalt.wire.header import Header
-from raetsalt.wire.packet import pack_packet, parse_packet_untrusted
+from raetsalt.wire.enums import PacketKind, TransactionKind
+from raetsalt.wire.packet import parse_packet_untrusted
 
 from .helpers import World, make_world, ping
 
@@ -80,13 +80,7 @@ class Injector(threading.Thread):
                 continue
             if (header.transaction_kind, header.packet_kind) not in HANDSHAKES:
                 continue
-            busy = Header(
-                packet_kind=PacketKind.BUSY, transaction_kind=header.transaction_kind,
-                source_uid=header.destination_uid, destination_uid=header.source_uid,
-                session_id=header.session_id, transaction_id=header.transaction_id,
-                flags=Flag.CF, message_length=10_000,
-            )
-            self.send.sendto(_spoofed(pack_packet(busy, b""), self.master, source), (source[0], 0))
+            self.send.sendto(_spoofed(forged_busy(header), self.master, source), (source[0], 0))
             self.forged += 1
 
     def close(self) -> None:

@@ -6,10 +6,12 @@ contact) is honoured in one attempt of two at most."""
 
 from __future__ import annotations
 
+from helpers.wire import forged_busy
+
 from raetsalt.engine.native.frames import is_native
 from raetsalt.engine.road import Road
 from raetsalt.testing.pair import MAIN_HA, MINION_HA, Pair, road_pair
-from raetsalt.wire.enums import Flag, FootKind, PacketKind, TransactionKind
+from raetsalt.wire.enums import FootKind, PacketKind, TransactionKind
 from raetsalt.wire.header import Header
 from raetsalt.wire.packet import pack_packet, parse_packet_untrusted
 
@@ -34,14 +36,8 @@ class Injector:
             header = parse_packet_untrusted(bytes(data)).header
             if (header.transaction_kind, header.packet_kind) not in HANDSHAKES:
                 continue
-            busy = Header(
-                packet_kind=PacketKind.BUSY, transaction_kind=header.transaction_kind,
-                source_uid=header.destination_uid, destination_uid=header.source_uid,
-                session_id=header.session_id, transaction_id=header.transaction_id,
-                flags=Flag.CF, foot_kind=FootKind.NADA, message_length=10_000,
-            )
             self.forged += 1
-            self.road.receive_datagram(pack_packet(busy, b""), MAIN_HA, now)
+            self.road.receive_datagram(forged_busy(header), MAIN_HA, now)
         return out
 
     def get_timer(self) -> float | None:

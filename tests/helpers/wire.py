@@ -32,3 +32,18 @@ def join_header(packet_kind: PacketKind, **fields: Any) -> Header:
     join packet); ``fields`` set the ids, flags and the rest."""
     return Header(packet_kind=packet_kind, transaction_kind=TransactionKind.JOIN,
                   body_kind=BodyKind.JSON, **fields)
+
+
+def forged_busy(answered: Header) -> bytes:
+    """An unsigned BUSY (retry in 10 s) that mirrors the handshake packet ``answered``:
+    what an attacker who sees a minion's handshakes can forge."""
+    from raetsalt.wire.enums import Flag
+    from raetsalt.wire.packet import pack_packet
+
+    busy = Header(
+        packet_kind=PacketKind.BUSY, transaction_kind=answered.transaction_kind,
+        source_uid=answered.destination_uid, destination_uid=answered.source_uid,
+        session_id=answered.session_id, transaction_id=answered.transaction_id,
+        flags=Flag.CF, foot_kind=FootKind.NADA, message_length=10_000,
+    )
+    return bytes(pack_packet(busy, b""))
