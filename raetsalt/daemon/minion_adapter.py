@@ -211,6 +211,11 @@ class MinionAdapter:
                 actions.extend(self._connected())
         return actions
 
+    def greet_master(self) -> list[MinionAction]:
+        """The node serves another master whose session is already up (a failback):
+        what a connection does (clock request, hello with the grains)."""
+        return [*self.jobs.ask_clock(self.utcnow().timestamp()), *self._connected()]
+
     def poll(self, now: float) -> list[MinionAction]:
         """Time and the job processes: finished jobs become returns to the master and
         answers to the waiting ``raetsalt-call``, held publications meet their deadline,

@@ -37,6 +37,7 @@ from raetsalt.paths import keep_dir
 from raetsalt.timefmt import salt_stamp
 
 from .droplog import DropLog
+from .masterswitch import MasterSwitch, choice_from_opts, wants_switch
 from .policy import auto_mode, key_policy, minion_key_policy
 
 log = logging.getLogger("raetsalt.daemon")
@@ -198,11 +199,19 @@ class MinionLink:
         self._last_resolve = 0.0
         self._reported: set[str] = set()
         self.drops = DropLog("the minion")
+        self.switch: MasterSwitch | None = None
+        """One master held among several (failover, a cluster), or None: one master."""
+        if wants_switch(opts):
+            self.switch = MasterSwitch(node, opts, choice_from_opts(opts), self._held,
+                                       clock=self.clock)
 
     # -- commands ---------------------------------------------------------------------------
 
     def connect(self) -> None:
         """Resolve the master and keep a session with it (the road retries by itself)."""
+        if self.switch is not None:
+            self.switch.start()
+            return
         ha = self.resolver()
         self.uid = self.node.connect_master(ha)
         self.ha = ha
@@ -211,7 +220,7 @@ class MinionLink:
     def reresolve(self) -> bool:
         """While not connected, look the master's name up again now and then; if the
         address changed, point the session there at once.  True when it moved."""
-        if self.uid is None or self.connected:
+        if self.uid is None or self.connected or self.switch is not None:
             return False
         now = self.clock()
         if now - self._last_resolve < self.RESOLVE_EVERY:
@@ -235,6 +244,28 @@ class MinionLink:
         self.ha = ha
         self.failures = 0
         return True
+
+    def choose(self) -> bool:
+        """With several masters: move to another when the held one is lost (and back,
+        with master_failback).  Each pass of the link step.  True when the node now
+        serves another master whose session is already up (a failback: the flow stays
+        connected, so the caller greets the new master itself)."""
+        if self.switch is None:
+            return False
+        before = self.uid
+        self.switch.tick(pending=self.pending, rejected=self.rejected)
+        if self.uid == before or not self.connected:
+            return False
+        log.info("%s", self._describe("connected")[1])
+        return True
+
+    def _held(self, uid: int, ha: tuple[str, int]) -> None:
+        """The switch holds another master now: this link follows it."""
+        self.uid = uid
+        self.ha = ha
+        self.pending = self.rejected = False
+        self.failures = 0
+        self._reported.clear()
 
     # -- facts ------------------------------------------------------------------------------
 
@@ -261,6 +292,13 @@ class MinionLink:
 
     def handle(self, events: Iterable[NodeEvent]) -> None:
         """Follow the road events that concern the master; log the rest at debug."""
+        if self.switch is not None:
+            events = list(events)
+            self.switch.note(events)
+            held = self._held_name()
+            events = [e for e in events if getattr(e, "remote", held) == held
+                      or not isinstance(e, JoinPending | JoinRejected | Joined | Allowed
+                                        | TransactionFailed)]
         for event in events:
             if isinstance(event, JoinPending):
                 if not event.here:
@@ -312,6 +350,14 @@ class MinionLink:
                 self.drops.note(event)
             elif isinstance(event, MessageReceived | LocalMessage):
                 log.debug("unhandled message %r", event)
+
+    def _held_name(self) -> str | None:
+        if self.uid is None:
+            return None
+        try:
+            return self.node.stack.road.remote(self.uid).name
+        except LocalError:
+            return None
 
     # -- reports ----------------------------------------------------------------------------
 
