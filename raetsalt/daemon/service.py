@@ -15,6 +15,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from raetsalt.config import parse_master_address
 from raetsalt.drivers.udp import SOCKET_BUFFER, RoadStack, format_ha, resolve
 from raetsalt.engine.config import RoadConfig
 from raetsalt.engine.events import (
@@ -169,6 +170,8 @@ class MinionLink:
     (so it shows at the default log level), naming the address or the reason.
     """
 
+    hot = False
+    """Every listed master served at once (``master_type: str`` with a list)."""
     RESOLVE_EVERY = 5.0
     """Seconds between re-resolving the master's host name while not connected."""
     UNREACHABLE_AFTER = 2
@@ -212,6 +215,18 @@ class MinionLink:
         if self.switch is not None:
             self.switch.start()
             return
+        listed = self.opts.get("__masters") or ()
+        if len(listed) > 1:  # master_type str: every master at once
+            for master in listed:
+                host, port = parse_master_address(master)
+                _family, ha = resolve((host, port), self.node.stack.family)
+                uid = self.node.stack.connect(ha)
+                self.node.masters.add(uid)
+                self.hot = True
+                if self.uid is None:
+                    self.uid, self.ha, self.node.master = uid, ha, uid
+            self._last_resolve = self.clock()
+            return
         ha = self.resolver()
         self.uid = self.node.connect_master(ha)
         self.ha = ha
@@ -220,7 +235,7 @@ class MinionLink:
     def reresolve(self) -> bool:
         """While not connected, look the master's name up again now and then; if the
         address changed, point the session there at once.  True when it moved."""
-        if self.uid is None or self.connected or self.switch is not None:
+        if self.uid is None or self.connected or self.switch is not None or self.hot:
             return False
         now = self.clock()
         if now - self._last_resolve < self.RESOLVE_EVERY:
@@ -250,6 +265,9 @@ class MinionLink:
         with master_failback).  Each pass of the link step.  True when the node now
         serves another master whose session is already up (a failback: the flow stays
         connected, so the caller greets the new master itself)."""
+        if self.hot:
+            self._follow_a_live_master()
+            return False
         if self.switch is None:
             return False
         before = self.uid
@@ -258,6 +276,24 @@ class MinionLink:
             return False
         log.info("%s", self._describe("connected")[1])
         return True
+
+    def _follow_a_live_master(self) -> None:
+        """Serving every master at once: the minion's own messages (events, publish.*)
+        go to a master that answers (the first listed when it does)."""
+        road = self.node.stack.road
+
+        def up(uid: int) -> bool:
+            remote = road.remote(uid)
+            return bool(remote.allowed) and remote.alive is not False
+
+        if self.uid is not None and up(self.uid) and self.uid == min(self.node.masters):
+            return
+        live = sorted(uid for uid in self.node.masters if up(uid))
+        if live and live[0] != self.uid:
+            self.uid = self.node.master = live[0]
+            self.ha = road.remote(live[0]).ha
+            log.info("the minion's own messages now go to the master %s",
+                     road.remote(live[0]).name)
 
     def _held(self, uid: int, ha: tuple[str, int]) -> None:
         """The switch holds another master now: this link follows it."""
@@ -271,7 +307,12 @@ class MinionLink:
 
     @property
     def connected(self) -> bool:
-        """The session with the master is up (allowed) and the master answers."""
+        """The session with the master is up (allowed) and the master answers (with
+        every master at once: one of them)."""
+        if self.hot:
+            road = self.node.stack.road
+            return any(road.remote(uid).allowed and road.remote(uid).alive is not False
+                       for uid in self.node.masters)
         if self.uid is None:
             return False
         remote = self.node.stack.road.remote(self.uid)
@@ -292,9 +333,10 @@ class MinionLink:
 
     def handle(self, events: Iterable[NodeEvent]) -> None:
         """Follow the road events that concern the master; log the rest at debug."""
-        if self.switch is not None:
+        if self.switch is not None or self.hot:
             events = list(events)
-            self.switch.note(events)
+            if self.switch is not None:
+                self.switch.note(events)
             held = self._held_name()
             events = [e for e in events if getattr(e, "remote", held) == held
                       or not isinstance(e, JoinPending | JoinRejected | Joined | Allowed

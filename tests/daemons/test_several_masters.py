@@ -150,3 +150,17 @@ def test_a_cluster_minion_holds_its_rendezvous_master_and_moves_on_loss(
         assert masters.ping(second[i], i) == {i: True}
     for i in set(ids) - set(moved):  # the others did not move
         assert not any("moving to" in line for line in minions[i].drain())
+
+
+def test_master_type_str_serves_every_listed_master_at_once(masters: Masters) -> None:
+    masters.master("ma", "auto_accept: true\n")
+    masters.master("mb", "auto_accept: true\n")
+    minion = masters.minion("m1", ["ma", "mb"], "")  # master_type: str (Salt's default)
+    for name in ("ma", "mb"):
+        masters.daemons[name].expect("minion m1 connected", timeout=30)
+    minion.expect("connected to the master m", timeout=30)
+    # each master's job returns to that master's waiting client
+    assert masters.ping("ma", "m1") == {"m1": True}
+    assert masters.ping("mb", "m1") == {"m1": True}
+    masters.kill("ma")
+    assert masters.ping("mb", "m1") == {"m1": True}
