@@ -217,14 +217,23 @@ class MinionLink:
             return
         listed = self.opts.get("__masters") or ()
         if len(listed) > 1:  # master_type str: every master at once
+            problems = []
             for master in listed:
-                host, port = parse_master_address(master)
-                _family, ha = resolve((host, port), self.node.stack.family)
+                try:
+                    host, port = parse_master_address(master)
+                    _family, ha = resolve((host, port), self.node.stack.family)
+                except (LocalError, ValueError) as exc:
+                    problems.append(f"{master}: {exc}")
+                    continue
                 uid = self.node.stack.connect(ha)
                 self.node.masters.add(uid)
                 self.hot = True
                 if self.uid is None:
                     self.uid, self.ha, self.node.master = uid, ha, uid
+            if not self.hot:
+                raise LocalError("no listed master resolves: " + "; ".join(problems))
+            for problem in problems:
+                log.warning("master %s (not served)", problem)
             self._last_resolve = self.clock()
             return
         ha = self.resolver()
