@@ -155,6 +155,7 @@ def _write_status(path: Path, root: Path, minions: list[Minion]) -> None:
         "count": len(minions),
         "connected": sum(1 for m in minions if m.link.connected),
         "lost": sum(m.lost for m in minions),
+        "moves": sum(m.link.switch.choice.moves for m in minions if m.link.switch),
         "since_epoch": sum(
             1 for m in minions if m.link.connected and m.session_at > epoch
         ),
@@ -167,7 +168,10 @@ def _write_status(path: Path, root: Path, minions: list[Minion]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", required=True)
-    parser.add_argument("--master", required=True, help="host:port of the master's road")
+    parser.add_argument("--master", required=True,
+                        help="host:port of the master's road (several: comma-separated)")
+    parser.add_argument("--extra", default="",
+                        help="more minion config lines, ';'-separated (cluster_id: x)")
     parser.add_argument("--count", type=int, default=200)
     parser.add_argument("--prefix", default="mm")
     parser.add_argument("--inline-jobs", action="store_true",
@@ -194,7 +198,8 @@ def main() -> int:
         confdir.mkdir(parents=True, exist_ok=True)
         (confdir / "minion").write_text(
             f"id: {minion_id}\nroot_dir: {confdir}\ninterface: 127.0.0.1\nraet_port: 0\n"
-            f"master: {args.master}\nrandom_reauth_delay: 10.0\n"
+            f"master: [{', '.join(repr(m) for m in args.master.split(','))}]\n"
+            f"random_reauth_delay: 10.0\n{args.extra.replace(';', chr(10))}\n"
             f"raet_alive_period: {args.alive_period}\n"
             f"sock_dir: {root / 'sock'}\nexecution_mode: native\n"  # no Salt zygote each
         )

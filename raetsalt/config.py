@@ -194,6 +194,9 @@ def _validate_file(path: str, raw: Mapping[Any, Any], node: str, left: _Leftover
 
 _MAX_LISTED = 20
 
+MAX_MASTERS = 64
+"""A minion lists at most this many masters."""
+
 
 def _listed(keys: list[tuple[str, str]], main: str, describe: Callable[[str], str]) -> str:
     """``'a', 'b' in other.conf, ...`` with each key described (at most ``_MAX_LISTED``);
@@ -404,14 +407,25 @@ def _finish(opts: Opts, node: str, path: str, source: Mapping[str, str]) -> None
         opts["interface"] = "::"
 
     if node == "minion":
-        try:
-            host, port = parse_master_address(opts["master"], opts["master_port"])
-        except ValueError as exc:
-            raise ConfigError(
-                f"{origin('master')}: key 'master' must be 'host', 'host:port' or "
-                f"'[ipv6]:port', got {_show(opts['master'])} ({exc})"
-            ) from None
-        opts["master"], opts["master_port"] = host, port
+        listed = opts["master"] if isinstance(opts["master"], list) else [opts["master"]]
+        if not listed:
+            raise ConfigError(f"{origin('master')}: key 'master' lists no master")
+        if len(listed) > MAX_MASTERS:
+            raise ConfigError(f"{origin('master')}: key 'master' lists {len(listed)} "
+                              f"masters (at most {MAX_MASTERS})")
+        masters: list[tuple[str, int]] = []
+        for entry in listed:
+            try:
+                masters.append(parse_master_address(entry, opts["master_port"]))
+            except ValueError as exc:
+                raise ConfigError(
+                    f"{origin('master')}: key 'master' must be 'host', 'host:port' or "
+                    f"'[ipv6]:port' (or a list of them), got {_show(entry)} ({exc})"
+                ) from None
+        if len(set(masters)) != len(masters):
+            raise ConfigError(f"{origin('master')}: key 'master' lists a master twice")
+        opts["master"], opts["master_port"] = masters[0]
+        opts["__masters"] = [f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in masters]
         if opts["raet_port"] and opts["raet_port"] == opts["raet_alt_port"]:
             raise ConfigError(
                 f"{origin('raet_alt_port')}: key 'raet_alt_port' must differ from "

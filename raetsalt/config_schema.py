@@ -46,7 +46,8 @@ DEFAULT_MASTER_PORT = 4506
 DEFAULT_MINION_RAET_PORT = 4510
 
 # Keys the loader sets itself; a config file may not set them.
-DERIVED_KEYS: frozenset[str] = frozenset({"conf_file", "conf_dir", "__role", "__salt"})
+DERIVED_KEYS: frozenset[str] = frozenset({"conf_file", "conf_dir", "__role", "__salt",
+                                          "__masters"})
 
 # Salt's log levels, least to most severe, plus ``quiet``.
 LOG_LEVELS: tuple[str, ...] = (
@@ -157,13 +158,62 @@ SCHEMA: tuple[Option, ...] = (
     ),
     Option(
         "master",
-        s.string(nonempty=True),
+        s.string_or_list(),
         {"minion": "salt"},
         "Where the master's road is: a host name or address, 'host:port', or "
-        "'[ipv6]:port'.  A port given here overrides master_port.  After loading, "
-        "opts['master'] holds the host alone and opts['master_port'] the port, "
-        "as in Salt.",
+        "'[ipv6]:port'; or a list of them (several masters: see master_type).  A port "
+        "given here overrides master_port.  After loading, opts['master'] holds the "
+        "first master's host alone and opts['master_port'] its port, as in Salt.",
         "Network (RAET road)",
+    ),
+    Option(
+        "master_type",
+        s.choice(("str", "failover"), why="'func', 'distributed' and 'disable' are not "
+                 "served; a cluster's minions set cluster_id"),
+        {"minion": "str"},
+        "With a list of masters: 'str' connects to every master at once (hot "
+        "multi-master: each job's return goes to the master that published it); "
+        "'failover' holds one session, with the first master of the list that answers, "
+        "and moves to the next when the road's presence says it is lost (no polling "
+        "while it answers).",
+        "Several masters",
+        example=("master: [salt1.example.com, 'salt2.example.com:4506']",
+                 "master_type: failover"),
+    ),
+    Option(
+        "master_alive_interval",
+        s.number(0.0),
+        {"minion": 0.0},
+        "Salt polls the master this often to notice its loss.  raetsalt's road notices "
+        "it by itself (raet_alive_period); with master_type failover a master that has "
+        "not answered for this many seconds (when above 0) is left for the next even "
+        "if the road still tries to reach it (default: 30 s).",
+        "Several masters",
+    ),
+    Option(
+        "master_failback",
+        s.boolean(),
+        {"minion": False},
+        "With master_type failover (or cluster_id): when not on the first master of the "
+        "order, try it every master_failback_interval seconds and move back when it "
+        "answers.",
+        "Several masters",
+    ),
+    Option(
+        "master_failback_interval",
+        s.number(0.0),
+        {"minion": 0.0},
+        "Seconds between failback attempts; 0 uses master_alive_interval (Salt's rule), "
+        "or 60 when that is 0 too.",
+        "Several masters",
+    ),
+    Option(
+        "random_master",
+        s.boolean(),
+        {"minion": False},
+        "With master_type failover: shuffle the list of masters once at start (with "
+        "master_failback, all but the first).",
+        "Several masters",
     ),
     Option(
         "master_port",
@@ -497,12 +547,15 @@ SCHEMA: tuple[Option, ...] = (
     Option(
         "cluster_id",
         s.string(nonempty=True, nullable=True),
-        {"master": None},
+        {"master": None, "minion": None},
         "The name of this master's cluster (Salt 3007's key).  With cluster_store set, "
         "the masters of one cluster share their operators' key decisions through that "
         "database: a minion accepted on one master joins every other without a "
         "re-accept, and a key deleted or rejected on one ends the minion's session on "
-        "all.  (cluster_peers and cluster_pki_dir are not used yet.)",
+        "all.  On a minion listing several masters: they are one cluster, and the "
+        "minion holds one session, with the master a rendezvous hash of its id picks "
+        "among them, moving to its next choice on loss.  (cluster_peers and "
+        "cluster_pki_dir are not used yet.)",
         "Jobs",
         example=("cluster_id: fleet1",),
     ),

@@ -100,6 +100,9 @@ class Node:
         self.stats: Counter[str] = Counter()
         self.master: int | None = None
         """uid of the master remote a minion forwards to (``connect_master``)."""
+        self.masters: set[int] = set()
+        """Every master a minion serves at once (hot multi-master: ``master_type: str``
+        with a list); empty with one master (``master`` alone)."""
         gid = resolve_group(group)
         prepare_sock_dir(sock_dir, gid)
         self.manor_path = manor_path(sock_dir, node, self.node_id)

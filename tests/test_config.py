@@ -219,6 +219,22 @@ def test_master_host_port_overrides_master_port(tmp_path: Path) -> None:
     assert (opts["master"], opts["master_port"]) == ("m.example", 4600)
 
 
+def test_a_list_of_masters(tmp_path: Path) -> None:
+    opts = minion_config(write(tmp_path / "minion", "master: [m1.example, '[::1]:4700', "
+                               "'10.0.0.3:4507']\nmaster_port: 4600\nmaster_type: failover\n"))
+    assert (opts["master"], opts["master_port"]) == ("m1.example", 4600)  # Salt's modules
+    assert opts["__masters"] == ["m1.example:4600", "[::1]:4700", "10.0.0.3:4507"]
+    assert opts["master_type"] == "failover"
+    assert minion_config(write(tmp_path / "minion", "master: m1\n"))["__masters"] == ["m1:4506"]
+    for text, why in (("master: []\n", "lists no master"),
+                      ("master: [a, 'a:4506']\n", "lists a master twice"),
+                      (f"master: [{', '.join(f'm{i}' for i in range(65))}]\n", "at most 64"),
+                      ("master: [a, 'b:0']\n", "(or a list of them), got 'b:0'"),
+                      ("master: [a, b]\nmaster_type: distributed\n", "not served"),
+                      ("__masters: [x]\n", "__masters")):
+        assert why in error_of(minion_config, write(tmp_path / "minion", text)), text
+
+
 def test_bad_master_address_names_file_and_key(tmp_path: Path) -> None:
     path = write(tmp_path / "minion", "master: 'salt:99999'\n")
     message = error_of(minion_config, path)

@@ -56,10 +56,15 @@ from raetsalt.services.minion import (
     returner_fields,
 )
 from raetsalt.services.peer import PeerRelay
+from raetsalt.services.progress import SHARE_RUNNING
 
 log = logging.getLogger("raetsalt.daemon")
 
 __all__ = ["MinionAction", "MinionAdapter", "MinionInbox"]
+
+MAX_ORIGINS = 10_000
+"""Jobs whose publishing master is remembered (oldest forgotten first: their returns
+go to the main master)."""
 
 NOT_AUTHENTICATED = (
     "Minion failed to authenticate with the master, has the minion key been accepted?"
@@ -116,6 +121,8 @@ class MinionAdapter:
         self.mine = MineClock(opts)
         """When ``mine.update`` runs (``raetsalt.services.mineclock``)."""
         self._last_jid: str | None = None
+        self._origin: dict[str, str] = {}
+        """jid -> the master that published it (serving several masters at once)."""
         self._child_jobs: list[dict[str, Any]] = []
         """The other jobs at the last spawn (what the new job's saltutil.running sees)."""
 
@@ -156,7 +163,8 @@ class MinionAdapter:
         for event in events:
             match event:
                 case MessageReceived(remote=remote, body=dict() as body) if (
-                        remote == master and p.share_of(body) in _FROM_MASTER):
+                        (remote == master or remote in self._other_masters())
+                        and p.share_of(body) in _FROM_MASTER):
                     inbox.master.append(event)
                 case LocalMessage(share=share) if (share == p.SHARE_CALL
                                                    or self.relay.serves(share)):
@@ -172,6 +180,8 @@ class MinionAdapter:
         for event in messages:
             share = p.share_of(event.body)
             if share == p.SHARE_FUN:
+                if self.node.masters:
+                    self._note_origin(event.body.get("jid"), event.remote)
                 actions.extend(self.jobs.on_publish(event.body, now, now_wall))
             elif share == p.SHARE_CLOCK:
                 actions.extend(self.jobs.on_clock(event.body, now, now_wall))
@@ -203,12 +213,22 @@ class MinionAdapter:
     def serve_link(self, events: list[NodeEvent]) -> list[MinionAction]:
         """A (re)connection to the master: ask for its clock, say hello with the grains."""
         master = self._master_name()
+        others = self._other_masters()
         actions: list[MinionAction] = []
         for event in events:
             if isinstance(event, Allowed) and event.remote == master:
                 actions.extend(self.jobs.ask_clock(self.utcnow().timestamp()))
                 actions.extend(self._connected())
+            elif isinstance(event, Allowed) and event.remote in others:
+                # another master served at once: its own hello (clock from the main one)
+                actions.extend(ToMaster(a.body, event.remote) if isinstance(a, ToMaster)
+                               else a for a in self._connected())
         return actions
+
+    def greet_master(self) -> list[MinionAction]:
+        """The node serves another master whose session is already up (a failback):
+        what a connection does (clock request, hello with the grains)."""
+        return [*self.jobs.ask_clock(self.utcnow().timestamp()), *self._connected()]
 
     def poll(self, now: float) -> list[MinionAction]:
         """Time and the job processes: finished jobs become returns to the master and
@@ -242,8 +262,8 @@ class MinionAdapter:
             match action:
                 case Spawn(spec=spec):
                     todo.extend(self._spawn(spec))
-                case ToMaster(body=body):
-                    self._to_master(body)
+                case ToMaster(body=body, to=to):
+                    self._to_master(body, to)
                 case ToClient(yard=yard, body=body):
                     lane = True
                     try:
@@ -297,13 +317,48 @@ class MinionAdapter:
         except LocalError:
             return None
 
-    def _to_master(self, body: dict[str, Any]) -> None:
+    def _to_master(self, body: dict[str, Any], to: str | None = None) -> None:
         if self.node.master is None:
             return
+        target: str | int = self.node.master
+        if self.node.masters:
+            jid = body.get("jid")
+            origin = self._origin.get(jid) if isinstance(jid, str) else None
+            if to is not None:
+                target = to
+            elif origin is not None:
+                target = origin  # a return goes to the master that published the job
+            elif p.share_of(body) == SHARE_RUNNING:
+                for name in self._other_masters():  # each master asks about its own jobs
+                    self._send(name, body)
+        self._send(target, body)
+
+    def _send(self, target: str | int, body: dict[str, Any]) -> None:
         try:
-            self.node.stack.send(self.node.master, body)
+            self.node.stack.send(target, body)
         except LocalError as exc:
             log.warning("message for the master not sent: %s", exc)
+
+    def _other_masters(self) -> set[str]:
+        """The names of the masters served at once besides the main one."""
+        if not self.node.masters:
+            return set()
+        names = set()
+        for uid in self.node.masters:
+            if uid == self.node.master:
+                continue
+            try:
+                names.add(self.node.stack.road.remote(uid).name)
+            except LocalError:
+                continue
+        return names
+
+    def _note_origin(self, jid: object, master: str) -> None:
+        if not isinstance(jid, str):
+            return
+        self._origin[jid] = master
+        while len(self._origin) > MAX_ORIGINS:
+            self._origin.pop(next(iter(self._origin)))
 
     def _on_call(self, event: LocalMessage) -> list[MinionAction]:
         req = event.body.get("req")

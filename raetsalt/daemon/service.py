@@ -15,6 +15,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from raetsalt.config import parse_master_address
 from raetsalt.drivers.udp import SOCKET_BUFFER, RoadStack, format_ha, resolve
 from raetsalt.engine.config import RoadConfig
 from raetsalt.engine.events import (
@@ -39,6 +40,7 @@ from raetsalt.paths import keep_dir
 from raetsalt.timefmt import salt_stamp
 
 from .droplog import DropLog
+from .masterswitch import MasterSwitch, choice_from_opts, wants_switch
 from .policy import auto_mode, key_policy, minion_key_policy
 
 log = logging.getLogger("raetsalt.daemon")
@@ -199,6 +201,8 @@ class MinionLink:
     (so it shows at the default log level), naming the address or the reason.
     """
 
+    hot = False
+    """Every listed master served at once (``master_type: str`` with a list)."""
     RESOLVE_EVERY = 5.0
     """Seconds between re-resolving the master's host name while not connected."""
     UNREACHABLE_AFTER = 2
@@ -229,11 +233,40 @@ class MinionLink:
         self._last_resolve = 0.0
         self._reported: set[str] = set()
         self.drops = DropLog("the minion")
+        self.switch: MasterSwitch | None = None
+        """One master held among several (failover, a cluster), or None: one master."""
+        if wants_switch(opts):
+            self.switch = MasterSwitch(node, opts, choice_from_opts(opts), self._held,
+                                       clock=self.clock)
 
     # -- commands ---------------------------------------------------------------------------
 
     def connect(self) -> None:
         """Resolve the master and keep a session with it (the road retries by itself)."""
+        if self.switch is not None:
+            self.switch.start()
+            return
+        listed = self.opts.get("__masters") or ()
+        if len(listed) > 1:  # master_type str: every master at once
+            problems = []
+            for master in listed:
+                try:
+                    host, port = parse_master_address(master)
+                    _family, ha = resolve((host, port), self.node.stack.family)
+                except (LocalError, ValueError) as exc:
+                    problems.append(f"{master}: {exc}")
+                    continue
+                uid = self.node.stack.connect(ha)
+                self.node.masters.add(uid)
+                self.hot = True
+                if self.uid is None:
+                    self.uid, self.ha, self.node.master = uid, ha, uid
+            if not self.hot:
+                raise LocalError("no listed master resolves: " + "; ".join(problems))
+            for problem in problems:
+                log.warning("master %s (not served)", problem)
+            self._last_resolve = self.clock()
+            return
         ha = self.resolver()
         self.uid = self.node.connect_master(ha)
         self.ha = ha
@@ -242,7 +275,7 @@ class MinionLink:
     def reresolve(self) -> bool:
         """While not connected, look the master's name up again now and then; if the
         address changed, point the session there at once.  True when it moved."""
-        if self.uid is None or self.connected:
+        if self.uid is None or self.connected or self.switch is not None or self.hot:
             return False
         now = self.clock()
         if now - self._last_resolve < self.RESOLVE_EVERY:
@@ -267,11 +300,59 @@ class MinionLink:
         self.failures = 0
         return True
 
+    def choose(self) -> bool:
+        """With several masters: move to another when the held one is lost (and back,
+        with master_failback).  Each pass of the link step.  True when the node now
+        serves another master whose session is already up (a failback: the flow stays
+        connected, so the caller greets the new master itself)."""
+        if self.hot:
+            self._follow_a_live_master()
+            return False
+        if self.switch is None:
+            return False
+        before = self.uid
+        self.switch.tick(pending=self.pending, rejected=self.rejected)
+        if self.uid == before or not self.connected:
+            return False
+        log.info("%s", self._describe("connected")[1])
+        return True
+
+    def _follow_a_live_master(self) -> None:
+        """Serving every master at once: the minion's own messages (events, publish.*)
+        go to a master that answers (the first listed when it does)."""
+        road = self.node.stack.road
+
+        def up(uid: int) -> bool:
+            remote = road.remote(uid)
+            return bool(remote.allowed) and remote.alive is not False
+
+        if self.uid is not None and up(self.uid) and self.uid == min(self.node.masters):
+            return
+        live = sorted(uid for uid in self.node.masters if up(uid))
+        if live and live[0] != self.uid:
+            self.uid = self.node.master = live[0]
+            self.ha = road.remote(live[0]).ha
+            log.info("the minion's own messages now go to the master %s",
+                     road.remote(live[0]).name)
+
+    def _held(self, uid: int, ha: tuple[str, int]) -> None:
+        """The switch holds another master now: this link follows it."""
+        self.uid = uid
+        self.ha = ha
+        self.pending = self.rejected = False
+        self.failures = 0
+        self._reported.clear()
+
     # -- facts ------------------------------------------------------------------------------
 
     @property
     def connected(self) -> bool:
-        """The session with the master is up (allowed) and the master answers."""
+        """The session with the master is up (allowed) and the master answers (with
+        every master at once: one of them)."""
+        if self.hot:
+            road = self.node.stack.road
+            return any(road.remote(uid).allowed and road.remote(uid).alive is not False
+                       for uid in self.node.masters)
         if self.uid is None:
             return False
         remote = self.node.stack.road.remote(self.uid)
@@ -292,6 +373,14 @@ class MinionLink:
 
     def handle(self, events: Iterable[NodeEvent]) -> None:
         """Follow the road events that concern the master; log the rest at debug."""
+        if self.switch is not None or self.hot:
+            events = list(events)
+            if self.switch is not None:
+                self.switch.note(events)
+            held = self._held_name()
+            events = [e for e in events if getattr(e, "remote", held) == held
+                      or not isinstance(e, JoinPending | JoinRejected | Joined | Allowed
+                                        | TransactionFailed)]
         for event in events:
             if isinstance(event, JoinPending):
                 if not event.here:
@@ -345,6 +434,14 @@ class MinionLink:
                 log_session_ended(event)
             elif isinstance(event, MessageReceived | LocalMessage):
                 log.debug("unhandled message %r", event)
+
+    def _held_name(self) -> str | None:
+        if self.uid is None:
+            return None
+        try:
+            return self.node.stack.road.remote(self.uid).name
+        except LocalError:
+            return None
 
     # -- reports ----------------------------------------------------------------------------
 

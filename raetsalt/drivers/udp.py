@@ -348,6 +348,11 @@ class RoadStack:
         self.flush()
         return uid
 
+    def release(self, uid: int) -> None:
+        """Stop keeping the session with ``uid`` (see ``Road.release``)."""
+        self.road.release(uid, self.clock())
+        self.flush()
+
     def join(self, uid: int) -> None:
         self.road.join(uid, self.clock())
         self.flush()

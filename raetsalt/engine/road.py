@@ -314,6 +314,18 @@ class Road:
         self.service_remote(remote, now)
         return remote.uid
 
+    def release(self, uid: int, now: float) -> None:
+        """``connect``'s opposite: stop keeping a session with this remote (no more joins,
+        allows or alive probes from here) and end the one there is, so the other side's
+        probes fail and it stops counting on us.  Messages queued for it stay until they
+        expire; a later ``connect`` takes it up again."""
+        remote = self.remotes.get(uid)
+        if remote is None:
+            return
+        remote.auto_connect = False
+        self._lose_session(remote)
+        self._rearm(remote, now)
+
     def join(self, uid: int, now: float) -> None:
         remote = self.remotes[uid]
         if remote.in_progress(TransactionKind.JOIN) is not None:

@@ -309,6 +309,8 @@ class RaetsaltMinionLink(_Step):
                 link.handle(events)
             events.clear()
         if isinstance(link, MinionLink):
+            if link.choose():
+                self.outbox.value.extend(jobs.greet_master())
             facts = link.facts()
             if facts != self.shown:
                 self.shown = facts

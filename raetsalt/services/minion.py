@@ -108,9 +108,11 @@ class JobSpec:
 
 @dataclass(frozen=True, slots=True)
 class ToMaster:
-    """Send ``body`` over the road to the master."""
+    """Send ``body`` over the road to the master (``to``: that master estate, when the
+    minion serves several at once; None: the master the job came from, or the main one)."""
 
     body: dict[str, Any]
+    to: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

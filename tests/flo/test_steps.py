@@ -265,6 +265,7 @@ class FakeLink(MinionLink):
         self.ha = ("10.0.0.1", 4506)
         self.uid = None
         self._reported = set()
+        self.switch = None
         self.up = False
 
     @property
