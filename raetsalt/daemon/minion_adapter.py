@@ -181,6 +181,8 @@ class MinionAdapter:
             elif share == p.SHARE_PILLAR:
                 pillar = event.body.get("pillar")
                 self.jobs.pillar = pillar if isinstance(pillar, dict) else {}
+                if self.bridge is not None:
+                    self.bridge.set_pillar(self.jobs.pillar)
             else:
                 assert share is not None
                 actions.extend(self.relay.on_answer(share, event.body))
