@@ -11,6 +11,8 @@ loader is up (copy-on-write: no second load of Salt) and again if it dies.  It:
   ``__schedule_return``; this process hands it to the minion daemon (control op
   ``schedule_return`` on the zygote's socket), which sends it to the master as a
   return with jid ``req``: the master gives it a real jid and stores it in its job cache;
+* adds Salt's ``__mine_interval`` job (``mine.update`` every ``mine_interval``
+  minutes, and once at start), as Salt's minion does;
 * runs Salt's ``Beacon.process`` on the same beat (``beacons:`` in config and pillar)
   and fires all the events of one beat as one ``fire_master`` batch on the minion bus;
   the minion daemon sends a batch to the master as few road messages;
@@ -97,6 +99,20 @@ class Scheduler:
         self.beacons = salt.beacons.Beacon(self.opts, runtime.functions)
         self.bus = salt.utils.event.get_event("minion", opts=self.opts, listen=True)
         self.dropped_beacon_events = 0
+        self._mine_interval()
+
+    def _mine_interval(self) -> None:
+        """Salt's ``__mine_interval`` job: ``mine.update`` every ``mine_interval``
+        minutes, and once at start (not written to ``_schedule.conf``: it is rebuilt
+        from the config at every start)."""
+        functions = self.runtime.functions
+        inner = getattr(functions, "_dunder_salt", None) or functions
+        if self.opts.get("mine_enabled", True) and "mine.update" in inner:
+            self.schedule.add_job({"__mine_interval": {
+                "function": "mine.update", "minutes": self.opts.get("mine_interval", 60),
+                "jid_include": True, "maxrunning": 2, "run_on_start": True,
+                "return_job": self.opts.get("mine_return_job", False)}},
+                persist=False)
 
     def serve(self) -> int:
         interval = max(0.05, float(self.opts.get("loop_interval") or 1))

@@ -26,6 +26,8 @@ from raetsalt.event import SaltEvent
 pytestmark = pytest.mark.integration
 
 SALTY = """\
+mine_functions:
+  test.echo: [from the mine]
 schedule:
   pinger:
     function: test.ping
@@ -114,6 +116,13 @@ def test_schedule_beacons_and_a_reaction(tmp_path: Path) -> None:
         assert deleted["salty"]["result"] is True, deleted  # type: ignore[index]
         listed = world.cli("salt", world.root / "ma", "salty", "schedule.list")
         assert "job2" not in listed.stdout, listed.stdout
+        # mine_interval: Salt's __mine_interval job ran mine.update once at start.
+        listed = world.cli("salt", world.root / "ma", "salty", "schedule.list",
+                           "show_all=True")
+        assert "__mine_interval:" in listed.stdout, listed.stdout
+        _until("the mine's first update", lambda: _json(
+            world, "salty", "mine.get", "salty", "test.echo") == {
+                "salty": {"salty": "from the mine"}}, 60, salty)
         beacons = world.cli("salt", world.root / "ma", "salty", "beacons.list")
         assert beacons.returncode == 0 and "diskusage:" in beacons.stdout, beacons.stdout
         bus.destroy()
