@@ -112,6 +112,9 @@ def test_schedule_beacons_and_a_reaction(tmp_path: Path) -> None:
                                    "changes": {"job2": "added"}, "result": True}}
         listed = world.cli("salt", world.root / "ma", "salty", "schedule.list")
         assert "job2:" in listed.stdout and "pinger:" in listed.stdout, listed.stdout
+        # Persisted as Salt does, beside the minion's config (read again at start).
+        kept = load_node_config(salty_dir, "minion")["schedule"]
+        assert kept["job2"]["function"] == "test.echo" and "pinger" in kept
         deleted = _json(world, "salty", "schedule.delete", "job2")
         assert deleted["salty"]["result"] is True, deleted  # type: ignore[index]
         listed = world.cli("salt", world.root / "ma", "salty", "schedule.list")
