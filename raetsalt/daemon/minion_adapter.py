@@ -209,6 +209,8 @@ class MinionAdapter:
         actions: list[MinionAction] = []
         for event in events:
             if isinstance(event, Allowed) and event.remote == master:
+                if self.bridge is not None:
+                    self.bridge.connected()  # the scheduler's first mine.update
                 actions.extend(self.jobs.ask_clock(self.utcnow().timestamp()))
                 actions.extend(self._connected())
         return actions

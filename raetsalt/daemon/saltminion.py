@@ -99,6 +99,7 @@ class MinionBridge:
         self._backoff = RESTART_MIN
         self._selectors: dict[selectors.BaseSelector, Any] = {}
         self._pillar: dict[str, Any] | None = None
+        self._was_connected = False
         self._start()
 
     # -- what the job service asks ----------------------------------------------------------
@@ -134,6 +135,12 @@ class MinionBridge:
         """Load grains and modules again (after a sync or a refresh)."""
         if self.ready and self._sock is not None:
             self._send({"op": "reload"})
+
+    def connected(self) -> None:
+        """A session with the master began (the scheduler updates the mine then)."""
+        self._was_connected = True
+        if self.ready:
+            self._send({"op": "connected"})
 
     def set_pillar(self, pillar: Mapping[str, Any]) -> None:
         """The minion's pillar changed: the scheduler and beacons read theirs from it."""
@@ -244,6 +251,8 @@ class MinionBridge:
             actions.extend(jobs.set_grains(body["grains"]))
             if self._pillar is not None:
                 self._send({"op": "pillar"}, self._pillar)
+            if first and self._was_connected:
+                self._send({"op": "connected"})
             queued, self._queue = self._queue, []
             for jid, payload, write_fd in queued:
                 self._send_job(jid, payload, write_fd)

@@ -12,7 +12,7 @@ loader is up (copy-on-write: no second load of Salt) and again if it dies.  It:
   ``schedule_return`` on the zygote's socket), which sends it to the master as a
   return with jid ``req``: the master gives it a real jid and stores it in its job cache;
 * adds Salt's ``__mine_interval`` job (``mine.update`` every ``mine_interval``
-  minutes, and once at start), as Salt's minion does;
+  minutes, and when a session with the master begins), as Salt's minion does;
 * runs Salt's ``Beacon.process`` on the same beat (``beacons:`` in config and pillar)
   and fires all the events of one beat as one ``fire_master`` batch on the minion bus;
   the minion daemon sends a batch to the master as few road messages;
@@ -23,7 +23,7 @@ loader is up (copy-on-write: no second load of Salt) and again if it dies.  It:
 
 Pillar: the daemon sends the minion's pillar to the zygote (op ``pillar``), which
 passes it on through this process's own socket; Salt reads ``opts['pillar']`` on each
-evaluation.
+evaluation.  After the zygote reloads Salt's modules it says ``reload`` here too.
 """
 
 from __future__ import annotations
@@ -103,14 +103,16 @@ class Scheduler:
 
     def _mine_interval(self) -> None:
         """Salt's ``__mine_interval`` job: ``mine.update`` every ``mine_interval``
-        minutes, and once at start (not written to ``_schedule.conf``: it is rebuilt
-        from the config at every start)."""
+        minutes, and each time a session with the master begins (op ``connected``;
+        Salt's minion adds the job with ``run_on_start`` once connected).  Not written
+        to ``_schedule.conf``: it is rebuilt from the config at every start."""
         functions = self.runtime.functions
         inner = getattr(functions, "_dunder_salt", None) or functions
-        if self.opts.get("mine_enabled", True) and "mine.update" in inner:
+        self._mine_job = bool(self.opts.get("mine_enabled", True) and "mine.update" in inner)
+        if self._mine_job:
             self.schedule.add_job({"__mine_interval": {
                 "function": "mine.update", "minutes": self.opts.get("mine_interval", 60),
-                "jid_include": True, "maxrunning": 2, "run_on_start": True,
+                "jid_include": True, "maxrunning": 2,
                 "return_job": self.opts.get("mine_return_job", False)}},
                 persist=False)
 
@@ -217,6 +219,25 @@ class Scheduler:
                 os.close(fd)
             if header.get("op") == "pillar" and isinstance(body, dict):
                 self.opts["pillar"] = body
+            elif header.get("op") == "reload":
+                self._reload()
+            elif header.get("op") == "connected" and self._mine_job:
+                self.schedule.run_job("__mine_interval")
+
+    def _reload(self) -> None:
+        """Salt's modules again (after ``saltutil.sync_*``/``refresh_modules``): scheduled
+        jobs and beacons see synced modules, as after Salt's ``module_refresh``."""
+        import salt.beacons
+
+        try:
+            self.runtime.load()
+            self.runtime._returners = None
+            self.schedule.functions = self.runtime.functions
+            self.schedule.returners = self.runtime.returners()
+            self.beacons = salt.beacons.Beacon(self.opts, self.runtime.functions)
+        except Exception as exc:  # noqa: BLE001 - keep the last good loader
+            log.error("scheduler: reloading Salt's modules failed: %s: %s",
+                      type(exc).__name__, exc)
 
 
 def run(runtime: Any, daemon: socket.socket, private: socket.socket) -> int:

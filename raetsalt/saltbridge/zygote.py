@@ -17,7 +17,8 @@ Control messages (``raetsalt.saltbridge.control`` on a ``SOCK_SEQPACKET`` pair):
 daemon -> zygote: ``init`` (body: the config ``SaltRuntime`` needs, log levels), ``job``
 ``{jid}`` (body: payload; descriptor: the outcome pipe), ``reload`` (grains and modules
 again, after ``saltutil.sync_*``/``refresh_*``), ``pillar`` (body: the minion's pillar,
-for the scheduler).  End of stream: exit (running jobs go on and still report).
+for the scheduler), ``connected`` (a session with the master began).  End of stream:
+exit (running jobs go on and still report).
 
 zygote -> daemon: ``ready`` (body: ``{grains, version}``) after every load, ``started``
 ``{jid, pid}``, ``failed`` ``{jid, reason}`` (no fork), ``unavailable`` ``{reason}``
@@ -132,7 +133,9 @@ class Zygote:
             return
         for fd in fds:
             os.close(fd)
-        if op == "pillar" and isinstance(body, dict):
+        if op == "connected":
+            self._tell_scheduler({"op": "connected"}, None)
+        elif op == "pillar" and isinstance(body, dict):
             self._pillar = body
             self._tell_scheduler({"op": "pillar"}, body)
         elif op == "reload":
@@ -141,6 +144,7 @@ class Zygote:
             except Exception:  # noqa: BLE001 - keep the last good loader
                 log.exception("zygote: reloading Salt's modules failed")
             self._ready()
+            self._tell_scheduler({"op": "reload"}, None)
         else:
             log.error("zygote: unexpected control message %r", op)
 

@@ -128,6 +128,10 @@ def test_schedule_beacons_and_a_reaction(tmp_path: Path) -> None:
                 "salty": {"salty": "from the mine"}}, 60, salty)
         beacons = world.cli("salt", world.root / "ma", "salty", "beacons.list")
         assert beacons.returncode == 0 and "diskusage:" in beacons.stdout, beacons.stdout
+        # After a module refresh the scheduler has the new loader and still answers.
+        assert _json(world, "salty", "saltutil.refresh_modules") == {"salty": True}
+        listed = world.cli("salt", world.root / "ma", "salty", "schedule.list")
+        assert "pinger:" in listed.stdout, listed.stdout
         bus.destroy()
         for daemon in (master, minion1, salty):
             assert not [line for line in daemon.drain() if "Traceback" in line], daemon.lines
