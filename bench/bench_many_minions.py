@@ -117,6 +117,8 @@ class Cluster:
         self.helpers: list[subprocess.Popen[str]] = []
         self.status_files: list[Path] = []
         self.helper_count = helpers
+        self.helper_args: list[str] = []
+        """More arguments for ``many_minions.py`` (the beacon benchmark's)."""
 
     def _write_master_config(self) -> None:
         # The console shows errors only; the log file says where the master serves.
@@ -166,7 +168,7 @@ class Cluster:
                  "--master", f"127.0.0.1:{self.port}", "--count", str(count),
                  "--prefix", f"m{index}x", "--inline-jobs", "--nice", "10",
                  "--status", str(status), "--alive-period", str(self.alive_period),
-                 "--go", str(self.shm / "go")],
+                 "--go", str(self.shm / "go"), *self.helper_args],
                 stdout=subprocess.DEVNULL, text=True))
 
     def go(self, timeout: float) -> None:

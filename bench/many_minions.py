@@ -145,6 +145,53 @@ class Minion:
         return now + (min(waits) if waits else 60.0)
 
 
+class Beacons:
+    """Simulated beacons: each minion fires ``salt/beacon/<id>/bench/`` every ``every``
+    seconds (``beats`` times, starting once ``go`` exists; minions staggered over the
+    interval), through its manor's ``fire_master`` as Salt's beacon machinery does in the
+    scheduler process.  The event's data carries the wall-clock time it was fired."""
+
+    def __init__(self, minions: list[Minion], every: float, beats: int,
+                 go: str | None) -> None:
+        self.minions = minions
+        self.every = every
+        self.beats = beats if every > 0 else 0
+        self.go = Path(go) if go else None
+        self.started: float | None = None
+        self.heap: list[tuple[float, int, int]] = []
+
+    def wait(self, now: float) -> float:
+        if not self.beats:
+            return 60.0
+        if self.started is None:
+            return 0.1  # polling the start file
+        return max(0.0, self.heap[0][0] - now) if self.heap else 60.0
+
+    def fire(self, now: float) -> list[Minion]:
+        if not self.beats:
+            return []
+        if self.started is None:
+            if self.go is not None and not self.go.exists():
+                return []
+            self.started = now
+            count = len(self.minions)
+            self.heap = [(now + self.every * i / count, i, 0) for i in range(count)]
+            heapq.heapify(self.heap)
+        fired: list[Minion] = []
+        while self.heap and self.heap[0][0] <= now:
+            due, index, beat = heapq.heappop(self.heap)
+            minion = self.minions[index]
+            minion_id = minion.node.node_id
+            event = {"tag": f"salt/beacon/{minion_id}/bench/",
+                     "data": {"id": minion_id, "beat": beat, "sent": time.time()}}
+            minion.node.manor.fire_event("fire_master", {
+                "events": [event], "pretag": None, "tag": None, "data": None})
+            fired.append(minion)
+            if beat + 1 < self.beats:
+                heapq.heappush(self.heap, (due + self.every, index, beat + 1))
+        return fired
+
+
 def _write_status(path: Path, root: Path, minions: list[Minion]) -> None:
     try:
         epoch = float((root / "epoch").read_text())
@@ -179,6 +226,11 @@ def main() -> int:
     parser.add_argument("--nice", type=int, default=0, help="lower CPU priority by this much")
     parser.add_argument("--status", help="file to rewrite with a JSON status every second")
     parser.add_argument("--go", help="build the minions, then connect once this file exists")
+    parser.add_argument("--beacon-every", type=float, default=0.0,
+                        help="each minion fires a beacon event every this many seconds")
+    parser.add_argument("--beacon-beats", type=int, default=0,
+                        help="beacon beats per minion (then they stop)")
+    parser.add_argument("--beacon-go", help="start the beacons once this file exists")
     parser.add_argument("--alive-period", type=float, default=3.0,
                         help="the minions' raet_alive_period")
     args = parser.parse_args()
@@ -244,9 +296,11 @@ def main() -> int:
         heapq.heappush(heap, (minion.deadline, index, minion))
     order = {id(m): i for i, m in enumerate(minions)}
     next_status = 0.0
+    beacons = Beacons(minions, args.beacon_every, args.beacon_beats, args.beacon_go)
     while not stop:
         now = time.monotonic()
         wait = max(0.0, heap[0][0] - now) if heap else 1.0
+        wait = min(wait, beacons.wait(now))
         if status_path is not None:
             wait = min(wait, max(0.0, next_status - now))
         ready = selector.select(wait)
@@ -259,6 +313,8 @@ def main() -> int:
             deadline, _, minion = heapq.heappop(heap)
             if deadline == minion.deadline:  # else: a stale entry
                 due[id(minion)] = minion
+        for minion in beacons.fire(now):
+            due[id(minion)] = minion
         for minion in due.values():
             minion.deadline = minion.service(now)
             heapq.heappush(heap, (minion.deadline, order[id(minion)], minion))

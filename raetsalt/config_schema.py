@@ -1030,6 +1030,28 @@ SCHEMA += (
         _AUTOMATION,
     ),
     Option(
+        "schedule",
+        s.mapping(),
+        {"minion": {}},
+        "Salt's scheduler: job name -> Salt's job options (function, args, seconds, "
+        "minutes, cron, when, returner...), merged with the pillar's 'schedule'.  Run by "
+        "Salt's Schedule in a process beside the Salt zygote (needs the salt extra); the "
+        "returns go to the master's job cache under real jids.",
+        _AUTOMATION,
+        example=("schedule:", "  ping:", "    function: test.ping", "    seconds: 60"),
+    ),
+    Option(
+        "beacons",
+        s.mapping(),
+        {"minion": {}},
+        "Salt's beacons: beacon module -> its config (a list of mappings), merged with "
+        "the pillar's 'beacons'.  Run by Salt's beacon machinery beside the Salt zygote "
+        "(needs the salt extra); events reach the master's bus as "
+        "salt/beacon/<id>/<beacon>/..., a beat's events batched on the road.",
+        _AUTOMATION,
+        example=("beacons:", "  diskusage:", "    - /: 90%", "    - interval: 60"),
+    ),
+    Option(
         "event_return",
         s.string_or_list(),
         {"master": []},

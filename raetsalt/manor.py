@@ -25,6 +25,9 @@ Hooks for the daemon (both optional):
 * ``forward_to_master(event)`` is called for every event that an event tagged
   ``fire_master*`` on a minion bus expands to (``raetsalt.bus.expand_fire_master``), with
   ``event = {'tag': str, 'data': dict}``, ready to be fired on the master's bus.
+* ``forward_batch_to_master(events)``, when given, is called instead, once, with all the
+  events one ``fire_master`` batch (``events: [...]``, Salt's beacons) expands to, so
+  that the daemon can send them as few road messages.
 * ``forward_over_road(estate, body)`` is called for lane messages addressed to another
   estate; without it they are dropped (``no_road``).
 """
@@ -101,6 +104,7 @@ class Manor:
         bus: EventBus | None = None,
         forward_to_master: Callable[[dict[str, Any]], None] | None = None,
         forward_over_road: Callable[[str, dict[str, Any]], None] | None = None,
+        forward_batch_to_master: Callable[[list[dict[str, Any]]], None] | None = None,
     ) -> None:
         if node not in ("minion", "master"):
             raise LocalError(f"node must be 'minion' or 'master', not {node!r}")
@@ -113,6 +117,7 @@ class Manor:
         self.bus = bus if bus is not None else EventBus()
         self.forward_to_master = forward_to_master
         self.forward_over_road = forward_over_road
+        self.forward_batch_to_master = forward_batch_to_master
         self.stats: Counter[str] = Counter()
         self._messages: deque[LocalMessage] = deque()
 
@@ -291,7 +296,18 @@ class Manor:
         if hook is None:
             self.stats["fire_master_unforwarded"] += 1
             return
-        for event in expand_fire_master(data, self.node_id):
+        events = expand_fire_master(data, self.node_id)
+        batch = self.forward_batch_to_master
+        if batch is not None and len(events) > 1:
+            try:
+                batch(events)
+            except Exception:  # noqa: BLE001 - the daemon's code must not stop the bus
+                self.stats["fire_master_hook_error"] += 1
+                log.exception("forward_batch_to_master failed for %d events", len(events))
+            else:
+                self.stats["fire_master_forwarded"] += len(events)
+            return
+        for event in events:
             # The hook is the daemon's code; a failure there must not stop the bus.
             try:
                 hook(event)

@@ -10,6 +10,8 @@ moves messages between the two sides:
       {route: {src: [<minion estate>, 'manor', None], dst: [<master estate>, 'manor',
       'event_fire']}, tag: <tag>, data: <data>}
 
+  The events of one ``fire_master`` batch (Salt's beacons: ``events: [...]``) go as
+  ``{route, events: [[tag, data], ...]}``, ``BATCH_EVENTS`` at most per message.
   Messages to one remote of one size class are delivered in order (docs/transport.md,
   "Message order and scheduling"), so events arrive in fire order unless a large one is
   overtaken.  Before the master is connected they wait in the road's queue
@@ -65,6 +67,8 @@ NodeEvent = Event | LocalMessage
 
 # Wake-up bound of ``run`` so a stop request is seen even when nothing happens.
 _RUN_MAX_WAIT = 0.25
+BATCH_EVENTS = 256
+"""Events per road message of a forwarded batch, at most (the master refuses more)."""
 
 
 class StopSignal(Protocol):
@@ -113,6 +117,7 @@ class Node:
             estate=stack.road.name,
             forward_to_master=self._forward_to_master,
             forward_over_road=self._forward_over_road,
+            forward_batch_to_master=self._forward_batch_to_master,
         )
         self.uxd = UxdSocket(self.manor_path, group=gid, replace_stale=True, sock_dir=sock_dir)
         self._selector = selectors.DefaultSelector()
@@ -261,14 +266,22 @@ class Node:
                 YardAddress(self.stack.road.name, MANOR, None),
                 YardAddress(master_estate, MANOR, SHARE_FIRE),
             ).to_wire(),
-            "tag": event["tag"],
-            "data": event["data"],
+            **event,
         }
         try:
             self.stack.send(self.master, body)
         except LocalError as exc:  # not encodable for the road's body kind, or too large
             self.stats["fire_master_unsendable"] += 1
-            log.warning("event %r not forwarded to the master: %s", event["tag"], exc)
+            log.warning("event %r not forwarded to the master: %s",
+                        event.get("tag", "(a batch)"), exc)
+
+    def _forward_batch_to_master(self, events: list[dict[str, Any]]) -> None:
+        """Several events as few road messages: ``{route, events: [[tag, data], ...]}``,
+        at most ``BATCH_EVENTS`` events each."""
+        for start in range(0, len(events), BATCH_EVENTS):
+            chunk = events[start:start + BATCH_EVENTS]
+            self.stats["fire_master_batches"] += 1
+            self._forward_to_master({"events": [[e["tag"], e["data"]] for e in chunk]})
 
     def _forward_over_road(self, estate: str, body: dict[str, Any]) -> None:
         try:
@@ -322,6 +335,17 @@ class Node:
             self.stats["road_relay_failed"] += 1
 
     def _fire_from_remote(self, remote_name: str, body: Mapping[str, Any]) -> None:
+        batch = body.get("events")
+        if batch is not None:
+            if not isinstance(batch, list) or len(batch) > BATCH_EVENTS:
+                self.stats["road_bad_event"] += 1
+                return
+            for item in batch:
+                if isinstance(item, list) and len(item) == 2:
+                    self._fire_from_remote(remote_name, {"tag": item[0], "data": item[1]})
+                else:
+                    self.stats["road_bad_event"] += 1
+            return
         tag, data = body.get("tag"), body.get("data")
         if not isinstance(tag, str) or not tag or not isinstance(data, Mapping):
             self.stats["road_bad_event"] += 1

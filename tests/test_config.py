@@ -320,11 +320,12 @@ def test_minion_salt_keys_and_master_options_are_ignored(tmp_path: Path) -> None
     write(tmp_path / "minion", "master_finger: 'ab:cd'\nfile_client: local\n"
                                "startup_states: highstate\nmine_functions: {}\n"
                                "mine_interval: 5\nmine_enabled: true\n"
-                               "hash_type: sha256\nschedule: {}\npeer: {}\n")
+                               "hash_type: sha256\nscheduler_before_connect: true\npeer: {}\n")
     warnings: list[str] = []
     load_node_config(tmp_path, "minion", warnings)
-    assert warnings[0].endswith("'startup_states', 'schedule', 'peer' (a raetsalt master option)")
-    # file_client, master_finger, hash_type and mine_functions are minion options
+    assert warnings[0].endswith("'startup_states', 'scheduler_before_connect', 'peer' "
+                                "(a raetsalt master option)")
+    # file_client, master_finger, hash_type and the mine's keys are minion options
     assert "ignoring 3 key(s)" in warnings[0]
 
 
@@ -333,14 +334,15 @@ def test_salts_keys_are_kept_for_salts_loader(tmp_path: Path) -> None:
     reads with opts.get) are kept in ``__salt`` for Salt's loader, a later file
     winning (``peer``, a master key of both, too: Salt's minion would hold it)."""
     write(tmp_path / "minion", "disable_modules: [aptpkg]\nproviders: {pkg: yumpkg}\n"
-                               "pillar_raise_on_missing: true\nbeacons: {}\n"
+                               "pillar_raise_on_missing: true\nbeacons_before_connect: true\n"
                                "module_executors: [direct_call]\nproxy: {}\n"
                                "use_superseded: [module.run]\nmysql.host: db\npeer: {}\n")
     write(tmp_path / "minion.d" / "later.conf", "disable_modules: [cmdmod]\n")
     opts = load_node_config(tmp_path, "minion", [])
     assert opts["__salt"] == {
         "disable_modules": ["cmdmod"], "providers": {"pkg": "yumpkg"},
-        "pillar_raise_on_missing": True, "beacons": {}, "module_executors": ["direct_call"],
+        "pillar_raise_on_missing": True, "beacons_before_connect": True,
+        "module_executors": ["direct_call"],
         "proxy": {}, "use_superseded": ["module.run"], "peer": {}}
     assert opts["mysql.host"] == "db"  # a module's setting stays in the opts themselves
     write(tmp_path / "minion", "__salt: {}\n")

@@ -190,6 +190,8 @@ class MinionAdapter:
                 self.jobs.pillar = pillar if isinstance(pillar, dict) else {}
                 if self.mine.on_pillar(self.jobs.pillar, now, self._mine_busy()):
                     actions.extend(self._mine_update())
+                if self.bridge is not None:
+                    self.bridge.set_pillar(self.jobs.pillar)
             else:
                 assert share is not None
                 actions.extend(self.relay.on_answer(share, event.body))

@@ -8,7 +8,9 @@ pipe; the read end goes to the daemon's ``ForkExecutor``, so a Salt job finishes
 any other), and turns what the zygote reports into job-service calls (``poll``): its
 grains (the minion says hello to the master only once it has them, so grain targeting
 sees Salt's grains from the start; at most ``HELLO_WAIT`` seconds after start), the pid
-of each job, forks that failed.
+of each job, forks that failed, the returns of Salt's scheduled jobs (sent to the
+master as returns with jid ``req``, ``raetsalt.services.scheduled``).  The minion's
+pillar goes to the zygote for the scheduler and beacons (``set_pillar``).
 
 The zygote is restarted with back-off (1 s doubling to 60 s) when it dies; jobs that
 were handed over but not started fail with the reason.  In ``auto`` mode a zygote that
@@ -36,7 +38,8 @@ from raetsalt.saltbridge import control
 from raetsalt.saltbridge.modes import runs_in_salt, salt_importable, uses_salt
 from raetsalt.saltbridge.saltjob import CONFIG_KEYS
 from raetsalt.services.minion import Action as MinionAction
-from raetsalt.services.minion import JobSpec, MinionJobs, returner_fields
+from raetsalt.services.minion import JobSpec, MinionJobs, ToMaster, returner_fields
+from raetsalt.services.scheduled import scheduled_return
 
 log = logging.getLogger("raetsalt.daemon")
 
@@ -57,8 +60,18 @@ def minion_bridge(opts: Mapping[str, Any], executor: ForkExecutor) -> MinionBrid
         raise LocalError("execution_mode is 'salt' but the salt package is not importable "
                          "(pip install 'raetsalt[salt]')")
     if not uses_salt(mode, importable):
+        say_unrun(opts, "needs the salt package (pip install 'raetsalt[salt]')"
+                  if not importable else "runs with Salt's loader (execution_mode auto or "
+                  f"salt), and execution_mode is {mode!r}")
         return None
     return MinionBridge(opts, executor, mode)
+
+
+def say_unrun(opts: Mapping[str, Any], why: str) -> None:
+    """One line per configured key that Salt's scheduler process would have served."""
+    for key, what in (("schedule", "Salt's scheduler"), ("beacons", "Salt's beacons")):
+        if opts.get(key):
+            log.warning("%s: ignored: %s %s", key, what, why)
 
 
 class MinionBridge:
@@ -85,6 +98,7 @@ class MinionBridge:
         self._restart_at: float | None = None
         self._backoff = RESTART_MIN
         self._selectors: dict[selectors.BaseSelector, Any] = {}
+        self._pillar: dict[str, Any] | None = None
         self._start()
 
     # -- what the job service asks ----------------------------------------------------------
@@ -120,6 +134,12 @@ class MinionBridge:
         """Load grains and modules again (after a sync or a refresh)."""
         if self.ready and self._sock is not None:
             self._send({"op": "reload"})
+
+    def set_pillar(self, pillar: Mapping[str, Any]) -> None:
+        """The minion's pillar changed: the scheduler and beacons read theirs from it."""
+        self._pillar = plain(dict(pillar))
+        if self.ready:
+            self._send({"op": "pillar"}, self._pillar)
 
     def poll(self, jobs: MinionJobs) -> list[MinionAction]:
         """Apply what the zygote reported to ``jobs``; returns the job service's actions."""
@@ -222,6 +242,8 @@ class MinionBridge:
                 log.info("Salt %s loaded: Salt's functions, states and grains are in use",
                          self.version)
             actions.extend(jobs.set_grains(body["grains"]))
+            if self._pillar is not None:
+                self._send({"op": "pillar"}, self._pillar)
             queued, self._queue = self._queue, []
             for jid, payload, write_fd in queued:
                 self._send_job(jid, payload, write_fd)
@@ -234,12 +256,18 @@ class MinionBridge:
             jid = str(header.get("jid"))
             self._unstarted.discard(jid)
             actions.extend(jobs.on_spawn_failed(jid, str(header.get("reason"))))
+        elif op == "schedule_return" and isinstance(body, dict):
+            message = scheduled_return(jobs.estate, body)
+            if message is not None:
+                actions.append(ToMaster(message))
         elif op == "unavailable":
             reason = str(header.get("reason"))
             if self.mode == "auto":
                 self.active = False
                 log.warning("Salt's loader cannot be used (%s): running raetsalt's native "
                             "functions only", reason)
+                say_unrun(self.opts, f"needs Salt's loader, which cannot be used ({reason}; "
+                          "pip install 'raetsalt[salt]')")
             else:
                 log.error("Salt's loader cannot be used: %s", reason)
         if self.hello_due and (self.ready or not self.active):
@@ -258,10 +286,10 @@ class MinionBridge:
         finally:
             os.close(write_fd)  # the zygote has its own copy now (or the job ends at once)
 
-    def _send(self, header: dict[str, Any]) -> None:
+    def _send(self, header: dict[str, Any], body: Any = None) -> None:
         try:
             if self._sock is not None:
-                control.send(self._sock, header)
+                control.send(self._sock, header, body)
         except OSError as exc:
             log.warning("Salt zygote: %s not sent: %s", header.get("op"), exc)
 

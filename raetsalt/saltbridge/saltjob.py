@@ -33,6 +33,7 @@ missing function, bad arguments and exceptions.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 import traceback
@@ -42,6 +43,7 @@ from functools import partial
 from typing import Any
 
 from raetsalt import event as raet_event
+from raetsalt.drivers.jobchild import plain
 from raetsalt.execution import returners
 
 from . import channel, mine_bus
@@ -51,7 +53,7 @@ log = logging.getLogger(__name__)
 
 CONFIG_KEYS = ("id", "cachedir", "sock_dir", "conf_file", "log_file", "file_client",
                "file_roots", "pillar_roots", "module_dirs", "grains", "return",
-               "mine_functions", "master", "master_port", "__salt")
+               "mine_functions", "schedule", "beacons", "master", "master_port", "__salt")
 """The raetsalt minion opts ``SaltRuntime`` needs."""
 WARM = ("test.ping", "cmd.run", "state.apply", "pillar.items", "grains.items",
         "cp.get_file", "saltutil.sync_all", "pkg.list_pkgs", "file.stat")
@@ -80,7 +82,23 @@ class _MinionBus(raet_event.MinionEvent):
         what = REFRESH_TAGS.get(str(tag))
         if what is not None:
             _REFRESHES.add(what)
+        if isinstance(data, dict):
+            data = _bus_safe(data)
         return super().fire_event(data, tag, timeout)
+
+
+def _bus_safe(value: Any, depth: int = 0) -> Any:
+    """``value`` as Salt's serializer would send it on its bus: dates as Salt's
+    ``%Y%m%dT%H:%M:%S.%f`` text (the scheduler's ``_next_fire_time``...), the rest as
+    ``plain`` makes it."""
+    if isinstance(value, datetime.datetime):
+        return value.strftime("%Y%m%dT%H:%M:%S.%f")
+    if isinstance(value, dict) and depth < 64:
+        return {k if isinstance(k, str) else str(k): _bus_safe(v, depth + 1)
+                for k, v in value.items()}
+    if isinstance(value, list | tuple) and depth < 64:
+        return [_bus_safe(v, depth + 1) for v in value]
+    return plain(value, depth)
 
 
 def salt_opts(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -103,6 +121,8 @@ def salt_opts(config: Mapping[str, Any]) -> dict[str, Any]:
         "module_dirs": list(config.get("module_dirs") or []),
         "grains": dict(config.get("grains") or {}),
         "mine_functions": dict(config.get("mine_functions") or {}),
+        "schedule": dict(config.get("schedule") or {}),
+        "beacons": dict(config.get("beacons") or {}),
         "multiprocessing": True, "cache_jobs": False,
         "master_type": "str", "transport": TRANSPORT,
     })

@@ -1,10 +1,9 @@
 """Salt functions whose other end raetsalt does not serve, and their one-line answer.
 
-A Salt function that needs something a raetsalt minion or master does not run (the
-minion's scheduler and beacons, which Salt's minion process answers over its event bus,
-a runner run on the minion's host) would otherwise hang until its own time-out or end
-in a traceback, or answer ``True`` for work that was not done.  ``unserved(fun)``
-names the feature instead; the job fails at once with
+A Salt function that needs something a raetsalt minion or master does not run (a
+runner or a wheel function run on the minion's host) would otherwise hang until its
+own time-out or end in a traceback, or answer ``True`` for work that was not done.
+``unserved(fun)`` names the feature instead; the job fails at once with
 ``ERROR executing '<fun>': <the feature> ...`` (retcode 1), before Salt's function runs.
 """
 
@@ -17,10 +16,7 @@ UNSERVED = {
                       "on the master",
 }
 """Function -> what is not served."""
-UNSERVED_MODULES = {
-    "schedule": "the Salt scheduler is not run by raetsalt minions",
-    "beacons": "Salt beacons are not run by raetsalt minions",
-}
+UNSERVED_MODULES: dict[str, str] = {}
 """Module -> what is not served (every function of the module)."""
 
 

@@ -16,12 +16,15 @@ Control messages (``raetsalt.saltbridge.control`` on a ``SOCK_SEQPACKET`` pair):
 
 daemon -> zygote: ``init`` (body: the config ``SaltRuntime`` needs, log levels), ``job``
 ``{jid}`` (body: payload; descriptor: the outcome pipe), ``reload`` (grains and modules
-again, after ``saltutil.sync_*``/``refresh_*``).  End of stream: exit (running jobs go
-on and still report).
+again, after ``saltutil.sync_*``/``refresh_*``), ``pillar`` (body: the minion's pillar,
+for the scheduler), ``connected`` (a session with the master began).  End of stream:
+exit (running jobs go on and still report).
 
 zygote -> daemon: ``ready`` (body: ``{grains, version}``) after every load, ``started``
 ``{jid, pid}``, ``failed`` ``{jid, reason}`` (no fork), ``unavailable`` ``{reason}``
-(Salt cannot be loaded; the zygote exits).
+(Salt cannot be loaded; the zygote exits).  The scheduler process
+(``raetsalt.saltbridge.scheduler``, forked once the loader is up, again when it dies)
+sends ``schedule_return`` (body: Salt's return of a scheduled job) on the same socket.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import selectors
 import signal
 import socket
 import sys
+import time
 import warnings
 from typing import Any
 
@@ -43,6 +47,9 @@ from .saltjob import WARM
 
 log = logging.getLogger("raetsalt.saltbridge.zygote")
 
+SCHEDULER_RESTART = 10.0
+"""Seconds between two starts of the scheduler process, at least."""
+
 
 class Zygote:
     """The zygote's loop: control messages from the daemon, children to reap."""
@@ -52,6 +59,10 @@ class Zygote:
         self.runtime: Any = None
         self.children: set[int] = set()
         self._warming: list[str] = []
+        self.scheduler: int | None = None
+        self._to_scheduler: socket.socket | None = None
+        self._scheduler_at = 0.0
+        self._pillar: dict[str, Any] = {}
         self._wake_r, self._wake_w = socket.socketpair()
         for end in (self._wake_r, self._wake_w):
             end.setblocking(False)
@@ -64,11 +75,13 @@ class Zygote:
             # Salt puts its own warning filters first when imported: ours go back in front.
             warnings.filterwarnings("ignore", category=DeprecationWarning)
         except Exception as exc:  # noqa: BLE001 - reported to the daemon, which decides
-            log.warning("Salt's loader is not available: %s", exc, exc_info=True)
+            log.warning("Salt's loader is not available: %s", exc,
+                        exc_info=not isinstance(exc, ImportError))
             control.send(self.sock, {"op": "unavailable", "reason": f"{type(exc).__name__}: "
                                                                      f"{exc}"})
             return False
         self._ready()
+        self._start_scheduler()
         return True
 
     def _ready(self) -> None:
@@ -84,7 +97,12 @@ class Zygote:
         selector.register(self.sock, selectors.EVENT_READ)
         selector.register(self._wake_r, selectors.EVENT_READ)
         while True:
-            ready = selector.select(0 if self._warming else None)
+            wait = 0 if self._warming else (
+                None if self.scheduler is not None
+                else max(0.0, self._scheduler_at - time.monotonic()))
+            ready = selector.select(wait)
+            if self.scheduler is None and time.monotonic() >= self._scheduler_at:
+                self._start_scheduler()
             if not ready and self._warming:
                 self.runtime.warm(self._warming.pop(0))  # nothing waiting: warm up a bit
             for key, _events in ready:
@@ -115,12 +133,16 @@ class Zygote:
             return
         for fd in fds:
             os.close(fd)
-        if op == "reload":
+        if op == "pillar" and isinstance(body, dict):
+            self._pillar = body
+            self._tell_scheduler({"op": "pillar"}, body)
+        elif op == "reload":
             try:
                 self.runtime.load()
             except Exception:  # noqa: BLE001 - keep the last good loader
                 log.exception("zygote: reloading Salt's modules failed")
             self._ready()
+            self._tell_scheduler({"op": "reload"}, None)
         else:
             log.error("zygote: unexpected control message %r", op)
 
@@ -137,7 +159,55 @@ class Zygote:
         self.children.add(pid)
         control.send(self.sock, {"op": "started", "jid": jid, "pid": pid})
 
+    def _start_scheduler(self) -> None:
+        """Fork the scheduler process (at most every ``SCHEDULER_RESTART`` seconds)."""
+        from . import scheduler
+
+        self._scheduler_at = time.monotonic() + SCHEDULER_RESTART
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            log.error("the Salt scheduler process did not start: %s", exc)
+            ours.close()
+            theirs.close()
+            return
+        if pid == 0:
+            status = 1
+            try:
+                ours.close()
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                if self._pillar:
+                    self.runtime.opts["pillar"] = self._pillar
+                status = scheduler.run(self.runtime, self.sock, theirs)
+            finally:
+                os._exit(status)
+        theirs.close()
+        ours.setblocking(False)
+        if self._to_scheduler is not None:
+            self._to_scheduler.close()
+        self._to_scheduler = ours
+        self.scheduler = pid
+
+    def _tell_scheduler(self, header: dict[str, Any], body: Any) -> None:
+        if self._to_scheduler is None:
+            return
+        try:
+            control.send(self._to_scheduler, header, body)
+        except OSError as exc:
+            log.warning("zygote: the scheduler missed %s: %s", header.get("op"), exc)
+
     def _reap(self) -> None:
+        if self.scheduler is not None:
+            try:
+                done, _status = os.waitpid(self.scheduler, os.WNOHANG)
+            except ChildProcessError:
+                done = self.scheduler
+            if done:
+                log.warning("the Salt scheduler process ended; starting it again")
+                self.scheduler = None
         for pid in list(self.children):
             try:
                 done, _status = os.waitpid(pid, os.WNOHANG)

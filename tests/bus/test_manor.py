@@ -87,6 +87,23 @@ def test_fire_master_batch_calls_hook_per_event_and_still_reaches_local_bus() ->
     assert manor.stats["fire_master_forwarded"] == 5
 
 
+def test_fire_master_batch_goes_to_the_batch_hook_once() -> None:
+    single: list[dict] = []
+    batches: list[list[dict]] = []
+    manor = make_manor(forward_to_master=single.append,
+                       forward_batch_to_master=batches.append)
+    events = [{"tag": f"salt/beacon/m1/diskusage/{n}", "data": {"n": n}} for n in range(3)]
+    Client("ev2").send(manor, "event_fire", tag="fire_master",
+                       data={"events": events, "tag": None, "pretag": None, "data": None})
+    assert single == [] and len(batches) == 1
+    assert [e["tag"] for e in batches[0]] == [e["tag"] for e in events]
+    assert manor.stats["fire_master_forwarded"] == 3
+    # A lone event still goes through the single hook.
+    Client("ev2").send(manor, "event_fire", tag="fire_master",
+                       data={"events": events[:1], "tag": None, "pretag": None, "data": None})
+    assert [e["tag"] for e in single] == [events[0]["tag"]] and len(batches) == 1
+
+
 def test_fire_master_hook_failure_does_not_stop_the_bus() -> None:
     def broken(event: dict) -> None:
         raise RuntimeError("road down")

@@ -153,6 +153,7 @@ def test_batch_events_arrive_once_under_their_own_tags(wired: Wired) -> None:
     assert end["cmd"] == "_minion_event" and end["id"] == MINION and end["tag"] == "end"
     assert end["data"] == {"last": True} and end["pretag"] is None
     assert wired.master.stats["road_events_fired"] == 6
+    assert wired.minion.stats["fire_master_batches"] == 1  # the 5 went as one message
 
 
 def test_pretag_copy_comes_first(wired: Wired) -> None:
@@ -183,8 +184,16 @@ def test_master_trusts_the_road_not_the_payload(wired: Wired) -> None:
         {"cmd": "_minion_event", "id": "someone-else", "tag": "x", "data": {}},
         src_estate="someone-else",
     )
+    # A batch: each item is checked as a single event; junk items and oversized batches
+    # are counted, never fired.
+    route = {"src": [MINION, "manor", None], "dst": [None, "manor", "event_fire"]}
+    wired.minion.stack.send(master_uid, {"route": route, "events": [
+        ["salt/key", {"act": "accept"}], "junk", ["custom/batched", {"n": 2}], [1, 2, 3]]})
+    wired.minion.stack.send(master_uid, {"route": route,
+                                         "events": [["custom/x", {}]] * 257})
     raw("end", {"cmd": "_minion_event", "id": "evil", "tag": "end", "data": {"n": 1}})
     got = wired.wait_for_end()
-    assert [e["tag"] for e in got] == ["custom/forged", "end"]
-    assert got[0]["data"]["id"] == MINION and got[1]["data"]["id"] == MINION
-    assert wired.master.stats["road_blacklisted"] == 2
+    assert [e["tag"] for e in got] == ["custom/forged", "custom/batched", "end"]
+    assert got[0]["data"]["id"] == MINION and got[2]["data"]["id"] == MINION
+    assert wired.master.stats["road_blacklisted"] == 3
+    assert wired.master.stats["road_bad_event"] == 3

@@ -510,17 +510,13 @@ def test_file_recurse_test_true_is_salts(cluster: Cluster, empty: bool) -> None:
 def test_features_not_served_answer_at_once_in_one_line(cluster: Cluster) -> None:
     """No traceback, no success for work not done, no 30 s wait for an answer nobody
     gives: cp.push answers False as Salt's master with file_recv off; the minion's
-    scheduler and beacons, runners on a minion name what is missing."""
+    runners on a minion name what is missing."""
     pushed = cluster.world.root / "push-me"
     pushed.write_text("x")
     for minion in ("web1", "db1"):
         done = cluster.salt(minion, "cp.push", str(pushed))
         assert done.returncode == 0 and done.stdout == f"{minion}:\n    False\n", done.stdout
-    cases = [("schedule.list", [], "the Salt scheduler is not run by raetsalt minions"),
-             ("schedule.add", ["job1", "function=test.ping", "seconds=3600"],
-              "the Salt scheduler is not run by raetsalt minions"),
-             ("beacons.list", [], "Salt beacons are not run by raetsalt minions"),
-             ("saltutil.runner", ["manage.up"], "runners are not run on raetsalt minions")]
+    cases = [("saltutil.runner", ["manage.up"], "runners are not run on raetsalt minions")]
     for fun, args, why in cases:
         for minion in ("web1", "db1"):
             done = cluster.salt(minion, fun, *args, "-t", "5")

@@ -10,10 +10,10 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "raetsalt"
 # Where Salt may be imported, and only inside functions: the zygote's runtime, the
-# channel it installs under Salt, and the pillar worker's compiler.
+# channel it installs under Salt, the pillar worker's compiler, the minion's scheduler.
 SALT_USERS = {"saltbridge/saltjob.py", "saltbridge/channel.py", "saltbridge/pillar.py",
               "saltbridge/mastersalt.py", "saltbridge/mine_bus.py", "saltbridge/client.py",
-              "saltbridge/orchestrate.py"}
+              "saltbridge/orchestrate.py", "saltbridge/scheduler.py"}
 
 BLOCK = """
 import sys
