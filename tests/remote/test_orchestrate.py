@@ -139,8 +139,11 @@ def orch() -> Iterator[Orch]:
 
 
 def _mask(text: str) -> str:
-    """Salt's timing fields, which differ from run to run."""
+    """Salt's timing fields, which differ from run to run, and the order of the minions
+    a function ran on (the order their returns arrived in)."""
     text = re.sub(r"(Started|Duration|Total run time): *.*", r"\1: X", text)
+    text = re.sub(r"ran on ([^.\n]+)\.", lambda m: "ran on " + ", ".join(
+        sorted(m.group(1).split(", "))) + ".", text)
     return re.sub(r"(start_time|duration):\n( +)\S.*", r"\1:\n\2X", text)
 
 
