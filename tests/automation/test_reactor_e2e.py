@@ -10,14 +10,13 @@ logged once, with its file and tag, however often its tag fires.  Needs the salt
 
 from __future__ import annotations
 
-import os
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
 from daemons.helpers import Daemon, World, make_world
+from helpers.nosalt import started_without_salt
 
 from raetsalt.config import load_node_config
 from raetsalt.event import SaltEvent
@@ -142,20 +141,9 @@ def test_auth_start_and_highstate_reactions() -> None:
 
 
 def test_without_salt_the_reactor_is_one_clear_line(tmp_path: Path) -> None:
-    fake = tmp_path / "nosalt" / "salt"
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text("raise ImportError('salt is not installed here')\n")
     with make_world() as world:
         conf = world.master_dir("reactor:\n  - 'salt/minion/*/start': /srv/r/start.sls\n")
-        env_path = os.pathsep.join([str(tmp_path / "nosalt"), *sys.path])
-        os.environ["PYTHONPATH"], saved = env_path, os.environ.get("PYTHONPATH")
-        try:
-            master = world.start("master", conf)
-        finally:
-            if saved is None:
-                del os.environ["PYTHONPATH"]
-            else:
-                os.environ["PYTHONPATH"] = saved
+        master = started_without_salt(tmp_path, lambda: world.start("master", conf))
         line = master.expect("reactor: ignored", timeout=30)
         assert "pip install 'raetsalt[salt]'" in line and "'reactor' key" in line
         master.expect("serving on", timeout=30)

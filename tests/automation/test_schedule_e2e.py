@@ -12,13 +12,12 @@ salt extra; without it the minion says so in one line naming the key.
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from daemons.helpers import Daemon, World, make_world
+from helpers.nosalt import started_without_salt
 
 from raetsalt.config import load_node_config
 from raetsalt.event import SaltEvent
@@ -137,24 +136,13 @@ def test_schedule_beacons_and_a_reaction(tmp_path: Path) -> None:
 def test_without_salt_schedule_and_beacons_are_one_line_each(tmp_path: Path) -> None:
     """A salt package that cannot be imported (auto mode): one line per key, naming the
     package, and the minion runs on with its native functions."""
-    fake = tmp_path / "nosalt" / "salt"
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text("raise ImportError('salt is not installed here')\n")
     with make_world() as world:
         world.master_dir()
         conf = world.minion_dir("minion1", "minion1", SALTY)
         text = (conf / "minion").read_text()
         (conf / "minion").write_text(text.replace("execution_mode: native",
                                                   "execution_mode: auto"))
-        env_path = os.pathsep.join([str(tmp_path / "nosalt"), *sys.path])
-        os.environ["PYTHONPATH"], saved = env_path, os.environ.get("PYTHONPATH")
-        try:
-            minion = world.start("minion", conf)
-        finally:
-            if saved is None:
-                del os.environ["PYTHONPATH"]
-            else:
-                os.environ["PYTHONPATH"] = saved
+        minion = started_without_salt(tmp_path, lambda: world.start("minion", conf))
         for key in ("schedule", "beacons"):
             line = minion.expect(f"{key}: ignored", timeout=30)
             assert "pip install 'raetsalt[salt]'" in line, line
