@@ -110,7 +110,7 @@ def show(tool: str, confdir: Path, *args: str, expect: int | None = 0) -> str:
     """Run a raetsalt command, print it as typed and indent its output."""
     typed = " ".join([tool, "-c", str(confdir), *map(shlex.quote, args)])
     print(f"$ {typed}", flush=True)
-    done = subprocess.run([sys.executable, "-m", f"raetsalt.cli.{CLI[tool]}", "-c",
+    done = subprocess.run([sys.executable, "-P", "-m", f"raetsalt.cli.{CLI[tool]}", "-c",
                            str(confdir), *args], capture_output=True, text=True, timeout=60)
     for line in (done.stdout + done.stderr).rstrip().splitlines():
         print(f"    {line}")
@@ -320,7 +320,7 @@ def _rest_api(master_dir: Path, procs: dict[str, subprocess.Popen[bytes]]) -> No
     port_file = master_dir / "api.port"
     print(f"$ raetsalt-api -c {master_dir} --port-file {port_file} &", flush=True)
     procs["api"] = subprocess.Popen(
-        [sys.executable, "-m", "raetsalt.api.daemon", "-c", str(master_dir), "-l", "error",
+        [sys.executable, "-P", "-m", "raetsalt.api.daemon", "-c", str(master_dir), "-l", "error",
          "--port-file", str(port_file)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 15
     while not port_file.exists():
@@ -394,7 +394,7 @@ def _until(argv: list[str], done: Callable[[str], bool], failure: str) -> None:
     accepts, for at most 15 s."""
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
-        run = subprocess.run([sys.executable, "-m", f"raetsalt.cli.{argv[0]}", *argv[1:]],
+        run = subprocess.run([sys.executable, "-P", "-m", f"raetsalt.cli.{argv[0]}", *argv[1:]],
                              capture_output=True, text=True)
         if run.returncode == 0 and done(run.stdout):
             return
@@ -405,7 +405,7 @@ def _until(argv: list[str], done: Callable[[str], bool], failure: str) -> None:
 def _daemon(node: str, confdir: Path) -> subprocess.Popen[bytes]:
     print(f"$ raetsalt-{node} -c {confdir} &", flush=True)
     # Warnings go to the log file (the master logs refusals there).
-    return subprocess.Popen([sys.executable, "-m", f"raetsalt.cli.{node}", "-c", str(confdir),
+    return subprocess.Popen([sys.executable, "-P", "-m", f"raetsalt.cli.{node}", "-c", str(confdir),
                              "-l", "warning"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
 
