@@ -10,7 +10,9 @@ a peer call the master refuses (with its reason, the exit code and the audit eve
 ask ``acl.explain`` why, watch the reactor answer each minion's start event (with the
 ``salt`` extra) and the ``master_bus`` returner put returns on the master's bus under a
 tag, start the REST API (``raetsalt-api``, Salt's rest_cherrypy API) and use it as pepper
-or a web UI would, list the events the master's bus carried, and stop everything.  It all
+or a web UI would, serve a second fleet from two masters (Salt's failover and hot
+multi-master) and kill one of them, list the events the first master's bus carried, and
+stop everything.  It all
 lives in a temporary directory and takes well under a minute; ``python -m raetsalt.demo
 --stay`` keeps everything running at the end (with the API's URL printed) until Ctrl-C.
 """
@@ -235,6 +237,7 @@ def _story(root: Path, procs: dict[str, subprocess.Popen[bytes]]) -> int:
 
     _master_bus_returner(master_dir, bus, seen)
     _rest_api(master_dir, procs)
+    _several_masters(root, procs)
 
     step("what the master's event bus carried")
     drain(bus, seen)
@@ -255,12 +258,12 @@ def _story(root: Path, procs: dict[str, subprocess.Popen[bytes]]) -> int:
         except KeyboardInterrupt:
             pass
 
-    step("stop the API, the minions and the master (SIGTERM): each exits cleanly")
-    for name in ["api", *MINIONS, "master"]:
+    step("stop the API, the minions and the masters (SIGTERM): each exits cleanly")
+    for name in ["api", *MINIONS, *FLEET_MINIONS, "master", "west"]:
         proc = procs[name]
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=10)
-        kind = name if name in ("api", "master") else "minion"
+        kind = {"api": "api", "master": "master", "west": "master"}.get(name, "minion")
         print(f"    raetsalt-{kind} {name}: exit {code}")
         if code != 0:
             raise SystemExit(f"demo: {name} exited {code}")
@@ -354,6 +357,67 @@ def _post(url: str, body: object, headers: dict[str, str]) -> dict[str, Any]:
     return data
 
 
+FLEET_MINIONS = {"minion4": "failover", "minion5": "str"}
+"""The second fleet's minions and their ``master_type``: minion4 holds one master at a
+time (Salt's failover), minion5 holds both (Salt's hot multi-master)."""
+
+
+def _several_masters(root: Path, procs: dict[str, subprocess.Popen[bytes]]) -> None:
+    step("several masters: a second fleet served by two masters, east and west; minion4 "
+         "lists both with master_type: failover, minion5 holds both (hot multi-master)")
+    ports: dict[str, int] = {}
+    for name in ("east", "west"):
+        confdir = root / name
+        confdir.mkdir()
+        ports[name] = _start_plain_master(name, confdir, procs)
+    print("    (east and west accept new keys themselves here: auto_accept: true)")
+    listed = ", ".join(f"'127.0.0.1:{ports[name]}'" for name in ("east", "west"))
+    for name, kind in FLEET_MINIONS.items():
+        confdir = root / name
+        confdir.mkdir()
+        text = (f"id: {name}\nroot_dir: {confdir}\ninterface: 127.0.0.1\nraet_port: 0\n"
+                f"master: [{listed}]\nmaster_type: {kind}\nraet_alive_period: 1.0\n"
+                "acceptance_wait_time: 1.0\nrandom_reauth_delay: 1.0\nexecution_mode: native\n")
+        (confdir / "minion").write_text(text)
+        print(f"    {name}: master: [{listed}], master_type: {kind}")
+        procs[name] = _daemon("minion", confdir)
+    east, west = root / "east", root / "west"
+    _until(["salt", "-c", str(east), "*", "test.ping", "-t", "2", "--out", "json", "--static"],
+           lambda out: set(json.loads(out or "{}")) >= set(FLEET_MINIONS),
+           "minion4 and minion5 did not reach east")
+    show("raetsalt", east, "*", "test.ping")
+    show("raetsalt", west, "*", "test.ping")
+    print("    (west has only minion5: minion4 holds one master at a time)")
+
+    step("failover: east is killed (SIGKILL); minion4's presence probes notice it and it "
+         "moves to west, minion5 keeps serving west all along")
+    print(f"$ kill -9 {procs['east'].pid}    # raetsalt-master -c {east}")
+    procs["east"].kill()
+    procs["east"].wait()
+    moved = time.monotonic()
+    _until(["salt", "-c", str(west), "*", "test.ping", "-t", "2", "--out", "json", "--static"],
+           lambda out: set(json.loads(out or "{}")) >= set(FLEET_MINIONS),
+           "minion4 did not move to west", timeout=60)
+    print(f"    (minion4 answered from west {time.monotonic() - moved:.1f} s after the kill)")
+    show("raetsalt", west, "*", "test.ping")
+
+
+def _start_plain_master(name: str, confdir: Path,
+                        procs: dict[str, subprocess.Popen[bytes]]) -> int:
+    """A master on a port of its own that accepts new keys itself; its port."""
+    for _attempt in range(5):
+        port = unused_port()
+        (confdir / "master").write_text(
+            f"id: {name}\nroot_dir: {confdir}\ninterface: 127.0.0.1\nraet_port: {port}\n"
+            "raet_alive_period: 1.0\nauto_accept: true\n")
+        procs[name] = _daemon("master", confdir)
+        bus = _connect_bus(load_node_config(confdir, "master")["sock_dir"], procs[name])
+        if bus is not None:
+            bus.destroy()
+            return port
+    raise SystemExit(f"demo: the master {name} did not start (see its log file)")
+
+
 def _write_tree(root: Path, files: dict[str, str]) -> None:
     root.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
@@ -389,10 +453,11 @@ def _wait_pending(master_dir: Path, count: int) -> None:
            "the minions' keys did not arrive")
 
 
-def _until(argv: list[str], done: Callable[[str], bool], failure: str) -> None:
+def _until(argv: list[str], done: Callable[[str], bool], failure: str,
+           timeout: float = 15.0) -> None:
     """Run ``raetsalt.cli.<argv[0]> argv[1:]`` until it exits 0 with an output ``done``
-    accepts, for at most 15 s."""
-    deadline = time.monotonic() + 15
+    accepts, for at most ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         run = subprocess.run([sys.executable, "-P", "-m", f"raetsalt.cli.{argv[0]}", *argv[1:]],
                              capture_output=True, text=True)

@@ -39,6 +39,10 @@ def test_demo_runs_end_to_end() -> None:
         "the REST API: raetsalt-api serves", "listening: open http://127.0.0.1:",
         "perms ['.*', '@runner', '@wheel']", '{"return": [["minion1", "minion2", "minion3"]]}',
         "raetsalt-api api: exit 0",
+        "minion4: master: ['127.0.0.1:", "], master_type: failover",
+        "/west '*' test.ping\n    minion5:\n        True\n    (west has only minion5",
+        "s after the kill)\n$ raetsalt -c ",
+        "raetsalt-minion minion4: exit 0", "raetsalt-master west: exit 0",
     ]:
         assert fragment in out, fragment
     # The demo waits for the master's bus before subscribing: no warning about it.
