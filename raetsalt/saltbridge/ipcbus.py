@@ -37,7 +37,7 @@ from typing import Any
 
 from raetsalt.drivers.uxd import unlink_if_stale
 from raetsalt.log import Throttle
-from raetsalt.saltbridge.saltframe import FrameError, PullReader, publish_frame
+from raetsalt.saltbridge.saltframe import PullReader, publish_frame
 
 log = logging.getLogger("raetsalt.saltbus")
 
@@ -175,17 +175,15 @@ class EventSockets:
             return False
         if conn.reader is None:
             return True  # a subscriber has nothing to say; what it sends is ignored
-        try:
-            events = conn.reader.feed(data)
-        except FrameError as exc:
-            self._drop("bad_frame", str(exc))
-            self._close(conn)
-            return False
-        for tag, data_map in events:
+        for tag, data_map in conn.reader.feed(data):
             if self.fire(tag, data_map):
                 self.fired += 1
             else:
                 self._drop("bus_refused")
+        if conn.reader.error is not None:
+            self._drop("bad_frame", str(conn.reader.error))
+            self._close(conn)
+            return False
         return True
 
     def _flush_pending(self) -> None:

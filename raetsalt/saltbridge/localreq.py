@@ -12,7 +12,9 @@ command line:
   master's lane, unrestricted, as those two users are on the command line;
 * ``kwargs`` with ``token``, or ``eauth``/``username``/``password``: the credentials go
   with the publication and the master checks them (``external_auth``) as it checks the
-  CLI's ``-a``/``-T``; the requester is the eauth user;
+  CLI's ``-a``/``-T``; the requester is the eauth user; failed logins through this
+  channel are slowed together (``login_client``: TCP on loopback does not tell who
+  connected);
 * anything else: Salt's ``AuthenticationError``.  (Salt also writes keys for the users
   of ``publisher_acl``; here those users use eauth or raetsalt's command socket.)
 
@@ -71,6 +73,7 @@ ACK_WAIT = 30.0
 POLL_MS = 500
 CLEAN_EVERY = 3600.0
 _CREDENTIALS = ("token", "eauth", "username", "password")
+LOGIN_CLIENT = "salt-local-request-channel"
 _RET_TAG = re.compile(r"salt/job/(\d{20})/ret/([^/\x00]{1,255})\Z")
 
 
@@ -234,9 +237,13 @@ class RequestServer:
         kwargs = load.get("kwargs")
         if isinstance(kwargs, dict) and any(k in kwargs for k in _CREDENTIALS):
             picked = {k: kwargs[k] for k in _CREDENTIALS if k in kwargs}
-            if all(isinstance(v, str) for v in picked.values()):
-                return picked
-            return None
+            if not all(isinstance(v, str) for v in picked.values()):
+                return None
+            if "eauth" in picked:
+                # Failed logins through this channel are slowed in a bucket of their own
+                # (the master's own user's logins on its lane are not).
+                picked["login_client"] = LOGIN_CLIENT
+            return picked
         key = load.get("key")
         if isinstance(key, str) and key and any(
                 hmac.compare_digest(key.encode(), known.encode()) for known in self.keys.values()):

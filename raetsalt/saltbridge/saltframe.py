@@ -98,23 +98,31 @@ class PullReader:
 
     def __init__(self, max_frame: int = MAX_FRAME) -> None:
         self.max_frame = max_frame
+        self.error: FrameError | None = None
+        """The first bad frame; nothing after it is read (the caller disconnects)."""
         self._buf = bytearray()
 
     def feed(self, data: bytes) -> list[tuple[str, dict[str, Any]]]:
-        """The events completed by ``data``; raises ``FrameError`` on a bad frame."""
-        self._buf += data
+        """The events completed by ``data`` before any bad frame (then ``error`` is set)."""
         out: list[tuple[str, dict[str, Any]]] = []
-        while len(self._buf) >= 4:
-            (length,) = struct.unpack(">I", self._buf[:4])
-            if length > self.max_frame:
-                raise FrameError(f"a frame of {length} bytes (at most {self.max_frame})")
-            if len(self._buf) < 4 + length:
-                break
-            framed = _unpack(bytes(self._buf[4:4 + length]))
-            del self._buf[:4 + length]
-            if not isinstance(framed, dict) or "body" not in framed:
-                raise FrameError("not a {head, body} map")
-            out.append(parse_event(framed["body"]))
+        if self.error is not None:
+            return out
+        self._buf += data
+        try:
+            while len(self._buf) >= 4:
+                (length,) = struct.unpack(">I", self._buf[:4])
+                if length > self.max_frame:
+                    raise FrameError(f"a frame of {length} bytes (at most {self.max_frame})")
+                if len(self._buf) < 4 + length:
+                    break
+                framed = _unpack(bytes(self._buf[4:4 + length]))
+                del self._buf[:4 + length]
+                if not isinstance(framed, dict) or "body" not in framed:
+                    raise FrameError("not a {head, body} map")
+                out.append(parse_event(framed["body"]))
+        except FrameError as exc:
+            self.error = exc
+            self._buf.clear()
         return out
 
     @property
