@@ -89,6 +89,13 @@ ctx.term()
 print(json.dumps(out, default=str))
 """
 
+REACTION = """\
+hooked:
+  local.cmd.run:
+    - tgt: minion1
+    - arg:
+      - touch {out}/hooked-{{ tag.split('/')[-1] }}
+"""
 HOOK_SCRIPT = """\
 #!/bin/sh
 echo '{"tag": "custom/script/beat", "data": {"n": 1}}'
@@ -101,8 +108,14 @@ def _master_config(world: World, ret_port: int, webhook_port: int) -> str:
     hook = world.root / "beat.sh"
     hook.write_text(HOOK_SCRIPT)
     hook.chmod(0o755)
+    (world.root / "out").mkdir(exist_ok=True)
+    reaction = world.root / "hooked.sls"
+    reaction.write_text(REACTION.replace("{out}", str(world.root / "out")))
     return textwrap.dedent(f"""\
         auto_accept: true
+        reactor:
+          - 'salt/engines/hook/*':
+            - {reaction}
         salt_local_clients: true
         ret_port: {ret_port}
         external_auth:
@@ -174,6 +187,12 @@ def test_local_client_script_and_engines() -> None:
         hook = bus.get_event(wait=30, tag="salt/engines/hook/deploy/web", full=True)
         assert hook is not None, master.drain()
         assert b'"ref"' in hook["data"]["body"] or '"ref"' in str(hook["data"]["body"])
+        # ...and the reactor reacts to it as to any event (a job on minion1)
+        marker = world.root / "out" / "hooked-web"
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert time.monotonic() < deadline, "\n".join(master.drain())
+            time.sleep(0.05)  # polling the file the reaction makes
         bus.destroy()
 
         done = subprocess.run([sys.executable, "-c", SCRIPT, str(world.root / "ma" / "master")],
