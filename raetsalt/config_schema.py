@@ -1116,11 +1116,13 @@ SCHEMA += (
     Option(
         "engines",
         s.engines_list(),
-        {"master": []},
+        {"master": [], "minion": []},
         "Salt's engines (the salt extra): a list of engine names or one-key mappings "
-        "name -> options, started by Salt's start_engines in a child of the master; "
-        "their events reach raetsalt's bus through Salt's event sockets (as with "
-        "salt_local_clients, which engines turn on for the bus only).",
+        "name -> options, started by Salt's start_engines.  On the master, in a child "
+        "of the master: their events reach raetsalt's bus through Salt's event sockets "
+        "(served for them even without salt_local_clients).  On a minion, beside "
+        "Salt's scheduler (Salt's loader: execution_mode auto or salt): their "
+        "event.send goes to the master's bus.",
         _SALT_LOCAL,
         example=("engines:", "  - webhook:", "      address: 127.0.0.1", "      port: 8000"),
     ),
