@@ -87,14 +87,14 @@ def run(opts: dict[str, Any], wanted: Mapping[str, bool], stop: threading.Event)
 
     from raetsalt.drivers.uxd import prepare_sock_dir
     from raetsalt.event import MasterEvent
+    from raetsalt.paths import resolve_group
     from raetsalt.saltbridge.ipcbus import EventSockets
 
     salt_opts = salt.config.master_config(str(opts["conf_file"]))
     salt_sock_dir = str(salt_opts["sock_dir"])
-    group = None
     if os.path.realpath(salt_sock_dir) != os.path.realpath(str(opts["sock_dir"])):
-        prepare_sock_dir(salt_sock_dir, os.stat(opts["sock_dir"]).st_gid
-                         if os.stat(opts["sock_dir"]).st_mode & 0o050 else group)
+        # As raetsalt's own sock_dir: 0700, or 0750 for sock_dir_group.
+        prepare_sock_dir(salt_sock_dir, resolve_group(opts.get("sock_dir_group")))
     bus = MasterEvent(str(opts["sock_dir"]), opts={"event_match_type": "startswith"},
                       listen=False)
     while not stop.is_set() and not (os.path.exists(bus.manor_path)

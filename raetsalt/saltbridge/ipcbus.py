@@ -17,8 +17,10 @@ Who may connect: the sockets are mode 0600 in a directory of mode 0700 (or 0750 
 ``sock_dir_group``), so root and the master's user, as on the master's lane.  Limits:
 ``MAX_CONNECTIONS`` per socket (more are closed at once); a subscriber that lets more
 than ``MAX_BACKLOG`` bytes queue for it is disconnected (it reconnects, as Salt's do,
-and misses what it did not read); a publisher that sends a malformed or oversized frame
-is disconnected; events fired while the bus refuses them are counted.  Every drop is
+and misses what it did not read), and so is the one furthest behind when all together
+hold ``MAX_TOTAL_BACKLOG``; a publisher that sends a malformed or oversized frame is
+disconnected, and so is the one with the biggest unfinished frame when all together
+hold ``MAX_TOTAL_PARTIAL``; events fired while the bus refuses them are counted.  Every drop is
 counted in ``drops`` and logged at most once a minute per reason.
 """
 
@@ -47,6 +49,12 @@ MARKER = "publish_pull.ipc"
 MAX_CONNECTIONS = 256
 MAX_BACKLOG = 32 << 20
 """Bytes queued for one subscriber before it is disconnected."""
+MAX_TOTAL_BACKLOG = 256 << 20
+"""Bytes queued for all subscribers together (beyond, the one that is furthest behind
+is disconnected)."""
+MAX_TOTAL_PARTIAL = 64 << 20
+"""Bytes of unfinished frames from all publishers together (beyond, the publisher with
+the biggest one is disconnected)."""
 MAX_PENDING = 64 << 20
 """Bytes of events waiting for the serving thread (beyond: dropped, counted)."""
 READ_SIZE = 1 << 16
@@ -175,7 +183,15 @@ class EventSockets:
             return False
         if conn.reader is None:
             return True  # a subscriber has nothing to say; what it sends is ignored
-        for tag, data_map in conn.reader.feed(data):
+        events = conn.reader.feed(data)
+        if conn.reader.pending and self._partial_bytes() > MAX_TOTAL_PARTIAL:
+            biggest = max((c for c in self._conns.values() if c.reader is not None),
+                          key=lambda c: c.reader.pending if c.reader else 0)
+            self._drop("partial_frames_full")
+            self._close(biggest)
+            if biggest is conn:
+                return False
+        for tag, data_map in events:
             if self.fire(tag, data_map):
                 self.fired += 1
             else:
@@ -186,6 +202,9 @@ class EventSockets:
             return False
         return True
 
+    def _partial_bytes(self) -> int:
+        return sum(c.reader.pending for c in self._conns.values() if c.reader is not None)
+
     def _flush_pending(self) -> None:
         with self._lock:
             frames, self._pending = self._pending, deque()
@@ -194,13 +213,16 @@ class EventSockets:
             return
         blob = b"".join(frames)
         self.published += len(frames)
-        for conn in list(self._conns.values()):
-            if conn.kind != "pub":
-                continue
-            if len(conn.out) + len(blob) > MAX_BACKLOG:
+        subscribers = [c for c in self._conns.values() if c.kind == "pub"]
+        total = sum(len(c.out) for c in subscribers)
+        for conn in sorted(subscribers, key=lambda c: len(c.out), reverse=True):
+            if (len(conn.out) + len(blob) > MAX_BACKLOG
+                    or total + len(blob) > MAX_TOTAL_BACKLOG):
+                total -= len(conn.out)
                 self._drop("slow_subscriber")
                 self._close(conn)
                 continue
+            total += len(blob)
             conn.out += blob
             self._write(conn)
 

@@ -32,8 +32,9 @@ reach a listening client as ``salt/job/<jid>/ret/<id>`` events on Salt's bus soc
 
 Limits: messages over ``MAX_FRAME`` bytes are refused by ZeroMQ (the peer is
 disconnected); at most ``MAX_IN_FLIGHT`` publications wait for the master (more are
-answered "busy"); one the master does not acknowledge within ``ACK_WAIT`` seconds is
-answered with an error.  Malformed requests get a short error and are counted.
+answered "busy"), of which ``MAX_LOGINS_IN_FLIGHT`` with credentials; one the master
+does not acknowledge within ``ACK_WAIT`` seconds is answered with an error.  Malformed
+requests get a short error and are counted.
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ from raetsalt.saltbridge.saltframe import MAX_FRAME, FrameError, parse_request, 
 log = logging.getLogger("raetsalt.saltbus")
 
 MAX_IN_FLIGHT = 1024
+MAX_LOGINS_IN_FLIGHT = 64
+"""Of which with eauth/token credentials: the master holds back the answer to a failed
+login, so a flood of bad passwords must not take the places of keyed publications."""
 MAX_EARLY = 256
 """Jobs whose returns may be kept while their acknowledgement is on its way."""
 MAX_KNOWN = 100_000
@@ -82,6 +86,7 @@ class _Waiting:
     identity: list[bytes]
     load: dict[str, Any]
     since: float
+    login: bool
 
 
 def write_keys(cachedir: str, users: list[str]) -> dict[str, str]:
@@ -216,6 +221,10 @@ class RequestServer:
             self._send(identity, {"error": {"name": "AuthenticationError",
                                             "message": "Authentication error occurred."}})
             return
+        if credentials and sum(w.login for w in self._waiting.values()) >= MAX_LOGINS_IN_FLIGHT:
+            self._drop("busy_logins")
+            self._send(identity, "the raetsalt master is busy with logins; try again")
+            return
         given = load.get("kwargs")
         kwargs: dict[str, Any] = given if isinstance(given, dict) else {}
         fields: dict[str, Any] = {
@@ -231,7 +240,7 @@ class RequestServer:
         except DaemonUnavailable as exc:
             self._send(identity, f"the raetsalt master is not reachable: {exc}")
             return
-        self._waiting[req] = _Waiting(identity, load, time.monotonic())
+        self._waiting[req] = _Waiting(identity, load, time.monotonic(), bool(credentials))
 
     def _credentials(self, load: Mapping[str, Any]) -> dict[str, Any] | None:
         kwargs = load.get("kwargs")

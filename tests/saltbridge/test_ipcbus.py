@@ -140,3 +140,23 @@ def test_connections_are_bounded_and_the_marker_serves_nothing(
     assert marker.recv(10) == b""
     for peer in [*peers, marker]:
         peer.close()
+
+
+def test_unfinished_frames_are_bounded_together(served: Served,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ipcbus, "MAX_TOTAL_PARTIAL", 1000)
+    path = os.path.join(served.sockets.sock_dir, PULL)
+    small, big = (socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(2))
+    small.connect(path)
+    small.sendall(struct.pack(">I", 5000) + b"x" * 300)
+    served.wait(lambda: served.sockets._partial_bytes() == 304)
+    big.connect(path)
+    big.sendall(struct.pack(">I", 5000) + b"x" * 900)
+    served.wait(lambda: served.sockets.drops["partial_frames_full"] == 1)
+    big.settimeout(5)
+    assert big.recv(10) == b""  # the biggest unfinished frame's publisher went
+    assert served.sockets._partial_bytes() == 304
+    small.sendall(b"y")  # the other one is still served
+    served.wait(lambda: served.sockets._partial_bytes() == 305)
+    small.close()
+    big.close()
