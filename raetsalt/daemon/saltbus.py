@@ -43,10 +43,9 @@ def plan(opts: Mapping[str, Any]) -> dict[str, bool]:
     wanted = {"clients": bool(opts.get("salt_local_clients")),
               "engines": bool(opts.get("engines"))}
     if any(wanted.values()):
-        try:
-            import salt.engines  # noqa: F401
-            import zmq  # noqa: F401
-        except ImportError:
+        from raetsalt.saltbridge.mastersalt import salt_engines_available
+
+        if not salt_engines_available():
             keys = " and ".join(k for k, on in (("salt_local_clients", wanted["clients"]),
                                                ("engines", wanted["engines"])) if on)
             log.warning("%s: ignored: Salt is not installed; install the salt extra (pip "
@@ -83,14 +82,13 @@ def _master_user(opts: Mapping[str, Any]) -> str:
 
 
 def run(opts: dict[str, Any], wanted: Mapping[str, bool], stop: threading.Event) -> int:
-    import salt.config
-
     from raetsalt.drivers.uxd import prepare_sock_dir
     from raetsalt.event import MasterEvent
     from raetsalt.paths import resolve_group
     from raetsalt.saltbridge.ipcbus import EventSockets
+    from raetsalt.saltbridge.mastersalt import salt_master_opts, start_salt_engines
 
-    salt_opts = salt.config.master_config(str(opts["conf_file"]))
+    salt_opts = salt_master_opts(str(opts["conf_file"]))
     salt_sock_dir = str(salt_opts["sock_dir"])
     if os.path.realpath(salt_sock_dir) != os.path.realpath(str(opts["sock_dir"])):
         # As raetsalt's own sock_dir: 0700, or 0750 for sock_dir_group.
@@ -111,7 +109,8 @@ def run(opts: dict[str, Any], wanted: Mapping[str, bool], stop: threading.Event)
             return firer.fire_event(data, tag)
 
     sockets = EventSockets(salt_sock_dir, fire)
-    proc_mgr = _start_engines(salt_opts) if wanted.get("engines") else None
+    proc_mgr = (start_salt_engines(salt_opts, "raetsalt-master engines")
+                if wanted.get("engines") else None)
     server = None
     if wanted.get("clients"):
         from raetsalt.saltbridge.localreq import RequestServer, write_keys
@@ -167,11 +166,3 @@ def _feed(bus: Any, sockets: Any, server: Any, stop: threading.Event) -> None:
                 server.note_return(tag, data)
             event = bus.get_event_noblock()
 
-
-def _start_engines(salt_opts: dict[str, Any]) -> Any:
-    import salt.engines
-    import salt.utils.process
-
-    proc_mgr = salt.utils.process.ProcessManager(name="raetsalt-master engines")
-    salt.engines.start_engines(salt_opts, proc_mgr)
-    return proc_mgr

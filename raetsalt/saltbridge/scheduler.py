@@ -113,12 +113,10 @@ class Scheduler:
         bus to the master, as every Salt job's does here."""
         if not self.opts.get("engines"):
             return
-        import salt.engines
-        import salt.utils.process
+        from .mastersalt import start_salt_engines
 
         try:
-            manager = salt.utils.process.ProcessManager(name="raetsalt-minion engines")
-            salt.engines.start_engines(self.opts, manager)
+            manager = start_salt_engines(self.opts, "raetsalt-minion engines")
         except Exception as exc:  # noqa: BLE001 - one line; the scheduler goes on
             log.error("engines: not started: %s: %s", type(exc).__name__, exc)
             return
