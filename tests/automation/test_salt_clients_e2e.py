@@ -53,6 +53,9 @@ while len(local.get_cache_returns(jid)) < 2 and time.monotonic() < deadline:
 out["cli"] = {k: v for item in local.get_cli_returns(jid, ["minion1", "minion2"], timeout=30)
               for k, v in item.items()}
 out["none"] = local.cmd("nosuchminion", "test.ping", timeout=5)
+other = salt.client.get_local_client(conf)
+out["list"] = other.cmd(["minion2", "minion1"], "test.ping", tgt_type="list", timeout=30)
+other.destroy()
 try:
     local.cmd("*", "test.ping", eauth="file", username="bob", password="bobpw", timeout=10)
     out["denied"] = "not refused"
@@ -212,6 +215,7 @@ def test_local_client_script_and_engines() -> None:
         assert out["jid"] and out["cli"] == {"minion1": {"ret": True},
                                              "minion2": {"ret": True}}
         assert out["none"] == {}
+        assert out["list"] == {"minion1": True, "minion2": True}
         assert out["denied"].startswith("AuthorizationError"), out
         assert out["badpw"] == "AuthenticationError", out
         assert out["alice"] == {"minion1": True, "minion2": True}
