@@ -233,3 +233,35 @@ def test_without_salt_engines_are_one_clear_line(tmp_path: Path) -> None:
         conf = world.master_dir("salt_local_clients: true\nengines:\n  - webhook: {}\n")
         one_line_without_salt(tmp_path, lambda: world.start("master", conf),
                               "salt_local_clients and engines: ignored")
+
+
+def test_a_minion_engine_fires_to_the_masters_bus() -> None:
+    pytest.importorskip("salt")
+    with make_world() as world:
+        beat = world.root / "minion-beat.sh"
+        beat.write_text("#!/bin/sh\necho '{\"tag\": \"custom/minion/beat\", "
+                        "\"data\": {\"n\": 2}}'\n")
+        beat.chmod(0o755)
+        master = world.start("master", world.master_dir("auto_accept: true\n"))
+        master.expect("serving on", timeout=30)
+        salty = world.minion_dir("salty", "salty", textwrap.dedent(f"""\
+            engines:
+              - script:
+                  cmd: {beat}
+                  interval: 1
+            """))
+        text = (salty / "minion").read_text()
+        (salty / "minion").write_text(text.replace("execution_mode: native",
+                                                   "execution_mode: salt"))
+        minion = world.start("minion", salty)
+        minion.expect("connected to the master themaster", timeout=60)
+        sock_dir = load_node_config(world.root / "ma", "master")["sock_dir"]
+        bus = SaltEvent("master", sock_dir)
+        seen = bus.get_event(wait=90, tag="custom/minion/beat", full=True)
+        bus.destroy()
+        assert seen is not None, "\n".join(minion.drain())
+        # as a Salt master fires a minion's event.send: the whole load under its tag
+        assert seen["data"]["data"] == {"n": 2, "id": "salty"}, seen
+        assert seen["data"]["id"] == "salty" and seen["data"]["tag"] == "custom/minion/beat"
+        assert not [line for line in minion.drain() if "Traceback" in line]
+        assert minion.terminate() == 0
