@@ -1092,6 +1092,42 @@ SCHEMA += (
     ),
 )
 
+_SALT_LOCAL = "Salt's local clients and engines"
+SCHEMA += (
+    Option(
+        "salt_local_clients",
+        s.boolean(),
+        {"master": False},
+        "Serve Salt's own client code on the master's host (the salt extra): Salt's "
+        "event bus sockets in Salt's sock_dir (get_master_event, fire_event) fed from "
+        "and into raetsalt's bus, and Salt's local request channel on the loopback "
+        "address (ret_port) for salt.client.LocalClient (root key, eauth, tokens).",
+        _SALT_LOCAL,
+    ),
+    Option(
+        "ret_port",
+        s.integer(1, 65535),
+        {"master": 4506},
+        "TCP port (on 127.0.0.1 only) where Salt's LocalClient reaches the master when "
+        "salt_local_clients is on: Salt's LocalClient connects to <interface>:ret_port, "
+        "so interface must be a wildcard or loopback address.",
+        _SALT_LOCAL,
+    ),
+    Option(
+        "engines",
+        s.engines_list(),
+        {"master": [], "minion": []},
+        "Salt's engines (the salt extra): a list of engine names or one-key mappings "
+        "name -> options, started by Salt's start_engines.  On the master, in a child "
+        "of the master: their events reach raetsalt's bus through Salt's event sockets "
+        "(served for them even without salt_local_clients).  On a minion, beside "
+        "Salt's scheduler (Salt's loader: execution_mode auto or salt): their "
+        "event.send goes to the master's bus.",
+        _SALT_LOCAL,
+        example=("engines:", "  - webhook:", "      address: 127.0.0.1", "      port: 8000"),
+    ),
+)
+
 BY_NAME: dict[str, Option] = {opt.name: opt for opt in SCHEMA}
 PATH_KEYS: tuple[str, ...] = tuple(opt.name for opt in SCHEMA if opt.path)
 

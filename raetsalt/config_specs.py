@@ -265,6 +265,30 @@ def reactor_map() -> Spec:
     return Spec("a list of one-key mappings of tag globs to SLS files", check)
 
 
+def engines_list() -> Spec:
+    """Salt's ``engines:``: names, or one-key mappings name -> options (a mapping of
+    names -> options is taken too, as Salt does)."""
+
+    def check(value: Any) -> Any:
+        if value is None:
+            return []
+        items = [{k: v} for k, v in value.items()] if isinstance(value, dict) else value
+        if not isinstance(items, list):
+            raise SpecMismatch("not a list")
+        for item in items:
+            if isinstance(item, str) and item:
+                continue
+            if (isinstance(item, dict) and len(item) == 1
+                    and isinstance(next(iter(item)), str)
+                    and isinstance(next(iter(item.values())), dict | None)):
+                continue
+            raise SpecMismatch(f"{item!r} is neither a name nor a one-key mapping of a "
+                               "name to its options")
+        return items
+
+    return Spec("a list of engine names or one-key mappings name -> options", check)
+
+
 def ip_address() -> Spec:
     def check(value: Any) -> Any:
         if not isinstance(value, str):

@@ -246,11 +246,14 @@ def run_flow(node: str, opts: dict[str, Any]) -> int:
         opts["conf_file"],
     )
     code = EXIT_FAILURE
-    automation = None
+    automation = salt_surfaces = None
     if node == "master":
         from raetsalt.daemon import automation as automation_process
 
         automation = automation_process.start(opts)  # the reactor and event_return
+        from raetsalt.daemon import saltbus
+
+        salt_surfaces = saltbus.start(opts)  # Salt's local clients and engines
     try:
         skedder.run()
         code = int(stores[0].fetch(".raetsalt.exit").value or 0) if stores else EXIT_FAILURE
@@ -258,8 +261,9 @@ def run_flow(node: str, opts: dict[str, Any]) -> int:
         log.exception("the %s flow failed", node)
         code = EXIT_FAILURE
     finally:
-        if automation is not None:
-            automation.stop()
+        for child in (automation, salt_surfaces):
+            if child is not None:
+                child.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         # Safety net: a node left open by an aborted flow is closed here.

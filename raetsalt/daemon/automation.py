@@ -67,9 +67,11 @@ class Automation:
     """The master's handle on its automation child: a thread waits for it and starts it
     again when it dies while the master runs (what it had spooled is kept)."""
 
-    def __init__(self, spawn: Any, popen: subprocess.Popen[bytes]) -> None:
+    def __init__(self, spawn: Any, popen: subprocess.Popen[bytes],
+                 name: str = "the reactor/event_return process") -> None:
         self._spawn = spawn
         self.popen = popen
+        self.name = name
         self.restarts = 0
         self._stopping = threading.Event()
         self._lock = threading.Lock()
@@ -82,8 +84,7 @@ class Automation:
             code = self.popen.wait()
             if self._stopping.is_set() or code == 0:
                 return  # stopped, or nothing it could run (it said why)
-            log.error("the reactor/event_return process exited with %d; starting it again "
-                      "in %g s", code, delay)
+            log.error("%s exited with %d; starting it again in %g s", self.name, code, delay)
             if self._stopping.wait(delay):
                 return
             with self._lock:
@@ -109,8 +110,8 @@ class Automation:
         try:
             popen.wait(timeout)
         except subprocess.TimeoutExpired:
-            log.warning("the automation process (pid %d) did not stop in %g s: killed",
-                        popen.pid, timeout)
+            log.warning("%s (pid %d) did not stop in %g s: killed", self.name, popen.pid,
+                        timeout)
             popen.kill()
             popen.wait()
         self._thread.join(timeout)
@@ -121,17 +122,24 @@ def start(opts: Mapping[str, Any]) -> Automation | None:
     wanted = plan(opts)
     if not any(wanted.values()):
         return None
+    return spawn_child(_CHILD, opts, wanted, "the reactor/event_return process")
+
+
+def spawn_child(code: str, opts: Mapping[str, Any], wanted: Mapping[str, bool],
+                name: str) -> Automation | None:
+    """Start ``python -c code`` with the header line (``opts``, the log levels,
+    ``wanted``) on its standard input, watched and restarted by an ``Automation``."""
     levels = [logging.getLevelName(h.level) for h in logging.getLogger().handlers]
-    header = json.dumps({"opts": dict(opts), "levels": levels, "wanted": wanted},
+    header = json.dumps({"opts": dict(opts), "levels": levels, "wanted": dict(wanted)},
                         default=str).encode() + b"\n"
 
     def spawn() -> subprocess.Popen[bytes] | None:
         try:
-            popen = subprocess.Popen([sys.executable, "-c", _CHILD, _PACKAGE_ROOT],
+            popen = subprocess.Popen([sys.executable, "-c", code, _PACKAGE_ROOT],
                                      stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                      close_fds=True)
         except OSError as exc:
-            log.error("the reactor/event_return process did not start: %s", exc)
+            log.error("%s did not start: %s", name, exc)
             return None
         assert popen.stdin is not None
         try:
@@ -142,7 +150,7 @@ def start(opts: Mapping[str, Any]) -> Automation | None:
         return popen
 
     popen = spawn()
-    return None if popen is None else Automation(spawn, popen)
+    return None if popen is None else Automation(spawn, popen, name)
 
 
 # ---------------------------------------------------------------------------- the child
@@ -170,25 +178,42 @@ def _logging(log_file: Any, levels: Any) -> None:
     root.setLevel(min(h.level for h in handlers))
 
 
-def main() -> int:
+def child_setup() -> tuple[dict[str, Any], dict[str, bool], threading.Event] | None:
+    """In a child: its header (``opts``, ``wanted``), the master's logging, and the
+    event set when the master goes away (its end of our standard input closes) or sends
+    SIGTERM; None when the header is not readable."""
+    stdin = sys.stdin.fileno()
     line = sys.stdin.buffer.readline()
     try:
         header = json.loads(line)
     except ValueError:
-        return 1
+        return None
     opts: dict[str, Any] = header["opts"]
     _logging(opts.get("log_file"), header.get("levels"))
     stop = threading.Event()
 
     def watch_parent() -> None:
-        while sys.stdin.buffer.read(4096):
+        # The raw descriptor, not sys.stdin: a thread blocked in a buffered read holds
+        # its lock, and a process forked meanwhile (multiprocessing closes sys.stdin in
+        # its children) would wait for that lock for ever.
+        try:
+            while os.read(stdin, 4096):
+                pass
+        except OSError:
             pass
         stop.set()
 
     threading.Thread(target=watch_parent, name="parent", daemon=True).start()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the master's Ctrl-C reaches us via EOF
-    wanted = header.get("wanted") or {}
+    return opts, dict(header.get("wanted") or {}), stop
+
+
+def main() -> int:
+    setup = child_setup()
+    if setup is None:
+        return 1
+    opts, wanted, stop = setup
     niceness = opts.get("reactor_niceness")
     if isinstance(niceness, int) and niceness > 0:
         try:

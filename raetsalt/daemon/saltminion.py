@@ -69,7 +69,8 @@ def minion_bridge(opts: Mapping[str, Any], executor: ForkExecutor) -> MinionBrid
 
 def say_unrun(opts: Mapping[str, Any], why: str) -> None:
     """One line per configured key that Salt's scheduler process would have served."""
-    for key, what in (("schedule", "Salt's scheduler"), ("beacons", "Salt's beacons")):
+    for key, what in (("schedule", "Salt's scheduler"), ("beacons", "Salt's beacons"),
+                      ("engines", "Salt's engines")):
         if opts.get(key):
             log.warning("%s: ignored: %s %s", key, what, why)
 

@@ -98,6 +98,14 @@ class CommandClient:
         out, self._inbox = self._inbox, []
         return out
 
+    def fileno(self) -> int:
+        """The client socket's descriptor (readable when an answer may be waiting)."""
+        return self._sock.fileno()
+
+    def pending(self) -> bool:
+        """Whether received messages wait in the inbox (``receive(0)`` returns them)."""
+        return bool(self._inbox)
+
     def daemon_alive(self) -> bool:
         """The daemon's manor socket still exists."""
         return os.path.exists(self.manor_path)

@@ -1,6 +1,8 @@
 """Salt's code on the master side, outside its loop: the reactor's renderers and the
 ``event_return`` returners (both in the master's automation process,
-``raetsalt.daemon.automation``).  Salt is imported only inside these functions."""
+``raetsalt.daemon.automation``), Salt's view of the master's config and Salt's engines
+(the Salt-surfaces process, ``raetsalt.daemon.saltbus``).  Salt is imported only inside
+these functions."""
 
 from __future__ import annotations
 
@@ -141,3 +143,35 @@ def salt_returners(opts: Mapping[str, Any]) -> Any:
          **{k: v for k, v in opts.items() if "." in k.strip(".")}},
         salt.config.DEFAULT_MASTER_OPTS.copy())
     return salt.loader.returners(salt_opts, salt.loader.minion_mods(salt_opts))
+
+
+def salt_engines_available() -> bool:
+    """Whether Salt's engines and pyzmq (its request channel) can be imported here."""
+    try:
+        import salt.engines  # noqa: F401
+        import zmq  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def salt_master_opts(conf_file: str) -> dict[str, Any]:
+    """The master's config file as Salt's own clients read it (``LocalClient(c_path=...)``
+    calls the same function): Salt's ``sock_dir``, ``cachedir``, ``ret_port``..."""
+    import salt.config
+
+    opts: dict[str, Any] = salt.config.master_config(conf_file)
+    return opts
+
+
+def start_salt_engines(salt_opts: dict[str, Any], name: str) -> Any:
+    """Salt's ``engines:`` started by Salt's ``start_engines`` under a Salt
+    ``ProcessManager`` (on the master, and in a minion's scheduler process with its Salt
+    minion opts) (returned: ``check_children``, ``stop_restarting``,
+    ``kill_children``)."""
+    import salt.engines
+    import salt.utils.process
+
+    manager = salt.utils.process.ProcessManager(name=name)
+    salt.engines.start_engines(salt_opts, manager)
+    return manager

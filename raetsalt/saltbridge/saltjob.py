@@ -53,7 +53,8 @@ log = logging.getLogger(__name__)
 
 CONFIG_KEYS = ("id", "cachedir", "sock_dir", "conf_file", "log_file", "file_client",
                "file_roots", "pillar_roots", "module_dirs", "grains", "return",
-               "mine_functions", "schedule", "beacons", "master", "master_port", "__salt")
+               "mine_functions", "schedule", "beacons", "engines", "master", "master_port",
+               "__salt")
 """The raetsalt minion opts ``SaltRuntime`` needs."""
 WARM = ("test.ping", "cmd.run", "state.apply", "pillar.items", "grains.items",
         "cp.get_file", "saltutil.sync_all", "pkg.list_pkgs", "file.stat")
@@ -123,6 +124,7 @@ def salt_opts(config: Mapping[str, Any]) -> dict[str, Any]:
         "mine_functions": dict(config.get("mine_functions") or {}),
         "schedule": dict(config.get("schedule") or {}),
         "beacons": dict(config.get("beacons") or {}),
+        "engines": list(config.get("engines") or []),
         "multiprocessing": True, "cache_jobs": False,
         "master_type": "str", "transport": TRANSPORT,
     })

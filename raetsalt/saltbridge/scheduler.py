@@ -16,6 +16,8 @@ loader is up (copy-on-write: no second load of Salt) and again if it dies.  It:
 * runs Salt's ``Beacon.process`` on the same beat (``beacons:`` in config and pillar)
   and fires all the events of one beat as one ``fire_master`` batch on the minion bus;
   the minion daemon sends a batch to the master as few road messages;
+* runs Salt's engines (``engines:``) through Salt's ``start_engines`` and
+  ``ProcessManager``; their events (``event.send``) go to the master's bus;
 * answers ``manage_schedule`` / ``manage_beacons`` events, which Salt's ``schedule.*``
   and ``beacons.*`` functions fire on the minion bus; Salt's ``Schedule``/``Beacon``
   methods fire the ``/salt/minion/minion_schedule_*_complete`` (beacons:
@@ -75,6 +77,8 @@ BEACON_FUNCS = {
     "reset": ("reset", ()),
 }
 """``manage_beacons``'s ``func`` -> Salt's ``Beacon`` method and its keyword arguments."""
+ENGINE_CHECK = 5.0
+"""Seconds between looks at the engine processes."""
 MAX_BEACON_EVENTS = 1000
 """Beacon events fired per beat at most (a runaway beacon cannot flood the road)."""
 
@@ -99,14 +103,47 @@ class Scheduler:
         self.beacons = salt.beacons.Beacon(self.opts, runtime.functions)
         self.bus = salt.utils.event.get_event("minion", opts=self.opts, listen=True)
         self.dropped_beacon_events = 0
+        self.engines: Any = None
+        self._engines_at = 0.0
+
+    def start_engines(self) -> None:
+        """Salt's engines (``engines:``), as Salt's minion starts them: Salt's
+        ``start_engines`` with Salt's ``ProcessManager`` (restarted when they die, looked
+        at every ``ENGINE_CHECK`` seconds).  Their ``event.send`` goes through the minion
+        bus to the master, as every Salt job's does here."""
+        if not self.opts.get("engines"):
+            return
+        from .mastersalt import start_salt_engines
+
+        try:
+            manager = start_salt_engines(self.opts, "raetsalt-minion engines")
+        except Exception as exc:  # noqa: BLE001 - one line; the scheduler goes on
+            log.error("engines: not started: %s: %s", type(exc).__name__, exc)
+            return
+        self.engines = manager
+
+    def stop_engines(self) -> None:
+        if self.engines is not None:
+            self.engines.stop_restarting()
+            self.engines.kill_children()
+            self.engines = None
 
     def serve(self) -> int:
+        try:
+            return self._serve()
+        finally:
+            self.stop_engines()
+
+    def _serve(self) -> int:
         interval = max(0.05, float(self.opts.get("loop_interval") or 1))
         next_beat = time.monotonic()
         while True:
             if not self._control():
                 return 0
             now = time.monotonic()
+            if self.engines is not None and now >= self._engines_at:
+                self._engines_at = now + ENGINE_CHECK
+                self.engines.check_children()
             if now >= next_beat:
                 next_beat = now + interval
                 self._beat()
@@ -231,4 +268,5 @@ def run(runtime: Any, daemon: socket.socket, private: socket.socket) -> int:
         log.error("the Salt scheduler and beacons did not start: %s: %s",
                   type(exc).__name__, exc)
         return 1
+    scheduler.start_engines()
     return scheduler.serve()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from daemons.helpers import Daemon, World, make_world
-from helpers.nosalt import started_without_salt
+from helpers.nosalt import one_line_without_salt
 
 from raetsalt.config import load_node_config
 from raetsalt.event import SaltEvent
@@ -143,9 +143,6 @@ def test_auth_start_and_highstate_reactions() -> None:
 def test_without_salt_the_reactor_is_one_clear_line(tmp_path: Path) -> None:
     with make_world() as world:
         conf = world.master_dir("reactor:\n  - 'salt/minion/*/start': /srv/r/start.sls\n")
-        master = started_without_salt(tmp_path, lambda: world.start("master", conf))
-        line = master.expect("reactor: ignored", timeout=30)
-        assert "pip install 'raetsalt[salt]'" in line and "'reactor' key" in line
-        master.expect("serving on", timeout=30)
-        assert not any("Traceback" in entry for entry in master.drain())
-        assert master.terminate() == 0
+        line = one_line_without_salt(tmp_path, lambda: world.start("master", conf),
+                                     "reactor: ignored")
+        assert "'reactor' key" in line

@@ -214,12 +214,13 @@ def test_a_bad_config_file_is_one_line_naming_file_and_problem(
 
 
 def test_salt_keys_start_the_daemon_with_one_warning_line(world: World) -> None:
-    confdir = world.master_dir(extra="worker_threads: 5\nreactor: []\nret_port: 4506\n"
+    confdir = world.master_dir(extra="worker_threads: 5\nreactor: []\npublish_port: 4505\n"
                                      "con_cache: false\n")
     master = world.start("master", confdir)
     line = master.expect("ignoring 3 key(s)")
     assert line.startswith("[WARNING ]") and line.endswith(
-        "raetsalt does not use in a master config: 'worker_threads', 'ret_port', 'con_cache'")
+        "raetsalt does not use in a master config: 'worker_threads', 'publish_port', "
+        "'con_cache'")
     master.expect("starting")
     assert master.terminate() == 0
     assert sum("ignoring" in entry for entry in master.drain()) == 1

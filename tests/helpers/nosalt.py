@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -27,3 +27,16 @@ def started_without_salt(scratch: Path, start: Callable[[], T]) -> T:
             del os.environ["PYTHONPATH"]
         else:
             os.environ["PYTHONPATH"] = saved
+
+
+def one_line_without_salt(scratch: Path, start: Callable[[], Any], fragment: str) -> str:
+    """Start a daemon without Salt (``start()``), and check that it says ``fragment`` in
+    one line naming the salt extra, serves anyway, logs no traceback and stops cleanly;
+    the line."""
+    daemon = started_without_salt(scratch, start)
+    line = str(daemon.expect(fragment, timeout=30))
+    assert "pip install 'raetsalt[salt]'" in line, line
+    daemon.expect("serving on", timeout=30)
+    assert not any("Traceback" in entry for entry in daemon.drain())
+    assert daemon.terminate() == 0
+    return line
