@@ -53,9 +53,12 @@ STATES = {
 }
 
 
-def _wait_for(path: Path, timeout: float = 60.0, *logs: Daemon) -> None:
+def _wait_for(path: Path, timeout: float = 60.0, *logs: Daemon, written: bool = False
+              ) -> None:
+    """Until ``path`` exists (and, if ``written``, has some text: Salt's file.managed
+    creates a file, then writes it)."""
     deadline = time.monotonic() + timeout
-    while not path.exists():
+    while not (path.exists() and (not written or path.read_text())):
         assert time.monotonic() < deadline, f"{path.name} never appeared; logs:\n" + "\n".join(
             line for daemon in logs for line in daemon.drain()[-40:])
         time.sleep(0.05)  # polling the file the reaction makes, not a fixed wait
@@ -117,7 +120,7 @@ def test_auth_start_and_highstate_reactions() -> None:
             assert time.monotonic() < keep_deadline, done.stdout + done.stderr
             time.sleep(0.1)
         # Salt's documented example: minion start -> state.apply (Salt's highstate).
-        _wait_for(out / "highstate-salty", 120, master, salty)
+        _wait_for(out / "highstate-salty", 120, master, salty, written=True)
         assert (out / "highstate-salty").read_text().strip() == "applied by the reactor"
         _wait_for(out / "started-salty")
 
