@@ -25,7 +25,12 @@ import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from raetsalt.daemon.eventreturn import EventReturn
+    from raetsalt.daemon.reactor import Reactor
+    from raetsalt.event import SaltEvent
 
 log = logging.getLogger("raetsalt.daemon")
 
@@ -34,6 +39,8 @@ _CHILD = ("import sys; sys.path.insert(0, sys.argv[1]); "
           "from raetsalt.daemon.automation import main; sys.exit(main())")
 READ_WAIT = 0.25
 """Seconds the bus reader waits for an event before looking at its stop flag."""
+DRAIN_WAIT = 0.05
+"""Seconds of silence after which a stopping reader has taken all its socket held."""
 READ_BATCH = 512
 """Events the reader takes from the bus before spooling them (one sync)."""
 NO_SALT = ("reactor: ignored: reactor files are rendered with Salt's renderers (jinja, "
@@ -202,6 +209,25 @@ def main() -> int:
         return 1
 
 
+def _hand_over(bus: SaltEvent, first: dict[str, Any], returns: EventReturn | None,
+               reactor: Reactor | None) -> None:
+    """``first`` and the events already waiting after it (up to ``READ_BATCH``) to the
+    spool (one sync) and the reactor's queue."""
+    batch = [first]
+    while len(batch) < READ_BATCH:
+        more = bus.get_event_noblock()
+        if more is None:
+            break
+        batch.append(more)
+    events = [(str(e["tag"]), e["data"] if isinstance(e["data"], dict) else
+               {"data": e["data"]}) for e in batch]
+    if returns is not None:
+        returns.add(events)
+    if reactor is not None:
+        for tag, data in events:
+            reactor.offer(tag, data)
+
+
 def run(opts: dict[str, Any], wanted: Mapping[str, bool], stop: threading.Event) -> int:
     from raetsalt.daemon.eventreturn import EventReturn, event_returners
     from raetsalt.daemon.reactor import Reactor
@@ -243,21 +269,13 @@ def run(opts: dict[str, Any], wanted: Mapping[str, bool], stop: threading.Event)
                      os.getpid())
         while not stop.is_set():
             first = bus.get_event(wait=READ_WAIT, full=True)
-            if first is None:
-                continue
-            batch = [first]
-            while len(batch) < READ_BATCH:
-                more = bus.get_event_noblock()
-                if more is None:
-                    break
-                batch.append(more)
-            events = [(str(e["tag"]), e["data"] if isinstance(e["data"], dict) else
-                       {"data": e["data"]}) for e in batch]
-            if returns is not None:
-                returns.add(events)
-            if reactor is not None:
-                for tag, data in events:
-                    reactor.offer(tag, data)
+            if first is not None:
+                _hand_over(bus, first, returns, reactor)
+        # Stopping (the master stopped first): what its last flush left in our socket
+        # still goes to the spool.
+        while returns is not None and (last := bus.get_event(
+                wait=DRAIN_WAIT, full=True)) is not None:
+            _hand_over(bus, last, returns, None)
     finally:
         bus.destroy()
         if reactor is not None:
