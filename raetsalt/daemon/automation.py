@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from raetsalt.daemon.eventreturn import EventReturn
-    from raetsalt.daemon.reactor import Reactor
+    from raetsalt.daemon.reactor import Claims, Reactor
     from raetsalt.event import SaltEvent
 
 log = logging.getLogger("raetsalt.daemon")
@@ -209,6 +209,27 @@ def main() -> int:
         return 1
 
 
+def _claims(opts: Mapping[str, Any]) -> Claims | None:
+    """The cluster's reaction claims (``raetsalt.store.pgclaims``) when the master is in
+    a cluster with a store, else None (each master reacts to what it sees)."""
+    if not opts.get("cluster_id") or not opts.get("cluster_store"):
+        return None
+    try:
+        from raetsalt.store.pgclaims import ReactionClaims
+
+        claims = ReactionClaims(opts, window=float(opts.get("reactor_cluster_window") or 60))
+    except ImportError:
+        log.error("reactor: cluster_id is set but the cluster extra (psycopg) is not "
+                  "installed: each master reacts to the events it sees")
+        return None
+    except ValueError as exc:
+        log.error("reactor: reactions not claimed in the cluster store: %s", exc)
+        return None
+    log.info("reactor: reactions claimed in the cluster store (cluster %s): an event "
+             "several masters see reacts once", claims.cluster_id)
+    return claims
+
+
 def _hand_over(bus: SaltEvent, first: dict[str, Any], returns: EventReturn | None,
                reactor: Reactor | None) -> None:
     """``first`` and the events already waiting after it (up to ``READ_BATCH``) to the
@@ -247,7 +268,8 @@ def run(opts: dict[str, Any], wanted: Mapping[str, bool], stop: threading.Event)
         else:
             reactor = Reactor(mapping, render, opts,
                               threads=int(opts.get("reactor_worker_threads") or 4),
-                              hwm=int(opts.get("reactor_worker_hwm") or 10000))
+                              hwm=int(opts.get("reactor_worker_hwm") or 10000),
+                              claims=_claims(opts))
     if wanted.get("event_return"):
         try:
             returns = EventReturn(opts, event_returners(opts))
