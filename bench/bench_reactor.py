@@ -84,6 +84,24 @@ class Daemon:
                 self.proc.wait()
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as handle:
+            return [int(p) for p in handle.read().split()]
+    except OSError:
+        return []
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -190,6 +208,10 @@ def main() -> int:
               f"fire -> job published: median {statistics.median(latencies) * 1000:.1f} ms, "
               f"p99 {percentile(latencies, 0.99) * 1000:.1f} ms (queueing included)")
 
+        master_pid = master.proc.pid
+        child_pids = children(master_pid)
+        before = (cpu_seconds(master_pid), sum(cpu_seconds(c) for c in child_pids))
+        busy_started = time.monotonic()
         out2: dict[str, Any] = {}
         ready2 = threading.Event()
         counter2 = threading.Thread(target=count_jobs,
@@ -201,13 +223,17 @@ def main() -> int:
         busy = probe(sock_dir, args.probes)
         sender.join()
         counter2.join()
+        busy_took = time.monotonic() - busy_started
+        after = (cpu_seconds(master_pid), sum(cpu_seconds(c) for c in child_pids))
         for name, values in (("idle reactor", idle), ("busy reactor", busy)):
             if values:
                 print(f"bus latency to another listener, {name}: median "
                       f"{statistics.median(values) * 1000:.2f} ms, p99 "
                       f"{percentile(values, 0.99) * 1000:.2f} ms ({len(values)} probes)")
-        print(f"(second burst: {len(out2['latencies'])}/{args.events} dispatched; "
-              f"{os.cpu_count()} cores)")
+        print(f"(second burst: {len(out2['latencies'])}/{args.events} dispatched in "
+              f"{busy_took:.1f} s; CPU meanwhile: master {after[0] - before[0]:.2f} s, "
+              f"reactor process {after[1] - before[1]:.2f} s; {os.cpu_count()} cores, "
+              f"load average {os.getloadavg()[0]:.1f})")
     finally:
         for daemon in daemons:
             daemon.stop()
