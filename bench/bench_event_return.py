@@ -90,6 +90,26 @@ class Master:
                 self.proc.wait()
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def master_cpu(pid: int) -> tuple[float, float]:
+    """CPU seconds of the master and of its children (the automation process)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as handle:
+            kids = [int(p) for p in handle.read().split()]
+    except OSError:
+        kids = []
+    return cpu_seconds(pid), sum(cpu_seconds(k) for k in kids)
+
+
 def start_producers(sock_dir: str, prefix: str, first: int, events: int,
                     producers: int) -> list[subprocess.Popen[str]]:
     procs = []
@@ -190,15 +210,19 @@ def throughput(root: Path, returner: str, args: argparse.Namespace,
         for run in range(args.runs):
             procs = start_producers(sock_dir, f"bench/{run}", run * args.events,
                                     args.events, args.producers)
+            cpu = master_cpu(master.proc.pid)
             started = time.monotonic()
             go(procs)
             ended, got = wait_count(counter, (run + 1) * args.events, 300)
+            spent = master_cpu(master.proc.pid)
             refused = finish(procs)
             took = ended - started
             rates.append(args.events / took)
             print(f"  {returner} run {run + 1}: {args.events} events in {took:.2f} s = "
                   f"{args.events / took:,.0f} events/s ({got - run * args.events} stored, "
-                  f"{refused} fire retries)", flush=True)
+                  f"{refused} fire retries; CPU: master {spent[0] - cpu[0]:.2f} s, "
+                  f"automation process {spent[1] - cpu[1]:.2f} s; load average "
+                  f"{os.getloadavg()[0]:.1f})", flush=True)
     finally:
         master.stop()
     return rates
