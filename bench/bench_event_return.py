@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import sqlite3
 import statistics
 import subprocess
@@ -34,6 +33,8 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from procstat import children, cpu_seconds, terminate
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
@@ -81,33 +82,12 @@ class Master:
             self.lines.append(line)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        terminate(self.proc, 30)
 
 
 def master_cpu(pid: int) -> tuple[float, float]:
     """CPU seconds of the master and of its children (the automation process)."""
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as handle:
-            kids = [int(p) for p in handle.read().split()]
-    except OSError:
-        kids = []
-    return cpu_seconds(pid), sum(cpu_seconds(k) for k in kids)
+    return cpu_seconds(pid), sum(cpu_seconds(k) for k in children(pid))
 
 
 def start_producers(sock_dir: str, prefix: str, first: int, events: int,

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from procstat import children, cpu_seconds, terminate
 
 from raetsalt.config import load_node_config
 from raetsalt.event import MasterEvent, SaltEvent
@@ -75,31 +76,7 @@ class Daemon:
             pass
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as handle:
-            return [int(p) for p in handle.read().split()]
-    except OSError:
-        return []
+        terminate(self.proc, 20)
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -27,7 +27,7 @@ import psycopg
 from raetsalt.log import Throttle
 from raetsalt.store import schema
 from raetsalt.store.pgconfig import connection_params, describe
-from raetsalt.store.pgwriter import connect
+from raetsalt.store.pgwriter import close_quietly, connect_ready
 
 log = logging.getLogger("raetsalt.reactor")
 
@@ -99,16 +99,8 @@ class ReactionClaims:
         if conn is not None and not conn.closed and not conn.broken:
             return conn
         self._close()
-        conn = connect(self.params, autocommit=True)
-        try:
-            with conn.transaction():
-                for statement in CREATE:
-                    conn.execute(statement)
-        except BaseException:
-            conn.close()
-            raise
-        self._conn = conn
-        return conn
+        self._conn = connect_ready(self.params, CREATE, autocommit=True)
+        return self._conn
 
     def _failed(self, exc: psycopg.Error, now: float) -> None:
         self.stats["unclaimed"] += 1
@@ -123,12 +115,8 @@ class ReactionClaims:
                       "(%d time(s))", self.where, first, times)
 
     def _close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except psycopg.Error:
-                pass
-            self._conn = None
+        close_quietly(self._conn)
+        self._conn = None
 
     def close(self) -> None:
         with self._lock:

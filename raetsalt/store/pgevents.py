@@ -26,7 +26,7 @@ import psycopg
 from raetsalt.log import Throttle
 from raetsalt.store import schema
 from raetsalt.store.pgconfig import connection_params
-from raetsalt.store.pgwriter import connect
+from raetsalt.store.pgwriter import close_quietly, connect_ready
 from raetsalt.store.rows import json_text
 
 log = logging.getLogger("raetsalt.event_return")
@@ -52,16 +52,8 @@ class PgEventReturn:
         if conn is not None and not conn.closed and not conn.broken:
             return conn
         self.close()
-        conn = connect(self.params)
-        try:
-            with conn.transaction():
-                for statement in schema.CREATE:
-                    conn.execute(statement)
-        except BaseException:
-            conn.close()
-            raise
-        self._conn = conn
-        return conn
+        self._conn = connect_ready(self.params, schema.CREATE)
+        return self._conn
 
     def __call__(self, events: list[dict[str, Any]]) -> None:
         conn = self._connection()
@@ -96,9 +88,5 @@ class PgEventReturn:
                                   "%r: %s (%d time(s)); left out", tag[:100], first, times)
 
     def close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except psycopg.Error:
-                pass
-            self._conn = None
+        close_quietly(self._conn)
+        self._conn = None
