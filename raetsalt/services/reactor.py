@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -201,10 +200,20 @@ def event_key(tag: str, data: Mapping[str, Any]) -> str:
     ``_stamp`` (each master stamps what it receives)."""
     body = {str(k): v for k, v in data.items() if k != "_stamp"}
     try:
-        text = json.dumps([tag, body], sort_keys=True, default=repr, separators=(",", ":"))
-    except (TypeError, ValueError, RecursionError):
-        text = repr((tag, sorted(body.items(), key=lambda item: item[0])))
+        text = _canonical([tag, body])
+    except RecursionError:
+        text = repr((tag, sorted(body)))
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _canonical(value: Any) -> str:
+    """Text that two equal event payloads share whatever their mappings' key order."""
+    if isinstance(value, Mapping):
+        return "{" + ",".join(sorted(f"{str(k)!r}:{_canonical(v)}"
+                                     for k, v in value.items())) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_canonical(v) for v in value) + "]"
+    return repr(value)
 
 
 def _reaction(rid: str, key: str, value: Any, sls: str) -> Reaction:

@@ -290,3 +290,6 @@ def test_claimed_reactions_run_on_one_master_only() -> None:
     assert sum(r.stats["claimed_elsewhere"] for r in masters) == 1
     assert event_key("t", {"a": 1, "_stamp": "x"}) == event_key("t", {"a": 1})
     assert event_key("t", {"a": 1}) != event_key("t", {"a": 2}) != event_key("u", {"a": 2})
+    assert event_key("t", {"a": 1, "b": {"x": [1, {"p": 2, "q": 3}], "y": 2}}) == \
+        event_key("t", {"b": {"y": 2, "x": [1, {"q": 3, "p": 2}]}, "a": 1})
+    assert event_key("t", {"a": [1, 2]}) != event_key("t", {"a": [2, 1]})
