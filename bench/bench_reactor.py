@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from procstat import children, cpu_seconds, terminate
 
 from raetsalt.config import load_node_config
 from raetsalt.event import MasterEvent, SaltEvent
@@ -75,13 +76,7 @@ class Daemon:
             pass
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc, 20)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -190,6 +185,10 @@ def main() -> int:
               f"fire -> job published: median {statistics.median(latencies) * 1000:.1f} ms, "
               f"p99 {percentile(latencies, 0.99) * 1000:.1f} ms (queueing included)")
 
+        master_pid = master.proc.pid
+        child_pids = children(master_pid)
+        before = (cpu_seconds(master_pid), sum(cpu_seconds(c) for c in child_pids))
+        busy_started = time.monotonic()
         out2: dict[str, Any] = {}
         ready2 = threading.Event()
         counter2 = threading.Thread(target=count_jobs,
@@ -201,13 +200,17 @@ def main() -> int:
         busy = probe(sock_dir, args.probes)
         sender.join()
         counter2.join()
+        busy_took = time.monotonic() - busy_started
+        after = (cpu_seconds(master_pid), sum(cpu_seconds(c) for c in child_pids))
         for name, values in (("idle reactor", idle), ("busy reactor", busy)):
             if values:
                 print(f"bus latency to another listener, {name}: median "
                       f"{statistics.median(values) * 1000:.2f} ms, p99 "
                       f"{percentile(values, 0.99) * 1000:.2f} ms ({len(values)} probes)")
-        print(f"(second burst: {len(out2['latencies'])}/{args.events} dispatched; "
-              f"{os.cpu_count()} cores)")
+        print(f"(second burst: {len(out2['latencies'])}/{args.events} dispatched in "
+              f"{busy_took:.1f} s; CPU meanwhile: master {after[0] - before[0]:.2f} s, "
+              f"reactor process {after[1] - before[1]:.2f} s; {os.cpu_count()} cores, "
+              f"load average {os.getloadavg()[0]:.1f})")
     finally:
         for daemon in daemons:
             daemon.stop()

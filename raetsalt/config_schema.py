@@ -1014,6 +1014,17 @@ SCHEMA += (
         _AUTOMATION,
     ),
     Option(
+        "reactor_cluster_window",
+        s.number(1.0),
+        {"master": 60.0},
+        "With cluster_id and cluster_store: each reaction to an event is claimed in the "
+        "store, so an event several masters of the cluster see (same tag and data, "
+        "_stamp aside) reacts on one of them; the same event again within this many "
+        "seconds does not react again.  When the store cannot be reached each master "
+        "reacts by itself (logged).",
+        _AUTOMATION,
+    ),
+    Option(
         "reactor_worker_hwm",
         s.integer(1),
         {"master": 10000},
@@ -1056,7 +1067,9 @@ SCHEMA += (
         s.string_or_list(),
         {"master": []},
         "Returners given every event of the master's bus in batches: the built-in "
-        "'sqlite3' (sqlite3.database) or Salt's returners that have event_return.  "
+        "'sqlite3' (sqlite3.database) and 'pgjsonb' (Salt's salt_events table, with "
+        "psycopg 3 from the cluster extra; the database of cluster_store or "
+        "returner.pgjsonb.*), or Salt's returners that have event_return.  "
         "Events go through an on-disk spool under <cachedir>/event_return: a returner "
         "that fails gets the same batch again later, nothing is dropped.",
         _AUTOMATION,

@@ -7,8 +7,9 @@ minion1 (a file rendered from a ``salt://`` jinja template with its pillar, and 
 command that requires it) when the ``salt`` extra is installed, let minion1 publish to
 the other minions and run ``manage.up`` through the master (``peer``/``peer_run``), see
 a peer call the master refuses (with its reason, the exit code and the audit event),
-ask ``acl.explain`` why, watch the reactor answer each minion's start event (with the
-``salt`` extra) and the ``master_bus`` returner put returns on the master's bus under a
+ask ``acl.explain`` why, watch the reactor answer each minion's start event and a job
+minion1's scheduler runs every 2 s arrive (both with the ``salt`` extra), and the
+``master_bus`` returner put returns on the master's bus under a
 tag, start the REST API (``raetsalt-api``, Salt's rest_cherrypy API) and use it as pepper
 or a web UI would, serve a second fleet from two masters (Salt's failover and hot
 multi-master) and kill one of them, list the events the first master's bus carried, and
@@ -84,6 +85,15 @@ greet_new_minion:
           > {out}/reacted-{{{{ data['id'] }}}}
 """
 """The reactor file of ``salt/minion/*/start`` (Salt's jinja|yaml, ``data`` is the event's)."""
+SCHEDULE = """\
+schedule:                 # Salt's scheduler, in minion1's config
+  heartbeat:
+    function: test.echo
+    args: [scheduled heartbeat]
+    seconds: 2
+"""
+"""A job minion1 runs by itself every 2 s (Salt's scheduler; its returns reach the
+master's job cache under real jids and its bus as ``salt/job/<jid>/ret/minion1``)."""
 
 API_USER, API_PASSWORD = "demo", "demo-secret"
 SALTGUI = Path(os.environ.get(
@@ -181,7 +191,8 @@ def _story(root: Path, procs: dict[str, subprocess.Popen[bytes]]) -> int:
             f"id: {name}\nroot_dir: {confdir}\ninterface: 127.0.0.1\nraet_port: 0\n"
             f"master: 127.0.0.1:{port}\nacceptance_wait_time: 1.0\nrandom_reauth_delay: 1.0\n"
             f"raet_alive_period: 2.0\ngrains:\n  {grains}\n"
-            + ("execution_mode: native\n" if name in NATIVE else ""))
+            + ("execution_mode: native\n" if name in NATIVE else "")
+            + (SCHEDULE if name == "minion1" and reactor else ""))
         procs[name] = _daemon("minion", confdir)
     wait_events(bus, {"salt/auth"}, seen)
     _wait_pending(master_dir, len(MINIONS))
@@ -201,6 +212,8 @@ def _story(root: Path, procs: dict[str, subprocess.Popen[bytes]]) -> int:
     show("raetsalt", master_dir, "-C", "G@roles:web and not minion3", "grains.item", "os")
 
     _salt_states(master_dir, srv)
+    if reactor:
+        _scheduled(master_dir, bus, seen)
 
     m1, m2 = root / "minion1", root / "minion2"
     step("peer publishing: minion1 runs test.ping on the other minions via the master")
@@ -282,6 +295,42 @@ def _reactions(root: Path) -> None:
         time.sleep(0.1)
     for path in files:
         print(f"    {path.name}: {path.read_text().strip()}")
+
+
+def _scheduled(master_dir: Path, bus: MasterEvent, seen: list[str]) -> None:
+    step("a scheduled job: minion1 runs test.echo every 2 s by itself (Salt's scheduler); "
+         "its returns arrive on the master's bus and in its job cache")
+    for line in SCHEDULE.splitlines():
+        print(f"    {line}")
+
+    def next_return(wait: float) -> str | None:
+        """The tag of the next scheduled return on the bus within ``wait`` s."""
+        deadline = time.monotonic() + wait
+        while (left := deadline - time.monotonic()) > 0:
+            event = bus.get_event(wait=left, full=True)
+            if event is None:
+                return None
+            tag, data = str(event["tag"]), event["data"]
+            seen.append(tag)
+            if (tag.startswith("salt/job/") and tag.endswith("/ret/minion1")
+                    and data.get("fun") == "test.echo"
+                    and data.get("return") == "scheduled heartbeat"):
+                return tag
+        return None
+
+    earlier = 0
+    while next_return(0.05) is not None:  # what arrived while the story went on
+        earlier += 1
+    print(f"    ({earlier} of its returns reached the bus since minion1 started; "
+          "watching for the next ones)")
+    tag = ""
+    for _ in range(2):
+        found = next_return(10.0)
+        if found is None:
+            raise SystemExit("demo: the scheduled job's returns did not arrive")
+        tag = found
+        print(f"    [{time.monotonic() - STARTED:4.1f} s] on the master's bus: {tag}")
+    show("raetsalt-run", master_dir, "jobs.lookup_jid", tag.split("/")[2])
 
 
 def _master_bus_returner(master_dir: Path, bus: MasterEvent, seen: list[str]) -> None:

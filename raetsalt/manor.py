@@ -168,6 +168,11 @@ class Manor:
         self.lane.send_failed(path, now)
         self._drain_lane_events()
 
+    def has_output(self) -> bool:
+        """Events or pages still wait to go to a yard that is there."""
+        lane = self.lane
+        return lane.has_output() or any(lane.has_yard(n) for n in self.bus.pending())
+
     def get_timer(self) -> float | None:
         """Earliest time work is due; ``-inf`` when queued events could go right away."""
         lane = self.lane

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import logging
 import selectors
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -67,6 +68,10 @@ NodeEvent = Event | LocalMessage
 
 # Wake-up bound of ``run`` so a stop request is seen even when nothing happens.
 _RUN_MAX_WAIT = 0.25
+DRAIN_READS = 16
+"""Rounds of reading the manor's socket (512 datagrams each) when draining."""
+DRAIN_POLL = 0.05
+"""Longest wait between two attempts of ``drain_bus``."""
 BATCH_EVENTS = 256
 """Events per road message of a forwarded batch, at most (the master refuses more)."""
 
@@ -226,6 +231,35 @@ class Node:
         if self.stack.road.has_output():
             self.stack.flush()
         self.flush_bus()
+
+    def drain_bus(self, timeout: float) -> bool:
+        """Read the events fired into the manor's socket, then send what the bus queued
+        for its listeners, waiting (at most ``timeout`` s) for those whose sockets are
+        full to read: a stopping daemon leaves no event behind that a listener (the
+        event_return spool) would still take.  True when all went."""
+        deadline = self.clock() + timeout
+        # Events fired just before the stop wait in the manor's socket: read them first
+        # (a bounded number of rounds; requests among them go unanswered, as the node
+        # stops).
+        for _ in range(DRAIN_READS):
+            now = self.clock()
+            got = self.uxd.receive_into(self.manor, now)
+            unanswered = 0
+            while self.manor.next_event() is not None:
+                unanswered += 1
+            self.stats["unanswered_at_stop"] += unanswered
+            if not got:
+                break
+        self.flush_bus()
+        while self.manor.has_output():
+            now = self.clock()
+            if now >= deadline:
+                return False
+            timer = self.manor.get_timer()
+            wait = DRAIN_POLL if timer is None else max(0.0, min(timer - now, DRAIN_POLL))
+            time.sleep(min(wait, deadline - now))  # a full listener socket: its back-off
+            self.flush_bus()
+        return True
 
     def step(self, timeout: float | None = None) -> list[NodeEvent]:
         """Wait for a socket or the earliest timer (at most ``timeout`` s), then service."""

@@ -55,5 +55,10 @@ def test_demo_runs_end_to_end() -> None:
             "state.apply motd test=True\n",
             "    Summary for minion1\n    ------------\n    Succeeded: 2\n    Failed:    0\n",
             "    reacted-minion2: minion2 started; the reactor ran this\n",
+            "a scheduled job: minion1 runs test.echo every 2 s by itself",
+            "    schedule:                 # Salt's scheduler, in minion1's config\n",
+            "watching for the next ones)\n",
+            "s] on the master's bus: salt/job/",
+            "jobs.lookup_jid 2", "    minion1:\n        scheduled heartbeat\n",
         ]:
             assert fragment in out, fragment

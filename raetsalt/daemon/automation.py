@@ -25,7 +25,12 @@ import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from raetsalt.daemon.eventreturn import EventReturn
+    from raetsalt.daemon.reactor import Claims, Reactor
+    from raetsalt.event import SaltEvent
 
 log = logging.getLogger("raetsalt.daemon")
 
@@ -34,6 +39,8 @@ _CHILD = ("import sys; sys.path.insert(0, sys.argv[1]); "
           "from raetsalt.daemon.automation import main; sys.exit(main())")
 READ_WAIT = 0.25
 """Seconds the bus reader waits for an event before looking at its stop flag."""
+DRAIN_WAIT = 0.05
+"""Seconds of silence after which a stopping reader has taken all its socket held."""
 READ_BATCH = 512
 """Events the reader takes from the bus before spooling them (one sync)."""
 NO_SALT = ("reactor: ignored: reactor files are rendered with Salt's renderers (jinja, "
@@ -227,6 +234,46 @@ def main() -> int:
         return 1
 
 
+def _claims(opts: Mapping[str, Any]) -> Claims | None:
+    """The cluster's reaction claims (``raetsalt.store.pgclaims``) when the master is in
+    a cluster with a store, else None (each master reacts to what it sees)."""
+    if not opts.get("cluster_id") or not opts.get("cluster_store"):
+        return None
+    try:
+        from raetsalt.store.pgclaims import ReactionClaims
+
+        claims = ReactionClaims(opts, window=float(opts.get("reactor_cluster_window") or 60))
+    except ImportError:
+        log.error("reactor: cluster_id is set but the cluster extra (psycopg) is not "
+                  "installed: each master reacts to the events it sees")
+        return None
+    except ValueError as exc:
+        log.error("reactor: reactions not claimed in the cluster store: %s", exc)
+        return None
+    log.info("reactor: reactions claimed in the cluster store (cluster %s): an event "
+             "several masters see reacts once", claims.cluster_id)
+    return claims
+
+
+def _hand_over(bus: SaltEvent, first: dict[str, Any], returns: EventReturn | None,
+               reactor: Reactor | None) -> None:
+    """``first`` and the events already waiting after it (up to ``READ_BATCH``) to the
+    spool (one sync) and the reactor's queue."""
+    batch = [first]
+    while len(batch) < READ_BATCH:
+        more = bus.get_event_noblock()
+        if more is None:
+            break
+        batch.append(more)
+    events = [(str(e["tag"]), e["data"] if isinstance(e["data"], dict) else
+               {"data": e["data"]}) for e in batch]
+    if returns is not None:
+        returns.add(events)
+    if reactor is not None:
+        for tag, data in events:
+            reactor.offer(tag, data)
+
+
 def run(opts: dict[str, Any], wanted: Mapping[str, bool], stop: threading.Event) -> int:
     from raetsalt.daemon.eventreturn import EventReturn, event_returners
     from raetsalt.daemon.reactor import Reactor
@@ -246,7 +293,8 @@ def run(opts: dict[str, Any], wanted: Mapping[str, bool], stop: threading.Event)
         else:
             reactor = Reactor(mapping, render, opts,
                               threads=int(opts.get("reactor_worker_threads") or 4),
-                              hwm=int(opts.get("reactor_worker_hwm") or 10000))
+                              hwm=int(opts.get("reactor_worker_hwm") or 10000),
+                              claims=_claims(opts))
     if wanted.get("event_return"):
         try:
             returns = EventReturn(opts, event_returners(opts))
@@ -268,21 +316,13 @@ def run(opts: dict[str, Any], wanted: Mapping[str, bool], stop: threading.Event)
                      os.getpid())
         while not stop.is_set():
             first = bus.get_event(wait=READ_WAIT, full=True)
-            if first is None:
-                continue
-            batch = [first]
-            while len(batch) < READ_BATCH:
-                more = bus.get_event_noblock()
-                if more is None:
-                    break
-                batch.append(more)
-            events = [(str(e["tag"]), e["data"] if isinstance(e["data"], dict) else
-                       {"data": e["data"]}) for e in batch]
-            if returns is not None:
-                returns.add(events)
-            if reactor is not None:
-                for tag, data in events:
-                    reactor.offer(tag, data)
+            if first is not None:
+                _hand_over(bus, first, returns, reactor)
+        # Stopping (the master stopped first): what its last flush left in our socket
+        # still goes to the spool.
+        while returns is not None and (last := bus.get_event(
+                wait=DRAIN_WAIT, full=True)) is not None:
+            _hand_over(bus, last, returns, None)
     finally:
         bus.destroy()
         if reactor is not None:

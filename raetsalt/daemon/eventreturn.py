@@ -7,7 +7,8 @@ The bus reader hands events to ``EventReturn.add``; they are appended to the spo
 A sender thread reads the spool from its committed position in batches of at most
 ``event_return_queue`` events (``BATCH`` when that is 0), gives each batch to every
 returner of ``event_return`` (``name.event_return(events)``: Salt's returners through
-Salt's loader, or the built-in ``sqlite3``), and only when all of them took it moves the
+Salt's loader, or the built-in ``sqlite3`` and ``pgjsonb``: ``raetsalt.store.pgevents``),
+and only when all of them took it moves the
 committed position (a small file replaced atomically).  A returner that fails is logged
 once per ``FAIL_LOG_INTERVAL`` (with how many events wait) and the same batch is tried
 again after a back-off (``RETRY_MIN`` doubling to ``RETRY_MAX``); a master restart
@@ -255,6 +256,13 @@ class EventReturn:
             self._wake.notify_all()
         self._thread.join(timeout)
         self.spool.close()
+        for returner in self.returners.values():
+            closer = getattr(returner, "close", None)
+            if callable(closer):
+                try:
+                    closer()
+                except Exception:  # noqa: BLE001 - stopping; nothing is lost by this
+                    log.debug("closing an event_return returner failed", exc_info=True)
 
 
 def sqlite_event_return(opts: Mapping[str, Any]) -> EventReturner:
@@ -285,9 +293,18 @@ def sqlite_event_return(opts: Mapping[str, Any]) -> EventReturner:
     return event_return
 
 
+def _psycopg_available() -> bool:
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def event_returners(opts: Mapping[str, Any]) -> dict[str, EventReturner]:
-    """The ``event_return`` returners: built-in ``sqlite3``, else Salt's (raises
-    ``LookupError`` naming what is missing)."""
+    """The ``event_return`` returners: built-in ``sqlite3`` and (with the ``cluster``
+    extra) ``pgjsonb``, else Salt's (raises ``LookupError`` naming what is missing,
+    ``StoreConfigError`` for an unusable database setting)."""
     names = opts.get("event_return") or []
     if isinstance(names, str):
         names = [n.strip() for n in names.split(",") if n.strip()]
@@ -296,6 +313,11 @@ def event_returners(opts: Mapping[str, Any]) -> dict[str, EventReturner]:
     for name in names:
         if name == "sqlite3":
             found[name] = sqlite_event_return(opts)
+            continue
+        if name == "pgjsonb" and _psycopg_available():
+            from raetsalt.store.pgevents import PgEventReturn
+
+            found[name] = PgEventReturn(opts)
             continue
         if salt_funcs is None:
             from raetsalt.saltbridge.mastersalt import salt_returners

@@ -28,7 +28,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import msgpack
 
@@ -38,13 +38,22 @@ from raetsalt.log import Throttle, clip
 from raetsalt.services.reactor import (
     Reaction,
     ReactorMap,
-    reactions_from_high,
+    event_key,
+    reactions_of_event,
 )
 
 log = logging.getLogger("raetsalt.reactor")
 
 Renderer = Callable[[str, str, Mapping[str, Any]], Any]
 """``(sls path, tag, data)`` -> the rendered high data (raises on a bad file)."""
+
+
+class Claims(Protocol):
+    """Who reacts to an event that several masters see (``raetsalt.store.pgclaims``)."""
+
+    def claim(self, event_key: str, reaction: str) -> bool: ...
+
+
 MAX_QUEUED_BYTES = 64 << 20
 """Bytes of event data (msgpack) waiting for the workers; beyond, events are dropped as
 when the queue is full (a minion may fire large events with a matching tag)."""
@@ -58,8 +67,10 @@ class Reactor:
 
     def __init__(self, mapping: ReactorMap, render: Renderer, opts: Mapping[str, Any], *,
                  threads: int = 4, hwm: int = 10000,
-                 client_factory: Callable[[], Any] | None = None) -> None:
+                 client_factory: Callable[[], Any] | None = None,
+                 claims: Claims | None = None) -> None:
         self.mapping = mapping
+        self.claims = claims
         self.render = render
         self.opts = opts
         self.queue: queue.Queue[tuple[str, dict[str, Any], list[str], int] | None] = \
@@ -158,8 +169,7 @@ class Reactor:
             if item is None:
                 break
             tag, data, files, size = item
-            for sls in files:
-                client = self._react(client, sls, tag, data)
+            client = self._react(client, files, tag, data)
             with self._lock:
                 self.stats["done"] += 1
                 self.queued_bytes -= size
@@ -167,16 +177,24 @@ class Reactor:
         if client is not None:
             client.close()
 
-    def _react(self, client: Any, sls: str, tag: str, data: dict[str, Any]) -> Any:
-        try:
-            high = self.render(sls, tag, data)
-        except Exception as exc:  # noqa: BLE001 - any renderer failure is the file's
-            self._failed(sls, tag, f"cannot be rendered: {_one_line(exc)}")
-            return client
-        reactions, problems = reactions_from_high(high, sls)
-        for problem in problems:
+    def _react(self, client: Any, files: list[str], tag: str, data: dict[str, Any]) -> Any:
+        rendered: list[tuple[str, Any]] = []
+        for sls in files:
+            try:
+                rendered.append((sls, self.render(sls, tag, data)))
+            except Exception as exc:  # noqa: BLE001 - any renderer failure is the file's
+                self._failed(sls, tag, f"cannot be rendered: {_one_line(exc)}")
+        reactions, problems = reactions_of_event(rendered)
+        for sls, problem in problems:
             self._failed(sls, tag, problem)
+        key = event_key(tag, data) if self.claims is not None and reactions else ""
         for reaction in reactions:
+            if self.claims is not None and not self.claims.claim(
+                    key, f"{reaction.sls}#{reaction.id}#{reaction.kind}.{reaction.fun}"):
+                with self._lock:
+                    self.stats["claimed_elsewhere"] += 1
+                continue
+            sls = reaction.sls
             try:
                 if client is None and reaction.kind != "caller":
                     client = self._client_factory()

@@ -12,7 +12,9 @@ Each behaviour makes one call into ``raetsalt.node.Node`` or the ioflo-free obje
 ``raetsalt minion resolve``  recur: while not connected, re-resolve the master's name
 ``raetsalt minion state``    enter: ``with state S``: the link frame the flow entered
                              (status.state and its flags; logged once per change)
-``raetsalt node close``      exit/enter: flush once, unwatch and close the node
+``raetsalt node close``      exit/enter: flush, give the bus's listeners up to
+                             ``DRAIN_TIMEOUT`` s to take their queued events, unwatch
+                             and close the node
 ``raetsalt exit``            enter: ``with code N`` sets .raetsalt.exit (kept if already
                              non-zero)
 """
@@ -29,6 +31,9 @@ from raetsalt.flo import steps  # noqa: F401  (registers the serving steps)
 from raetsalt.flo.doer import RaetsaltDoer
 
 log = logging.getLogger("raetsalt.daemon")
+
+DRAIN_TIMEOUT = 2.0
+"""Seconds a stopping daemon waits for bus listeners whose sockets are full."""
 
 
 class RaetsaltNodeOpen(RaetsaltDoer):
@@ -125,6 +130,9 @@ class RaetsaltNodeClose(RaetsaltDoer):
                 log.debug("closing the job service failed", exc_info=True)
         try:
             node.flush()  # what is queued goes out before the sockets close
+            if not node.drain_bus(DRAIN_TIMEOUT):
+                log.warning("bus listeners did not take every queued event within %g s "
+                            "of stopping", DRAIN_TIMEOUT)
         except Exception:  # noqa: BLE001
             log.debug("final flush failed", exc_info=True)
         if self.waiter.value is not None:

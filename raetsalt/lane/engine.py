@@ -228,6 +228,10 @@ class Lane:
         yard = self._yards.get(name)
         return len(yard.tx) if yard is not None else 0
 
+    def has_output(self) -> bool:
+        """Pages wait to go to some yard (now or after a back-off)."""
+        return any(yard.tx for yard in self._yards.values())
+
     def _forget(self, yard: _RemoteYard) -> None:
         self._close_books(yard)
         del self._yards[yard.name]

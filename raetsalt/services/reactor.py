@@ -19,11 +19,19 @@ positional ones; a mapping: keyword arguments), else the legacy ``arg``/``kwarg`
 (runner and wheel) every other key is a keyword argument.  ``local`` takes ``tgt``,
 ``tgt_type`` (legacy ``expr_form``), ``ret``, ``timeout``.  A malformed reaction is a
 ``ReactionError`` naming its id; the others of the file still run.
+
+The files of one event make one set of reactions, as in Salt (``salt.utils.reactor``
+merges the rendered files with ``dict.update``): a reaction id that a later file renders
+again replaces the earlier one, so each reaction runs once per event however many
+entries select its file (``reactions_of_event``).  ``event_key`` names an event for the
+masters of a cluster, which claim each (event, reaction) in their shared store so that
+an event several of them see reacts once.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -162,6 +170,50 @@ def reactions_from_high(high: Any, sls: str) -> tuple[list[Reaction], list[str]]
         except ReactionError as exc:
             problems.append(str(exc))
     return reactions[:MAX_REACTIONS_PER_EVENT], problems
+
+
+def reactions_of_event(rendered: list[tuple[str, Any]]
+                       ) -> tuple[list[Reaction], list[tuple[str, str]]]:
+    """The reactions of an event's rendered files (``(sls, high)`` in order): ids merged
+    as Salt merges them (a later file's id replaces an earlier one's, in its place); and
+    the problems, as ``(sls, problem)``."""
+    merged: dict[str, tuple[str, Any]] = {}
+    problems: list[tuple[str, str]] = []
+    for sls, high in rendered:
+        if high is None or high == {}:
+            continue
+        if not isinstance(high, dict):
+            problems.extend((sls, text) for text in reactions_from_high(high, sls)[1])
+            continue
+        for rid, body in high.items():
+            merged[str(rid)] = (sls, body)
+    reactions: list[Reaction] = []
+    for rid, (sls, body) in merged.items():
+        found, trouble = reactions_from_high({rid: body}, sls)
+        reactions.extend(found)
+        problems.extend((sls, text) for text in trouble)
+    return reactions[:MAX_REACTIONS_PER_EVENT], problems
+
+
+def event_key(tag: str, data: Mapping[str, Any]) -> str:
+    """An event's name for the masters of a cluster: a digest of its tag and data without
+    ``_stamp`` (each master stamps what it receives)."""
+    body = {str(k): v for k, v in data.items() if k != "_stamp"}
+    try:
+        text = _canonical([tag, body])
+    except RecursionError:
+        text = repr((tag, sorted(body)))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _canonical(value: Any) -> str:
+    """Text that two equal event payloads share whatever their mappings' key order."""
+    if isinstance(value, Mapping):
+        return "{" + ",".join(sorted(f"{str(k)!r}:{_canonical(v)}"
+                                     for k, v in value.items())) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_canonical(v) for v in value) + "]"
+    return repr(value)
 
 
 def _reaction(rid: str, key: str, value: Any, sls: str) -> Reaction:

@@ -26,7 +26,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -57,6 +57,29 @@ def connect(params: Mapping[str, Any], **extra: Any) -> psycopg.Connection[Any]:
     """A connection with ``params`` (``raetsalt.store.pgconfig``)."""
     kwargs = {k: v for k, v in params.items() if k != "conninfo"}
     return psycopg.connect(params.get("conninfo", ""), **{**SESSION, **kwargs, **extra})
+
+
+def connect_ready(params: Mapping[str, Any], statements: Sequence[str],
+                  **extra: Any) -> psycopg.Connection[Any]:
+    """A connection with ``params`` on which ``statements`` (creating tables) ran in one
+    transaction; closed again if they fail."""
+    conn = connect(params, **extra)
+    try:
+        with conn.transaction():
+            for statement in statements:
+                conn.execute(statement)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def close_quietly(conn: psycopg.Connection[Any] | None) -> None:
+    if conn is not None:
+        try:
+            conn.close()
+        except psycopg.Error:
+            pass
 
 
 def _is_row_error(exc: psycopg.Error) -> bool:
@@ -251,15 +274,7 @@ class PgWriter:
                 conn.close()
 
     def _connect(self) -> psycopg.Connection[Any]:
-        conn = connect(self.params)
-        try:
-            with conn.transaction():
-                for statement in schema.CREATE:
-                    conn.execute(statement)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+        return connect_ready(self.params, schema.CREATE)
 
     def _write(self, conn: psycopg.Connection[Any], rows: list[Row]) -> None:
         try:

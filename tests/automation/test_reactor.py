@@ -16,7 +16,9 @@ from raetsalt.services.reactor import (
     Reaction,
     ReactorConfigError,
     ReactorMap,
+    event_key,
     reactions_from_high,
+    reactions_of_event,
 )
 
 
@@ -220,3 +222,74 @@ def test_closing_drops_what_waits_and_does_not_wait_for_it(
     assert reactor.stats["done"] == 1 and reactor.stats["dropped"] == 49
     assert reactor.queued_bytes == 0
     assert any("49 queued event(s) not reacted to" in r.getMessage() for r in caplog.records)
+
+
+def test_an_event_runs_each_reaction_id_once_as_salt_merges_the_files() -> None:
+    # Salt renders every file of every matching entry into one high-data mapping
+    # (dict.update): an id a later file renders again replaces the earlier one.
+    first = {"ping": {"local.test.ping": [{"tgt": "a"}]},
+             "up": {"runner.manage.up": []}}
+    second = {"ping": {"local.test.ping": [{"tgt": "b"}]},
+              "bad": "not a mapping"}
+    reactions, problems = reactions_of_event([("/1.sls", first), ("/2.sls", second),
+                                              ("/3.sls", ["a list"])])
+    assert [(r.id, r.tgt, r.sls) for r in reactions] == [("ping", "b", "/2.sls"),
+                                                         ("up", "", "/1.sls")]
+    assert [sls for sls, _ in problems] == ["/3.sls", "/2.sls"]
+
+
+def test_several_entries_naming_one_file_react_once_per_event() -> None:
+    sent: list[dict[str, Any]] = []
+    mapping = ReactorMap.from_config([{"t/*": "/a.sls"}, {"t/x": ["/a.sls", "/b.sls"]},
+                                      {"*": "/b.sls"}])
+    renders: list[str] = []
+
+    def render(sls: str, tag: str, data: dict[str, Any]) -> Any:
+        renders.append(sls)
+        return {"job": {"local.cmd.run": [{"tgt": "m1"}, {"arg": [sls]}]}}
+
+    reactor = Reactor(mapping, render, {"sock_dir": "/nowhere"}, threads=1,
+                      client_factory=lambda: FakeClient(sent))
+    assert reactor.offer("t/x", {})
+    assert reactor.wait_idle(10)
+    reactor.close()
+    assert renders == ["/a.sls", "/b.sls"]  # each file once
+    assert [m["arg"] for m in sent] == [["/b.sls"]]  # the id 'job' once: the later file's
+
+
+class Claims:
+    """The cluster store's answer: the first claim of an (event, reaction) wins."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def claim(self, key: str, reaction: str) -> bool:
+        first = (key, reaction) not in self.seen
+        self.seen.append((key, reaction))
+        return first
+
+
+def test_claimed_reactions_run_on_one_master_only() -> None:
+    claims = Claims()
+    sent: list[dict[str, Any]] = []
+
+    def render(sls: str, tag: str, data: dict[str, Any]) -> Any:
+        return {"job": {"local.cmd.run": [{"tgt": "m1"}, {"arg": ["true"]}]}}
+
+    masters = [Reactor(ReactorMap.from_config([{"fleet/*": "/a.sls"}]), render,
+                       {"sock_dir": "/nowhere"}, threads=1, claims=claims,
+                       client_factory=lambda: FakeClient(sent)) for _ in range(2)]
+    for reactor in masters:  # both masters see the event, each stamped on arrival
+        assert reactor.offer("fleet/up", {"n": 1, "_stamp": f"{id(reactor)}"})
+        assert reactor.wait_idle(10)
+    masters[0].offer("fleet/up", {"n": 2})  # another event reacts
+    assert masters[0].wait_idle(10)
+    for reactor in masters:
+        reactor.close()
+    assert len(sent) == 2
+    assert sum(r.stats["claimed_elsewhere"] for r in masters) == 1
+    assert event_key("t", {"a": 1, "_stamp": "x"}) == event_key("t", {"a": 1})
+    assert event_key("t", {"a": 1}) != event_key("t", {"a": 2}) != event_key("u", {"a": 2})
+    assert event_key("t", {"a": 1, "b": {"x": [1, {"p": 2, "q": 3}], "y": 2}}) == \
+        event_key("t", {"b": {"y": 2, "x": [1, {"q": 3, "p": 2}]}, "a": 1})
+    assert event_key("t", {"a": [1, 2]}) != event_key("t", {"a": [2, 1]})
