@@ -34,8 +34,9 @@ ours, so > 1 always means "better than").  Cases a, b, c and d run their repetit
 variant after variant (one run of each, then the next repetition), and a second table
 gives, per case, the median and the spread (lowest-highest) of the runs and, for ours,
 the ratio against ZeroMQ-msgpack of each pair run back to back (median and spread of
-those ratios), which a load that comes and goes shifts much less than the medians.  CPU is user + system ``getrusage`` time of
-both processes over the measured phase, per message and per MB (10^6 bytes) of payload.
+those ratios), which a load that comes and goes shifts much less than the medians.
+CPU is user + system ``getrusage`` time of both processes over the measured phase, per
+message and per MB (10^6 bytes) of payload.
 
 Variants: see ``VARIANTS``.  A variant whose RoadConfig options do not exist yet (the
 native profile) is shown as n/a; it runs as soon as ``RoadConfig`` accepts them.
