@@ -279,11 +279,7 @@ class Receiver:
             self._want_flush()
         inbox = self.inboxes[stream]
         if seq == inbox.next_deliver and not inbox.waiting:
-            deliver = self._deliver
-            for length in lengths:
-                deliver(kind, out[pos : pos + length])
-                pos += length
-            inbox.next_deliver = seq + len(lengths)
+            self._batch(kind, stream, seq, lengths, out, pos, now)  # in line: all delivered
             self._record_run(first, first + count - 1, now)
             return True
         index, heard = 0, False
