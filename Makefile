@@ -16,8 +16,8 @@ EXTRAS := test,bench,lint,salt,cluster,api
 
 venv: $(STAMP)
 
-# setup.py and the C source: the optional compiled kernel is rebuilt in place when they change
-$(STAMP): setup.cfg pyproject.toml setup.py raetsalt/_trains.c constraints.txt
+# setup.py and the C sources: the optional compiled modules are rebuilt in place when they change
+$(STAMP): setup.cfg pyproject.toml setup.py raetsalt/_trains.c raetsalt/_udpio.c constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt \
 		-e '.[$(EXTRAS)]'

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_road.py [--quick] [--cases a,b,c,d,h,e,f,E]
                                          [--variants NAME,...] [--datagram-size N]
-                                         [--skip-raet] [--skip-zmq] [--reps 3]
+                                         [--skip-raet] [--skip-zmq] [--reps 5]
                                          [--profile DIR] [--json-only]
 
 Cases (each run is a fresh pair of processes from ``bench/road_worker.py``):
@@ -28,10 +28,15 @@ Every message is checked by the receiver (sequence number and full content, see
 ``road_worker.Payload``); a run counts only if all ``count`` messages arrived intact and
 the sender saw each one delivered.  The exit status is 1 only when a raetsalt case has
 no verified run; an anchor that fails (raet 0.6.8 at N = 1000 joins) says so in the
-table.  Figures are medians over the repetitions; ratios
+table.  Figures are medians over the repetitions (5 unless ``--reps``); ratios
 (``x raet``, ``x zmq``) divide this run's medians (for latency, the other side's by
-ours, so > 1 always means "better than").  CPU is user + system ``getrusage`` time of
-both processes over the measured phase, per message and per MB (10^6 bytes) of payload.
+ours, so > 1 always means "better than").  Cases a, b, c and d run their repetitions
+variant after variant (one run of each, then the next repetition), and a second table
+gives, per case, the median and the spread (lowest-highest) of the runs and, for ours,
+the ratio against ZeroMQ-msgpack of each pair run back to back (median and spread of
+those ratios), which a load that comes and goes shifts much less than the medians.
+CPU is user + system ``getrusage`` time of both processes over the measured phase, per
+message and per MB (10^6 bytes) of payload.
 
 Variants: see ``VARIANTS``.  A variant whose RoadConfig options do not exist yet (the
 native profile) is shown as n/a; it runs as soon as ``RoadConfig`` accepts them.
@@ -375,7 +380,10 @@ def median(values: list[float | None]) -> float | None:
 def summarize(runs: list[dict[str, Any]], keys: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {"runs": len(runs), "ok_runs": sum(1 for r in runs if r["ok"])}
     for key in keys:
-        out[key] = median([r.get(key) for r in runs if r["ok"]])
+        good = [r[key] for r in runs if r["ok"] and r.get(key) is not None]
+        out[key] = median(good)
+        if len(good) > 1:
+            out[f"{key}_spread"] = [min(good), max(good)]
     errors = [r["error"] for r in runs if r.get("error")]
     if errors:
         out["errors"] = errors[:3]
@@ -393,24 +401,59 @@ def repeat(reps: int, fn: Callable[[], dict[str, Any]], label: str) -> list[dict
     return runs
 
 
-def measure(
-    variant: Variant, case: str, tmp: str, args: argparse.Namespace
-) -> list[dict[str, Any]]:
-    """Results of one case for one variant: one dict per sub-case (N for e)."""
+PAIRED = "abcd"
+"""Cases whose repetitions run variant after variant (one run of each, then the next
+repetition), so each of our runs has a ZeroMQ run right beside it to be divided by."""
+PAIR_KEYS = {"a": "msg_per_s", "b": "msg_per_s", "c": "mb_per_s", "d": "p50_us"}
+
+
+def one_run(variant: Variant, case: str, tmp: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One repetition of a paired case (a, b, c, d) for one variant."""
     kind = variant.name if variant.name in COUNTS else variant.kind
-    reps = 1 if args.quick else args.reps
     scale = QUICK_DIVISOR if args.quick else 1
     label = f"{variant.name} case {case}"
     if case in "abc":
         count = max(1, COUNTS[kind][case] // scale)
         window = WINDOWS[kind].get(case, 0)
-        runs = repeat(reps, lambda: run_messages(variant, tmp, SIZES[case], count, window), label)
-        keys = ["msg_per_s", "mb_per_s", "cpu_s_per_msg", "cpu_s_per_mb", "out_of_order"]
-        return [{"count": count, "size": SIZES[case], "window": window, **summarize(runs, keys)}]
-    if case == "d":
+        runs = repeat(1, lambda: run_messages(variant, tmp, SIZES[case], count, window), label)
+    else:
         count = max(10, COUNTS[kind][case] // scale)
-        runs = repeat(reps, lambda: run_rtt(variant, tmp, count), label)
-        return [{"count": count, **summarize(runs, ["p50_us", "p99_us", "cpu_s_client"])}]
+        runs = repeat(1, lambda: run_rtt(variant, tmp, count), label)
+    return {**runs[0], "count": count}
+
+
+def summarize_paired(case: str, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if case == "d":
+        keys = ["p50_us", "p99_us", "cpu_s_client"]
+        return [{"count": runs[0]["count"], **summarize(runs, keys)}]
+    keys = ["msg_per_s", "mb_per_s", "cpu_s_per_msg", "cpu_s_per_mb", "out_of_order"]
+    size = SIZES[case]
+    return [{"count": runs[0]["count"], "size": size, **summarize(runs, keys)}]
+
+
+def pair_ratios(
+    case: str, ours: list[dict[str, Any]], theirs: list[dict[str, Any]]
+) -> list[float]:
+    """Ours / theirs for each repetition where both ran (theirs / ours for latency)."""
+    key = PAIR_KEYS[case]
+    out = []
+    for mine, other in zip(ours, theirs, strict=False):
+        if mine.get("ok") and other.get("ok"):
+            r = ratio(mine.get(key), other.get(key), case == "d")
+            if r is not None:
+                out.append(r)
+    return out
+
+
+def measure(
+    variant: Variant, case: str, tmp: str, args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """Results of one unpaired case (h, e, f, E) for one variant: one dict per sub-case
+    (N for e)."""
+    kind = variant.name if variant.name in COUNTS else variant.kind
+    reps = 1 if args.quick else args.reps
+    scale = QUICK_DIVISOR if args.quick else 1
+    label = f"{variant.name} case {case}"
     if case == "h":
         count = max(10, COUNTS[kind][case] // scale)
         runs = repeat(reps, lambda: run_hol(variant, tmp, count), label)
@@ -429,7 +472,7 @@ def measure(
         out = {}
         for loss in (0.0, LOSS):
             runs = repeat(
-                min(reps, 2),
+                reps,
                 lambda loss=loss: run_messages(variant, tmp, MiB, count, window, loss),
                 label,
             )
@@ -439,6 +482,7 @@ def measure(
                 out[loss]["relay_dropped"] = relays[-1].get("dropped")
                 out[loss]["relay_forwarded"] = relays[-1].get("forwarded")
         clean, lossy = out[0.0].get("mb_per_s"), out[LOSS].get("mb_per_s")
+        lossy_runs = out[LOSS].get("mb_per_s_spread")
         return [
             {
                 "count": count,
@@ -446,7 +490,10 @@ def measure(
                 "clean": out[0.0],
                 "lossy": out[LOSS],
                 "retained": lossy / clean if clean and lossy else None,
-                "target_retained": 0.5,
+                "retained_spread": (
+                    [v / clean for v in lossy_runs] if clean and lossy_runs else None
+                ),
+                "target_retained": 0.8,
             }
         ]
     raise ValueError(case)
@@ -593,7 +640,8 @@ def print_table(
                     f"E 1 MiB MB/s 0%/{int(LOSS * 100)}% loss ({name})",
                     f"{cell(e['clean'].get('mb_per_s'), '', 2)} / "
                     f"{cell(e['lossy'].get('mb_per_s'), '', 2)}",
-                    f"retained {cell(e['retained'], '', 2)} (target >= 0.50)",
+                    f"retained {cell(e['retained'], '', 2)} "
+                    f"[{spread_text(e.get('retained_spread'), 2)}] (target >= 0.80)",
                 ]
             )
     widths = [
@@ -607,6 +655,45 @@ def print_table(
     print("\n(n) = messages per run; xraet / xzmq = ours vs theirs, > 1 is better for us.")
     for name, why in skipped.items():
         print(f"n/a {name}: {why}")
+
+
+def spread_text(spread: list[float] | None, digits: int) -> str:
+    if not spread:
+        return "-"
+    return f"{spread[0]:,.{digits}f}-{spread[1]:,.{digits}f}"
+
+
+def print_spread(
+    results: dict[str, dict[str, list[dict[str, Any]]]],
+    pairs: dict[str, dict[str, list[float]]],
+    variants: list[Variant],
+    skipped: dict[str, str],
+) -> None:
+    """Per paired case and variant: the median and the spread (lowest-highest) of the
+    repetitions, and for ours the ratio against ZeroMQ of each pair run back to back."""
+    labels = {"a": "100 B msg/s", "b": "1 KiB msg/s", "c": "1 MiB MB/s", "d": "RTT p50 us"}
+    print("\nmedian [lowest-highest] of the runs; x zmq: median [lowest-highest] of the ratios"
+          " of the pairs run back to back (> 1 is better for us)")
+    for case in PAIRED:
+        key = PAIR_KEYS[case]
+        for v in variants:
+            found = results.get(v.name, {}).get(case)
+            if v.name in skipped or not found:
+                continue
+            sub = found[0]
+            digits = 2 if case == "c" else 0
+            text = (
+                f"  {labels[case]:12} {v.name:24} {cell(sub.get(key), key, digits):>10} "
+                f"[{spread_text(sub.get(f'{key}_spread'), digits)}]  ok {sub['ok_runs']}/"
+                f"{sub['runs']}"
+            )
+            ratios = pairs.get(v.name, {}).get(case)
+            if ratios:
+                text += (
+                    f"  x zmq {statistics.median(ratios):.2f} "
+                    f"[{min(ratios):.2f}-{max(ratios):.2f}] ({len(ratios)} pairs)"
+                )
+            print(text)
 
 
 def emit_json(results: dict[str, dict[str, list[dict[str, Any]]]], meta: dict[str, Any]) -> None:
@@ -675,7 +762,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-zmq", action="store_true")
     parser.add_argument("--variants", default="", help="comma list of variant names (default: all)")
     parser.add_argument(
-        "--reps", type=int, default=3, help="repetitions per case (N=1000 joins: 1)"
+        "--reps", type=int, default=5, help="repetitions per case (N=1000 joins: 1)"
     )
     parser.add_argument(
         "--profile", metavar="DIR", help="only profile raetsalt-compat cases a and c"
@@ -724,7 +811,25 @@ def main(argv: list[str] | None = None) -> int:
             "datagram_size": args.datagram_size,
         }
         results: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        pairs: dict[str, dict[str, list[float]]] = {}
         for case in cases:
+            if case in PAIRED:
+                runnable = [v for v in chosen if v.name not in skipped and case in v.cases]
+                t = time.monotonic()
+                raw: dict[str, list[dict[str, Any]]] = {v.name: [] for v in runnable}
+                for _ in range(1 if args.quick else args.reps):
+                    for v in runnable:
+                        raw[v.name].append(one_run(v, case, tmp, args))
+                for v in runnable:
+                    results.setdefault(v.name, {})[case] = summarize_paired(case, raw[v.name])
+                    if v.kind == "raetsalt" and ZMQ in raw:
+                        pairs.setdefault(v.name, {})[case] = pair_ratios(
+                            case, raw[v.name], raw[ZMQ]
+                        )
+                if not args.json_only:
+                    print(f"  case {case}: {time.monotonic() - t:5.1f} s", file=sys.stderr,
+                          flush=True)
+                continue
             for v in chosen:
                 if v.name in skipped or case not in v.cases:
                     continue
@@ -740,12 +845,17 @@ def main(argv: list[str] | None = None) -> int:
         meta["loadavg_end"] = round(os.getloadavg()[0], 2)
         if not args.json_only:
             print_table(results, chosen, skipped)
+            print_spread(results, pairs, chosen, skipped)
             print(
                 f"\nwall {meta['wall_s']} s, load average {meta['loadavg_start']} -> "
                 f"{meta['loadavg_end']}, "
                 f"keeps in {meta['keeps']}\n"
             )
         emit_json(results, meta)
+        for name, by_case in pairs.items():
+            for case, ratios in by_case.items():
+                record = {"bench": "road", "case": case, "variant": name, "pairs_vs_zmq": ratios}
+                print(json.dumps({**record, **meta}, separators=(",", ":"), default=str))
         kinds = {v.name: v.kind for v in VARIANTS}
         failed = [
             f"{n}:{c}"

@@ -34,13 +34,16 @@ static box_fn box_open_easy = NULL; /* crypto_box_open_easy_afternm */
 #define LEAST_FRAME 3
 #define DATA_FRAME 1
 #define ACK_NOW_FRAME 5
+#define BATCH_FRAME 4
+#define BATCH_HEAD 9 /* 0x04, kind, stream, first seq (4), count (2) */
+#define BATCH_LENGTH 2
 #define STREAMS 2
 #define MAGIC0 0xf5
 #define MAGIC1 0x01
 #define MAX_DATAGRAM 65535
-#define ABI 2 /* raetsalt.engine.native.trains.ABI: a module built from other source is not used */
+#define ABI 3 /* raetsalt.engine.native.trains.ABI: a module built from other source is not used */
 
-enum { ENTRY_RUN = 0, ENTRY_PLAIN = 1, ENTRY_RAW = 2, ENTRY_FORGED = 3 };
+enum { ENTRY_RUN = 0, ENTRY_PLAIN = 1, ENTRY_RAW = 2, ENTRY_FORGED = 3, ENTRY_MESSAGES = 4 };
 
 static void put32(unsigned char *p, uint32_t v) {
     p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16);
@@ -246,6 +249,108 @@ done:
     return result;
 }
 
+static int append_entry(PyObject *list, PyObject *entry);
+
+/* seal_batches(key, nonce_head, fuid, counter, least, kind, stream, first_seq, bodies,
+ *              start, end, room, budget, limit, most, keep_tail)
+ *   -> (list of (datagram, count), asking)
+ * Whole messages bodies[start:end] (bytes; the one at index i has seq first_seq + i) in
+ * datagrams of consecutive counters from counter + 1, each LEAST(least) and one BATCH
+ * frame of as many of the next bodies as fit ``room`` bytes (head, lengths, bodies),
+ * at most ``most`` datagrams, as the channel's flush frames them: a datagram goes while
+ * the bytes before it stay below ``limit`` (what express frames may have in flight), and
+ * one whose size (without ACK_NOW) uses up ``budget`` (the window) carries ACK_NOW, as
+ * does every one after it; ``asking`` counts those.  Stops early at a body that does not
+ * fit ``room`` alone, and, when ``keep_tail``, before the datagram that would take the
+ * last body (the caller fills that one with what follows the run). */
+static PyObject *seal_batches(PyObject *self, PyObject *args) {
+    Py_buffer key, nonce_head;
+    unsigned long fuid, first_seq;
+    unsigned long long counter, least;
+    int kind, stream;
+    Py_ssize_t start, end, room, budget, limit, most;
+    int keep_tail;
+    PyObject *bodies, *seq = NULL, *list = NULL, *result = NULL;
+    if (!ready()) return NULL;
+    if (!PyArg_ParseTuple(args, "y*y*kKKiikOnnnnnnp:seal_batches", &key, &nonce_head,
+                          &fuid, &counter, &least, &kind, &stream, &first_seq, &bodies, &start,
+                          &end, &room, &budget, &limit, &most, &keep_tail))
+        return NULL;
+    if (!key_and_nonce(&key, &nonce_head)) goto done;
+    seq = PySequence_Fast(bodies, "bodies must be a sequence");
+    if (seq == NULL) goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    if (fuid > 0xffffffffUL || first_seq > 0xffffffffUL || kind < 0 || kind > 255 ||
+        stream < 0 || stream > 255 || start < 0 || end > n || start > end || most < 0 ||
+        room < BATCH_HEAD || room > MAX_DATAGRAM - PREFIX - TAG - LEAST_SIZE - 1) {
+        PyErr_SetString(PyExc_ValueError, "seal_batches: arguments out of range");
+        goto done;
+    }
+    for (Py_ssize_t i = start; i < end; i++) {
+        if (!PyBytes_Check(items[i])) {
+            PyErr_SetString(PyExc_TypeError, "seal_batches: bodies must be bytes");
+            goto done;
+        }
+    }
+    list = PyList_New(0);
+    if (list == NULL) goto done;
+    unsigned char nonce[24];
+    memcpy(nonce, nonce_head.buf, NONCE_HEAD);
+    Py_ssize_t index = start, made = 0, spent = 0, asking = 0;
+    while (index < end && made < most && limit - spent > 0) {
+        Py_ssize_t used = BATCH_HEAD, stop = index;
+        while (stop < end) {
+            Py_ssize_t need = used + BATCH_LENGTH + PyBytes_GET_SIZE(items[stop]);
+            if (need > room || stop - index >= 0xffff) break;
+            used = need;
+            stop++;
+        }
+        if (stop == index) break; /* a body too large for a datagram of its own */
+        if (keep_tail && stop == end) break;
+        Py_ssize_t plain = LEAST_SIZE + used, size = PREFIX + TAG + plain;
+        int ack_now = budget - spent - size <= 0;
+        PyObject *datagram = PyByteArray_FromStringAndSize(NULL, size + ack_now);
+        if (datagram == NULL) goto fail;
+        unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(datagram);
+        uint64_t c = counter + 1 + (uint64_t)made;
+        put_prefix(p, (uint32_t)fuid, c);
+        unsigned char *f = p + PREFIX + TAG;
+        f[0] = LEAST_FRAME;
+        put64(f + 1, least);
+        f += LEAST_SIZE;
+        Py_ssize_t count = stop - index;
+        f[0] = BATCH_FRAME; f[1] = (unsigned char)kind; f[2] = (unsigned char)stream;
+        put32(f + 3, (uint32_t)(first_seq + (unsigned long)index));
+        f[7] = (unsigned char)(count >> 8); f[8] = (unsigned char)count;
+        unsigned char *lengths = f + BATCH_HEAD, *body = lengths + BATCH_LENGTH * count;
+        for (Py_ssize_t i = index; i < stop; i++) {
+            Py_ssize_t length = PyBytes_GET_SIZE(items[i]);
+            lengths[0] = (unsigned char)(length >> 8); lengths[1] = (unsigned char)length;
+            lengths += BATCH_LENGTH;
+            memcpy(body, PyBytes_AS_STRING(items[i]), length);
+            body += length;
+        }
+        if (ack_now) *body = ACK_NOW_FRAME;
+        put64(nonce + NONCE_HEAD, c);
+        box_easy(p + PREFIX, p + PREFIX + TAG, (unsigned long long)(plain + ack_now), nonce,
+                 key.buf);
+        if (append_entry(list, Py_BuildValue("(Nn)", datagram, count)) < 0) goto fail;
+        spent += size + ack_now;
+        asking += ack_now;
+        made++;
+        index = stop;
+    }
+    result = Py_BuildValue("(On)", list, asking);
+fail:
+    Py_XDECREF(list);
+done:
+    Py_XDECREF(seq);
+    PyBuffer_Release(&key);
+    PyBuffer_Release(&nonce_head);
+    return result;
+}
+
 /* One fast piece: LEAST + DATA (+ ACK_NOW), every field in range. */
 typedef struct {
     uint64_t counter, least;
@@ -269,6 +374,42 @@ static int parse_piece(const unsigned char *plain, Py_ssize_t size, piece_t *pc)
     if ((uint64_t)pc->offset + pc->length > pc->total) return 0;
     if (rest == 0) pc->ack_now = 0;
     else if (rest == 1 && plain[size - 1] == ACK_NOW_FRAME) pc->ack_now = 1;
+    else return 0;
+    return 1;
+}
+
+/* One datagram of whole messages: LEAST + one BATCH frame (+ ACK_NOW), every field in
+ * range, the lengths adding up exactly, and the LEAST not above its own counter. */
+typedef struct {
+    uint64_t least;
+    uint32_t seq;
+    int kind, stream, ack_now;
+    Py_ssize_t count, lengths, bodies; /* offsets of the lengths and the bodies in plain */
+} batch_t;
+
+static int parse_batch(const unsigned char *plain, Py_ssize_t size, uint64_t counter,
+                       batch_t *b) {
+    if (size < LEAST_SIZE + BATCH_HEAD || plain[0] != LEAST_FRAME ||
+        plain[LEAST_SIZE] != BATCH_FRAME)
+        return 0;
+    const unsigned char *h = plain + LEAST_SIZE;
+    b->least = get64(plain + 1);
+    b->kind = h[1];
+    b->stream = h[2];
+    b->seq = get32(h + 3);
+    b->count = ((Py_ssize_t)h[7] << 8) | h[8];
+    b->lengths = LEAST_SIZE + BATCH_HEAD;
+    b->bodies = b->lengths + BATCH_LENGTH * b->count;
+    if (b->stream >= STREAMS || b->count == 0 || b->least > counter || b->bodies > size ||
+        (uint64_t)b->seq + (uint64_t)b->count > 0xffffffffULL)
+        return 0;
+    Py_ssize_t total = b->bodies;
+    for (Py_ssize_t i = 0; i < b->count; i++) {
+        const unsigned char *l = plain + b->lengths + BATCH_LENGTH * i;
+        total += ((Py_ssize_t)l[0] << 8) | l[1];
+    }
+    if (total == size) b->ack_now = 0;
+    else if (total + 1 == size && plain[size - 1] == ACK_NOW_FRAME) b->ack_now = 1;
     else return 0;
     return 1;
 }
@@ -297,6 +438,81 @@ typedef struct {
     Py_ssize_t pos;
 } run_t;
 
+/* Datagrams of whole messages with consecutive counters and seqs, one stream and kind,
+ * the same least: taken as one entry. */
+typedef struct {
+    int open;
+    batch_t first;
+    uint64_t first_counter, last_counter;
+    uint32_t next_seq;
+    int ack_now;
+    Py_ssize_t pos, datagrams;
+    PyObject *lengths, *per; /* lists of ints: every message's length, messages per datagram */
+} messages_t;
+
+static int flush_messages(PyObject *list, messages_t *m) {
+    if (!m->open) return 0;
+    m->open = 0;
+    PyObject *lengths = m->lengths, *per = m->per;
+    m->lengths = m->per = NULL;
+    return append_entry(
+        list, Py_BuildValue("(iKnKiiiInNN)", ENTRY_MESSAGES, m->first_counter, m->datagrams,
+                            m->first.least, m->ack_now, m->first.kind, m->first.stream,
+                            m->first.seq, m->pos, lengths, per));
+}
+
+static int add_messages(messages_t *m, const batch_t *b, const unsigned char *plain,
+                        uint64_t counter, unsigned char *o, Py_ssize_t *wpos) {
+    if (!m->open) {
+        m->lengths = PyList_New(0);
+        m->per = PyList_New(0);
+        if (m->lengths == NULL || m->per == NULL) {
+            Py_CLEAR(m->lengths);
+            Py_CLEAR(m->per);
+            return -1;
+        }
+        m->open = 1;
+        m->first = *b;
+        m->first_counter = counter;
+        m->ack_now = 0;
+        m->pos = *wpos;
+        m->datagrams = 0;
+    }
+    for (Py_ssize_t i = 0; i < b->count; i++) {
+        const unsigned char *l = plain + b->lengths + BATCH_LENGTH * i;
+        PyObject *length = PyLong_FromLong(((long)l[0] << 8) | l[1]);
+        if (length == NULL || PyList_Append(m->lengths, length) < 0) {
+            Py_XDECREF(length);
+            return -1;
+        }
+        Py_DECREF(length);
+    }
+    PyObject *count = PyLong_FromSsize_t(b->count);
+    if (count == NULL || PyList_Append(m->per, count) < 0) {
+        Py_XDECREF(count);
+        return -1;
+    }
+    Py_DECREF(count);
+    Py_ssize_t size = 0;
+    for (Py_ssize_t i = 0; i < b->count; i++) {
+        const unsigned char *l = plain + b->lengths + BATCH_LENGTH * i;
+        size += ((Py_ssize_t)l[0] << 8) | l[1];
+    }
+    memcpy(o + *wpos, plain + b->bodies, size);
+    *wpos += size;
+    m->last_counter = counter;
+    m->next_seq = b->seq + (uint32_t)b->count;
+    m->ack_now |= b->ack_now;
+    m->datagrams += 1;
+    return 0;
+}
+
+static void drop_messages(messages_t *m) {
+    Py_CLEAR(m->lengths);
+    Py_CLEAR(m->per);
+    m->open = 0;
+}
+
 static int flush_run(PyObject *list, run_t *run) {
     if (!run->open) return 0;
     run->open = 0;
@@ -316,7 +532,12 @@ static int flush_run(PyObject *list, run_t *run) {
  *      out[pos:pos + length];
  *   (2, start, length): a datagram left to the ordinary path (another uid, a counter seen
  *      or not above the ones before it, not native at all);
- *   (3, counter): a datagram for this uid with a fresh counter whose box does not open.
+ *   (3, counter): a datagram for this uid with a fresh counter whose box does not open;
+ *   (4, first counter, count, least, ack_now, kind, stream, seq, pos, lengths, per):
+ *      ``count`` datagrams of whole messages (LEAST + one BATCH frame (+ ACK_NOW), the
+ *      least not above the counter) with consecutive counters and seqs, one stream, kind
+ *      and least; ``lengths`` lists every message's length, ``per`` how many each
+ *      datagram carried; the messages are out[pos:pos + sum(lengths)], back to back.
  * ``out`` must have room for len(data) bytes.  Nothing is marked in the window. */
 static PyObject *open_train(PyObject *self, PyObject *args) {
     Py_buffer key, nonce_head, data, bits, out;
@@ -349,6 +570,7 @@ static PyObject *open_train(PyObject *self, PyObject *args) {
     uint64_t top = highest; /* counters must rise through the train to be taken here */
     int any = 0;
     run_t run = {0};
+    messages_t msgs = {0};
     unsigned char nonce[24];
     memcpy(nonce, nonce_head.buf, NONCE_HEAD);
     for (Py_ssize_t start = 0; start < data.len; start += segment) {
@@ -366,14 +588,14 @@ static PyObject *open_train(PyObject *self, PyObject *args) {
             put64(nonce + NONCE_HEAD, c);
             if (box_open_easy(scratch, d + PREFIX, (unsigned long long)(size - PREFIX), nonce,
                               key.buf) != 0) {
-                if (flush_run(list, &run) < 0 ||
+                if (flush_run(list, &run) < 0 || flush_messages(list, &msgs) < 0 ||
                     append_entry(list, Py_BuildValue("(iK)", ENTRY_FORGED, c)) < 0)
                     goto fail;
                 continue;
             }
         }
         if (raw) {
-            if (flush_run(list, &run) < 0 ||
+            if (flush_run(list, &run) < 0 || flush_messages(list, &msgs) < 0 ||
                 append_entry(list, Py_BuildValue("(inn)", ENTRY_RAW, start, size)) < 0)
                 goto fail;
             continue;
@@ -381,8 +603,19 @@ static PyObject *open_train(PyObject *self, PyObject *args) {
         any = 1;
         top = c;
         piece_t pc;
+        batch_t bt;
         if (!parse_piece(scratch, plain, &pc)) {
             if (flush_run(list, &run) < 0) goto fail;
+            if (parse_batch(scratch, plain, c, &bt)) {
+                if (msgs.open && !(c == msgs.last_counter + 1 && bt.least == msgs.first.least &&
+                                   bt.kind == msgs.first.kind &&
+                                   bt.stream == msgs.first.stream && bt.seq == msgs.next_seq)) {
+                    if (flush_messages(list, &msgs) < 0) goto fail;
+                }
+                if (add_messages(&msgs, &bt, scratch, c, o, &wpos) < 0) goto fail;
+                continue;
+            }
+            if (flush_messages(list, &msgs) < 0) goto fail;
             memcpy(o + wpos, scratch, plain);
             if (append_entry(list, Py_BuildValue("(iKnn)", ENTRY_PLAIN, c, wpos, plain)) < 0)
                 goto fail;
@@ -390,6 +623,7 @@ static PyObject *open_train(PyObject *self, PyObject *args) {
             continue;
         }
         pc.counter = c;
+        if (flush_messages(list, &msgs) < 0) goto fail;
         if (run.open && !(c == run.last_counter + 1 && !run.short_piece &&
                           pc.least == run.first.least && pc.kind == run.first.kind &&
                           pc.stream == run.first.stream && pc.seq == run.first.seq &&
@@ -416,9 +650,10 @@ static PyObject *open_train(PyObject *self, PyObject *args) {
         run.ack_now |= pc.ack_now;
         run.short_piece = pc.length < run.chunk;
     }
-    if (flush_run(list, &run) < 0) goto fail;
+    if (flush_run(list, &run) < 0 || flush_messages(list, &msgs) < 0) goto fail;
     goto done;
 fail:
+    drop_messages(&msgs);
     Py_CLEAR(list);
 done:
     PyMem_Free(scratch);
@@ -435,6 +670,7 @@ static PyMethodDef methods[] = {
     {"seal", seal, METH_VARARGS, "seal(key, nonce_head, fuid, counter, parts) -> bytearray"},
     {"open", open_box, METH_VARARGS, "open(key, nonce_head, data, counter) -> bytearray | None"},
     {"seal_pieces", seal_pieces, METH_VARARGS, "seal_pieces(...): a train of DATA pieces"},
+    {"seal_batches", seal_batches, METH_VARARGS, "seal_batches(...): whole messages in datagrams"},
     {"open_train", open_train, METH_VARARGS, "open_train(...) -> list of entries"},
     {NULL, NULL, 0, NULL},
 };

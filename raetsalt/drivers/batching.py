@@ -6,14 +6,20 @@ measures what they save).
   cut back into datagrams by the kernel or the network card.
 * **UDP GRO** (Linux 5.0+, ``UDP_GRO``): the kernel hands such runs over joined, the
   segment size in a control message; ``receive`` cuts them apart again.
-* **recvmmsg** (Linux, through ctypes): many datagrams per system call where GRO is not
-  there (2.1 against 2.4 us per 300-byte datagram on this machine's loopback).
+* **recvmmsg** (Linux): every datagram waiting, up to ``MMSG_BATCH``, in one system call,
+  with each one's GRO segment size: through ``raetsalt._udpio`` (raetsalt/_udpio.c, built
+  with the C kernel) where it was built, so a wake-up costs one read, and a read that
+  returns fewer than it asked for tells that the socket is empty (``drained``) without
+  another call; else through ctypes, only where GRO is off (2.1 against 2.4 us per
+  300-byte datagram on this machine's loopback).
 * **sendmmsg** (Linux, through ctypes) likewise for sending, but only when asked for
   (``send_mmsg``): filling its headers through ctypes costs more than it saves (4.9
   against 3.7 us per datagram on loopback, where the kernel's delivery dominates); GSO
   already sends the runs of one size to one address, where batching pays.
 * Elsewhere, or once the kernel refuses one of them (an old kernel, a device without
-  checksum offload: ``EIO``), one ``sendto``/``recvfrom_into`` per datagram.  A refused
+  checksum offload: ``EIO``), one ``sendto``/``recvfrom_into`` per datagram (the driver
+  then asks ``poll`` whether more is waiting, which is cheaper than a receive that raises
+  ``BlockingIOError``).  A refused
   mechanism stays off for the socket's life; the datagrams it did not send are sent the
   plain way, so nothing is lost or sent twice.
 
@@ -25,6 +31,8 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import mmap
+import os
 import socket
 import struct
 import sys
@@ -45,6 +53,8 @@ MAX_GSO_BYTES = 65000
 """Payload of one GSO send (below the 64 KiB an IP datagram can carry)."""
 MMSG_BATCH = 32
 """Datagrams per sendmmsg/recvmmsg call."""
+SLOT = 65536
+"""Bytes of one ``recv_many`` slot: a whole GRO train (or the largest datagram)."""
 _REFUSED = frozenset({errno.EIO, errno.EINVAL, errno.ENOPROTOOPT, errno.EOPNOTSUPP})
 _SEGMENT_SIZE = struct.Struct("=H")
 _GRO_SIZE = struct.Struct("=i")
@@ -53,6 +63,22 @@ Handler = Callable[[bytes, Address], None]
 TrainHandler = Callable[[memoryview, int, Address], bool]
 """Takes a GRO train (datagrams of the given size back to back, the last may be shorter);
 False: not taken, each datagram goes to the ``Handler``."""
+
+
+def _load_recv_many() -> Callable[..., Any] | None:
+    """``raetsalt._udpio.recv_many``, or None (not built, not Linux, or the pure-Python
+    paths forced with ``RAETSALT_PURE_PYTHON``)."""
+    if os.environ.get("RAETSALT_PURE_PYTHON"):
+        return None
+    try:
+        from raetsalt import _udpio  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    found: Callable[..., Any] | None = getattr(_udpio, "recv_many", None)
+    return found
+
+
+RECV_MANY = _load_recv_many()
 
 
 def _errname(exc: OSError) -> str:
@@ -64,7 +90,9 @@ class DatagramIO:
 
     ``gso``, ``gro`` and ``mmsg`` (recvmmsg) turn a mechanism off, ``send_mmsg`` turns
     sendmmsg on (tests use them to check each path and the fallbacks); on platforms
-    without them they are off whatever is asked.
+    without them they are off whatever is asked.  ``many``: receives go through
+    ``raetsalt._udpio`` (recvmmsg with GRO), after which ``drained`` tells whether the
+    socket was found empty.
     """
 
     def __init__(
@@ -85,6 +113,12 @@ class DatagramIO:
         self.gro = gro and linux and self._enable_gro()
         self.mmsg: _Mmsg | None = None  # recvmmsg
         self.send_mmsg: _Mmsg | None = None
+        self.many = mmsg and linux and RECV_MANY is not None
+        self.drained = False
+        """The last ``receive`` found the socket empty (``many`` only)."""
+        self._slots: mmap.mmap | None = None
+        self._slots_view: memoryview | None = None
+        self._largest = 0
         if linux and (mmsg or send_mmsg):
             loaded = _Mmsg.load(sock)
             self.mmsg = loaded if mmsg else None
@@ -227,6 +261,8 @@ class DatagramIO:
         and hand each to ``handle``, or a GRO train whole to ``train`` when given and it
         takes it (a view of ``buf``, valid during the call); returns the bytes read (0: nothing was
         waiting, or an error was counted).  ``budget`` caps what one call may return."""
+        if self.many:
+            return self._receive_many(handle, budget, train)
         if self.mmsg is not None and not self.gro:
             return self.mmsg.receive(handle, self.trim, self.stats)
         view = memoryview(buf)
@@ -264,6 +300,53 @@ class DatagramIO:
             handle(view[offset : min(size, offset + segment)].tobytes(), source)
         self.stats["rx"] += count
         return size
+
+
+    def _receive_many(self, handle: Handler, budget: int, train: TrainHandler | None) -> int:
+        """``receive`` through ``raetsalt._udpio.recv_many``: as many datagrams as wait, up
+        to ``MMSG_BATCH`` and about ``budget`` bytes (judged by the largest datagram of
+        the previous call), in one system call."""
+        view = self._slots_view
+        if view is None:
+            # Anonymous memory: a slot's pages become resident only where the kernel
+            # writes, so small datagrams cost a page each, not 64 KiB.
+            self._slots = mmap.mmap(-1, MMSG_BATCH * SLOT)
+            view = self._slots_view = memoryview(self._slots)
+        count = budget // self._largest if self._largest else MMSG_BATCH
+        count = MMSG_BATCH if count > MMSG_BATCH else (count or 1)
+        assert RECV_MANY is not None
+        got = RECV_MANY(self.sock.fileno(), view, SLOT, count)
+        stats = self.stats
+        if type(got) is int:
+            # An ICMP error queued on the socket (ECONNREFUSED, EHOSTUNREACH ...) is
+            # reported once by the next receive; no datagram is lost.
+            stats[f"rx_error_{errno.errorcode.get(got, str(got)).lower()}"] += 1
+            self.drained = False
+            return 0
+        self.drained = len(got) < count
+        if not got:
+            return 0
+        stats["rx_mmsg"] += 1
+        total = largest = datagrams = 0
+        for start, size, segment, source in got:
+            total += size
+            if size > largest:
+                largest = size
+            if segment >= size:
+                datagrams += 1
+                handle(view[start : start + size].tobytes(), source)
+                continue
+            stats["rx_gro"] += 1
+            data = view[start : start + size]
+            if train is not None and train(data, segment, source):
+                datagrams += -(-size // segment)
+                continue
+            for offset in range(0, size, segment):
+                datagrams += 1
+                handle(data[offset : offset + segment].tobytes(), source)
+        stats["rx"] += datagrams
+        self._largest = largest
+        return total
 
 
 class _Mmsg:

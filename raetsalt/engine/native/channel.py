@@ -236,7 +236,9 @@ class Channel:
                     # Enough for one pass: the driver reads (acks, replies) before more.
                     self.port.want_flush(self)
                     break
-                if not receiver.ack_pending and self._burst(now, out):
+                if not receiver.ack_pending and (
+                    self._burst(now, out) or self._batch_burst(now, out)
+                ):
                     continue
                 express_only = False
                 if allowance(recovery.bytes_in_flight, now) <= 0:
@@ -340,6 +342,45 @@ class Channel:
         self.keys.sealed += count
         self.flow.on_sent(now, length * (count - 1) + len(last), express=False)
         self.scheduler.took(item, count)
+        return True
+
+    def _batch_burst(self, now: float, out: list[tuple[Datagram, tuple[str, int]]]) -> bool:
+        """Whole express messages, as many datagrams as they fill, sealed in one call:
+        what ``flush`` does for them one datagram at a time (the same frames, the same
+        ACK_NOW once the window is used up, express frames beyond it as far as they may
+        go), when nothing else is waiting and no ack is owed (``Scheduler.batch_burst``
+        checks).  False: not now."""
+        scheduler = self.scheduler
+        run, keep_tail = scheduler.batch_burst()
+        if run is None:
+            return False
+        recovery = self.recovery
+        allowance, in_flight = self.flow.allowance, recovery.bytes_in_flight
+        limit = allowance(in_flight, now, express=True)
+        if limit <= 0:
+            return False
+        most, start = self._flush_most, run.sent
+        if recovery.counter + most >= recovery.skip_at:
+            recovery.skip()  # before the burst: its counters stay consecutive
+        made, asking = self._kernel.seal_batches(
+            self._key, self._tx_nonce, self.remote.fuid, recovery.counter,
+            recovery.oldest_unacked(), run.kind, run.stream, run.first_seq, run.bodies,
+            start, len(run.bodies), self._limit - LEAST.size - len(ACK_NOW),
+            allowance(in_flight, now), limit, most, keep_tail,
+        )
+        if not made:
+            return False
+        ha, on_sent = self.remote.ha, recovery.on_sent
+        index = start
+        size = 0
+        for data, count in made:
+            out.append((data, ha))
+            on_sent(now, len(data), [(run, index, count)])
+            index += count
+            size += len(data)
+        self.keys.sealed += len(made)
+        self.flow.on_sent(now, size - asking, express=True)
+        scheduler.took_bodies(run, index - start, len(made))
         return True
 
     def _emit(
@@ -539,6 +580,11 @@ class Channel:
                 stats["rx"] += entry[2]
                 taken += entry[2]
                 heard = receiver.take_run(entry, out, now, bad) or heard
+                continue
+            if what == trains.MESSAGES:
+                stats["rx"] += entry[2]
+                taken += entry[2]
+                heard = receiver.take_messages(entry, out, now, bad) or heard
                 continue
             stats["rx"] += 1
             taken += 1

@@ -18,7 +18,8 @@ the kernel (``native/trains.py``) and taken with one reassembly append.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import cast
 
 from raetsalt.drops import DropReason
 from raetsalt.engine.native.frames import (
@@ -214,7 +215,7 @@ class Receiver:
         body_kind: int,
         stream: int,
         first: int,
-        lengths: tuple[int, ...],
+        lengths: Sequence[int],
         plain: bytearray,
         pos: int,
         now: float,
@@ -260,6 +261,44 @@ class Receiver:
             return self._pieces(entry, out, now, bad)
         self._record_run(first, first + count - 1, now)
         return True
+
+    def take_messages(
+        self, entry: Entry, out: bytearray, now: float, bad: Callable[[BadPacket], None]
+    ) -> bool:
+        """A ``trains.MESSAGES`` entry: datagrams of whole messages (their bodies back to
+        back in ``out``), delivered at once when they are next in line on their stream
+        (the usual case), else taken datagram by datagram as ``take_packet`` would.  True
+        if any was taken (not dropped)."""
+        _, first, count, least, ack_now, kind, stream, seq, pos, _, _ = entry
+        lengths, per = cast("list[int]", entry[9]), cast("list[int]", entry[10])
+        ranges = self.ack_ranges
+        if ranges and ranges[0][0] < least:
+            self.forget_below(least)  # (least is not above the first counter)
+        if ack_now:
+            self.ack_due = True
+            self._want_flush()
+        inbox = self.inboxes[stream]
+        if seq == inbox.next_deliver and not inbox.waiting:
+            self._batch(kind, stream, seq, lengths, out, pos, now)  # in line: all delivered
+            self._record_run(first, first + count - 1, now)
+            return True
+        index, heard = 0, False
+        for number, messages in enumerate(per):
+            chunk = lengths[index : index + messages]
+            try:
+                held = self._batch(kind, stream, seq, chunk, out, pos, now)
+            except BadPacket as exc:  # (as the packet alone: dropped, not recorded)
+                bad(exc)
+            else:
+                heard = True
+                if held:
+                    self._record(first + number, True, now)
+                else:
+                    self.window.mark(first + number)
+            index += messages
+            seq += messages
+            pos += sum(chunk)
+        return heard
 
     def _pieces(
         self, entry: Entry, out: bytearray, now: float, bad: Callable[[BadPacket], None]

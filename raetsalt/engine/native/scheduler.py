@@ -216,6 +216,31 @@ class Scheduler:
         count = (len(item.body) - item.sent) // self.chunk
         return item, count if count < most else most
 
+    def batch_burst(self) -> tuple[Run | None, bool]:
+        """The run of whole express messages ``fill`` would frame next, when nothing else
+        is waiting (nothing to send again, no bulk) and at least two of its messages
+        are left, and whether more follow it (then the datagram with its last messages
+        is left to ``fill``, which adds the next run's); the caller frames them itself
+        (``Channel``'s burst of small messages) and then calls ``took_bodies``.
+        (None, False) otherwise."""
+        retx = self.retx
+        if retx[EXPRESS] or retx[BULK] or self.streams[BULK].queue:
+            return None, False
+        queue = self.streams[EXPRESS].queue
+        if not queue:
+            return None, False
+        item = queue[0]
+        if isinstance(item, Bulk) or item.dead or len(item.bodies) - item.sent < 2:
+            return None, False
+        return item, len(queue) > 1
+
+    def took_bodies(self, run: Run, count: int, datagrams: int) -> None:
+        """``count`` bodies of ``run`` (from ``batch_burst``) were framed in ``datagrams``."""
+        self._turn += datagrams
+        run.sent += count
+        if run.sent >= len(run.bodies):
+            self.streams[run.stream].queue.popleft()
+
     def took(self, item: Bulk, count: int) -> None:
         """``count`` whole pieces of ``item`` (from ``burst``) were framed."""
         self._turn += count

@@ -10,11 +10,14 @@ the per-datagram work that does not need the channel's state:
   box does not open;
 * ``seal_pieces(...)``: ``count`` datagrams of consecutive pieces of one bulk message into
   one buffer (the channel's bulk burst);
+* ``seal_batches(...)``: consecutive whole messages in BATCH frames, as many datagrams as
+  they fill (the channel's burst of small messages);
 * ``open_train(...)``: open every datagram of a received train, and hand back runs of
   consecutive bulk pieces with their data already joined (one reassembly append per run
   instead of one per datagram), the frames of other datagrams, what is left to the
   ordinary path and what did not open (``RUN``, ``PLAIN``, ``RAW``, ``FORGED`` entries;
-  layouts in ``PyKernel.open_train``).
+  layouts in ``PyKernel.open_train``), and runs of datagrams of whole messages with
+  their bodies joined and their lengths listed (``MESSAGES``).
 
 ``COMPILED`` is the compiled module ``raetsalt._trains`` (built from ``raetsalt/_trains.c``
 when a C compiler is there; libsodium is PyNaCl's own, through the function pointers
@@ -34,6 +37,9 @@ from raetsalt.crypto.box import open_with_key_untrusted, seal_with_key
 from raetsalt.crypto.kernel import box_function_addresses
 from raetsalt.engine.native.frames import (
     ACK_NOW_FRAME,
+    BATCH_FRAME,
+    BATCH_HEAD,
+    BATCH_LENGTH,
     DATA_FRAME,
     LEAST,
     LEAST_FRAME,
@@ -45,16 +51,19 @@ from raetsalt.engine.native.frames import (
     PREFIX,
     STREAMS,
     TAG,
+    lengths_struct,
 )
 
 Buffer = bytes | bytearray | memoryview
 Entry = tuple[int, ...]
+"""An entry of ``open_train`` (a MESSAGES entry also holds two lists of ints)."""
 
 RUN = 0
 PLAIN = 1
 RAW = 2
 FORGED = 3
-ABI = 2
+MESSAGES = 4
+ABI = 3
 """The compiled module's ``ABI``: one built from older source (a stale in-place build
 left by an earlier install) does not match and is not used."""
 
@@ -135,6 +144,77 @@ class PyKernel:
             out[pos : pos + len(data)] = data
             pos += len(data)
 
+    def seal_batches(
+        self,
+        key: bytes,
+        nonce_head: bytes,
+        fuid: int,
+        counter: int,
+        least: int,
+        kind: int,
+        stream: int,
+        first_seq: int,
+        bodies: Sequence[bytes],
+        start: int,
+        end: int,
+        room: int,
+        budget: int,
+        limit: int,
+        most: int,
+        keep_tail: bool,
+    ) -> tuple[list[tuple[bytearray, int]], int]:
+        """Whole messages ``bodies[start:end]`` (the one at index i has seq ``first_seq``
+        + i) in datagrams of consecutive counters from ``counter`` + 1, each LEAST(least)
+        and one BATCH frame of as many of the next bodies as fit ``room`` bytes (head,
+        lengths and bodies), at most ``most`` datagrams, as the channel's flush frames
+        them: a datagram goes while the bytes before it stay below ``limit`` (what
+        express frames may have in flight), and one whose size without ACK_NOW uses up
+        ``budget`` (the window) carries ACK_NOW, as does every one after it.  Returns
+        ([(datagram, how many bodies)], how many carry ACK_NOW); stops early at a body
+        that does not fit ``room`` alone, and, when ``keep_tail``, before the datagram
+        that would take the last body (the caller fills that one with what follows)."""
+        if (
+            start < 0
+            or end > len(bodies)
+            or start > end
+            or most < 0
+            or room < BATCH_HEAD.size
+            or room > MAX_DATAGRAM - PREFIX.size - TAG - LEAST.size - 1
+        ):
+            raise ValueError("seal_batches: arguments out of range")
+        if any(not isinstance(body, bytes) for body in bodies[start:end]):
+            raise TypeError("seal_batches: bodies must be bytes")
+        made: list[tuple[bytearray, int]] = []
+        index, spent, asking = start, 0, 0
+        least_frame = LEAST.pack(LEAST_FRAME, least)
+        while index < end and len(made) < most and limit - spent > 0:
+            used, stop = BATCH_HEAD.size, index
+            while stop < end:
+                need = used + BATCH_LENGTH + len(bodies[stop])
+                if need > room or stop - index >= 0xFFFF:
+                    break
+                used, stop = need, stop + 1
+            if stop == index or (keep_tail and stop == end):
+                break
+            count = stop - index
+            size = PREFIX.size + TAG + LEAST.size + used
+            ack_now = budget - spent - size <= 0
+            chosen = bodies[index:stop]
+            parts: list[Buffer] = [
+                least_frame,
+                BATCH_HEAD.pack(BATCH_FRAME, kind, stream, first_seq + index, count),
+                lengths_struct(count).pack(*map(len, chosen)),
+                *chosen,
+            ]
+            if ack_now:
+                parts.append(bytes([ACK_NOW_FRAME]))
+                asking += 1
+            data = self.seal(key, nonce_head, fuid, counter + 1 + len(made), parts)
+            made.append((data, count))
+            spent += len(data)
+            index = stop
+        return made, asking
+
     def open_train(
         self,
         key: bytes,
@@ -158,7 +238,13 @@ class PyKernel:
           path: not ours (magic, uid), a counter the window ``bits``/``highest`` has seen
           or not above those taken before it in the train;
         * ``(FORGED, counter)``: ours, with a fresh counter, but its box does not open
-          (dropped as the ordinary path would, without opening it a second time).
+          (dropped as the ordinary path would, without opening it a second time);
+        * ``(MESSAGES, first counter, count, least, ack_now, kind, stream, seq, pos,
+          lengths, per)``: ``count`` datagrams with consecutive counters, each just LEAST
+          + one BATCH frame (+ ACK_NOW) whose lengths add up exactly and whose least is
+          not above its counter, with consecutive seqs, one stream, kind and least;
+          ``lengths`` lists every message's length, ``per`` how many messages each
+          datagram carried; the messages are ``out[pos:pos+sum(lengths)]``, back to back.
 
         Nothing is marked in the window: the caller does that as it takes entries.
         """
@@ -173,6 +259,7 @@ class PyKernel:
             raise ValueError("open_train: arguments out of range")
         entries: list[Entry] = []
         run: list[Any] | None = None  # [piece fields..., count, length, pos, ack_now, short]
+        messages: list[Any] | None = None  # a MESSAGES entry being made
         wpos = 0
         top = highest
         taken = False
@@ -192,16 +279,43 @@ class PyKernel:
             plain = None if raw else self.open(key, nonce_head, datagram, counter)
             if plain is None:
                 run = self._flush(entries, run)
+                messages = self._flush_messages(entries, messages)
                 entries.append((RAW, start, size) if raw else (FORGED, counter))
                 continue
             taken, top = True, counter
             piece = _piece(plain)
             if piece is None:
                 run = self._flush(entries, run)
+                batch = _batch(plain, counter)
+                if batch is not None:
+                    b_least, b_kind, b_stream, b_seq, lengths, at, b_ack = batch
+                    if messages is not None and not (
+                        counter == messages[11] + 1
+                        and (b_least, b_kind, b_stream) == tuple(messages[3:4] + messages[5:7])
+                        and b_seq == messages[12]
+                    ):
+                        messages = self._flush_messages(entries, messages)
+                    if messages is None:
+                        # MESSAGES, first, count, least, ack_now, kind, stream, seq, pos,
+                        # lengths, per, last counter, next seq
+                        messages = [MESSAGES, counter, 0, b_least, 0, b_kind, b_stream, b_seq,
+                                    wpos, [], [], 0, 0]
+                    size = sum(lengths)
+                    out[wpos : wpos + size] = plain[at : at + size]
+                    wpos += size
+                    messages[2] += 1
+                    messages[4] |= b_ack
+                    messages[9].extend(lengths)
+                    messages[10].append(len(lengths))
+                    messages[11] = counter
+                    messages[12] = b_seq + len(lengths)
+                    continue
+                messages = self._flush_messages(entries, messages)
                 out[wpos : wpos + len(plain)] = plain
                 entries.append((PLAIN, counter, wpos, len(plain)))
                 wpos += len(plain)
                 continue
+            messages = self._flush_messages(entries, messages)
             least, kind, stream, seq, total, offset, length, ack_now = piece
             if run is not None and not (
                 counter == run[0] + run[8]
@@ -222,7 +336,14 @@ class PyKernel:
             run[11] |= ack_now
             run[12] = length < run[7]
         self._flush(entries, run)
+        self._flush_messages(entries, messages)
         return entries
+
+    @staticmethod
+    def _flush_messages(entries: list[Entry], messages: list[Any] | None) -> None:
+        if messages is not None:
+            entries.append(tuple(messages[:11]))
+        return None
 
     @staticmethod
     def _flush(entries: list[Entry], run: list[Any] | None) -> None:
@@ -260,6 +381,30 @@ def _piece(plain: bytearray) -> tuple[int, int, int, int, int, int, int, int] | 
         return least, kind, stream, seq, total, offset, length, 0
     if rest == 1 and plain[-1] == ACK_NOW_FRAME:
         return least, kind, stream, seq, total, offset, length, 1
+    return None
+
+
+def _batch(
+    plain: bytearray, counter: int
+) -> tuple[int, int, int, int, tuple[int, ...], int, int] | None:
+    """(least, kind, stream, seq, lengths, where the bodies start, ack_now) of a datagram
+    that is just LEAST + one BATCH frame (+ ACK_NOW) with every field in range, the
+    lengths adding up exactly and the least not above ``counter``; else None."""
+    size = len(plain)
+    head = LEAST.size + BATCH_HEAD.size
+    if size < head or plain[0] != LEAST_FRAME or plain[LEAST.size] != BATCH_FRAME:
+        return None
+    _, least = LEAST.unpack_from(plain)
+    _, kind, stream, seq, count = BATCH_HEAD.unpack_from(plain, LEAST.size)
+    at = head + BATCH_LENGTH * count
+    if stream >= STREAMS or not count or least > counter or at > size or seq + count > 0xFFFFFFFF:
+        return None
+    lengths = lengths_struct(count).unpack_from(plain, head)
+    rest = size - at - sum(lengths)
+    if rest == 0:
+        return least, kind, stream, seq, lengths, at, 0
+    if rest == 1 and plain[-1] == ACK_NOW_FRAME:
+        return least, kind, stream, seq, lengths, at, 1
     return None
 
 

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raetsalt.engine.native import trains
+from raetsalt.engine.native import frames, trains
 
 PY = trains.PyKernel()
 C = trains.COMPILED
@@ -125,6 +125,78 @@ def test_seal_pieces_is_the_same_in_c_and_python(
         C.seal_pieces(*args, bytearray(size + 1))
 
 
+@needs_c
+@settings(max_examples=300)
+@given(
+    bodies=st.lists(st.binary(max_size=400), max_size=12),
+    start=st.integers(0, 12),
+    room=st.integers(9, 1400),
+    budget=st.integers(-3000, 6000),
+    extra=st.integers(-100, 3000),
+    most=st.integers(0, 8),
+    first_seq=st.integers(0, 2**32 - 1 - 20),
+    stream=st.integers(0, 1),
+    least=st.integers(0, 2**64 - 1),
+    counter=st.integers(0, 2**63),
+    keep_tail=st.booleans(),
+)
+def test_seal_batches_is_the_same_in_c_and_python(
+    bodies: list[bytes], start: int, room: int, budget: int, extra: int, most: int,
+    first_seq: int, stream: int, least: int, counter: int, keep_tail: bool,
+) -> None:
+    assert C is not None
+    start = min(start, len(bodies))
+    limit = budget + extra
+    args = (KEY, NONCE, UID, counter, least, 1, stream, first_seq, bodies, start, len(bodies),
+            room, budget, limit, most, keep_tail)
+    ours, theirs = C.seal_batches(*args), PY.seal_batches(*args)
+    assert ours == theirs
+    made, asking = ours
+    # What they framed, in order, each whole and once, as the channel's flush would.
+    taken = sum(count for _, count in made)
+    assert len(made) <= most
+    assert all(count >= 1 for _, count in made)
+    spent = counted = 0
+    for number, (data, count) in enumerate(made):
+        assert spent < limit  # it was allowed to go
+        plain = PY.open(KEY, NONCE, data, counter + 1 + number)
+        assert plain is not None
+        _, got_least, _, _, got_stream, seq, got_count = (
+            frames.LEAST.unpack_from(plain) + frames.BATCH_HEAD.unpack_from(plain, 9)
+        )
+        assert (got_least, got_stream, got_count) == (least, stream, count)
+        first = start + sum(c for _, c in made[:number])
+        assert seq == first_seq + first
+        pos = 9 + frames.BATCH_HEAD.size + 2 * count
+        for body in bodies[first : first + count]:
+            assert plain[pos : pos + len(body)] == body
+            pos += len(body)
+        size = len(data) - len(plain[pos:])
+        ack_now = budget - spent - size <= 0
+        assert plain[pos:] == (frames.ACK_NOW if ack_now else b"")
+        counted += ack_now
+        assert size - 30 - 9 <= room
+        spent += len(data)
+    assert asking == counted
+    if keep_tail:
+        assert start + taken < len(bodies) or not made  # the last body is left
+    elif made and taken < len(bodies) - start and len(made) < most and spent < limit:
+        # stopped early only at a body too large for a datagram of its own
+        assert frames.BATCH_HEAD.size + 2 + len(bodies[start + taken]) > room
+
+
+@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
+def test_seal_batches_refuses_bad_arguments(kernel: trains.Kernel) -> None:
+    bodies = [b"a", b"b"]
+    for start, end, room in [(-1, 2, 100), (0, 3, 100), (2, 1, 100), (0, 2, 8), (0, 2, 65536)]:
+        with pytest.raises(ValueError):
+            kernel.seal_batches(KEY, NONCE, UID, 1, 1, 1, 0, 1, bodies, start, end, room, 99,
+                                99, 4, False)
+    with pytest.raises(TypeError):
+        kernel.seal_batches(KEY, NONCE, UID, 1, 1, 1, 0, 1, [b"a", bytearray(b"b")], 0, 2,
+                            100, 99, 99, 4, False)
+
+
 @pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
 def test_seal_pieces_never_reads_past_the_body(kernel: trains.Kernel) -> None:
     body = bytes(100)
@@ -168,6 +240,27 @@ def _run(counter: int, seq: int, first: int, count: int, ack_now: bool) -> list[
     ]
 
 
+def _batches(counter: int, least: int, stream: int, seq: int, shapes: list[tuple[int, int]],
+             ack_now: bool) -> list[bytes]:
+    """Honest datagrams of whole messages, one per shape (messages, first length), with
+    consecutive counters and seqs, each exactly SEGMENT bytes (the last may ask for an
+    ack)."""
+    out = []
+    for index, (count, first) in enumerate(shapes):
+        asks = ack_now and index == len(shapes) - 1
+        room = SEGMENT - 30 - 9 - frames.BATCH_HEAD.size - 2 * count - (1 if asks else 0)
+        lengths = [min(first, room)] + [0] * (count - 1)
+        lengths[-1] += room - sum(lengths)
+        bodies = [bytes([seq + n & 0xFF]) * length for n, length in enumerate(lengths)]
+        head = frames.BATCH_HEAD.pack(4, 1, stream, seq & 0xFFFFFFFF, count)
+        plain = (frames.LEAST.pack(3, least) + head
+                 + frames.lengths_struct(count).pack(*lengths) + b"".join(bodies)
+                 + (frames.ACK_NOW if asks else b""))
+        out.append(_sealed(counter + index, plain))
+        seq += count
+    return out
+
+
 def _authenticated(counter: int, plain: bytes) -> list[bytes]:
     return [_sealed(counter, plain[: SEGMENT - 30].ljust(SEGMENT - 30, b"\0"))]
 
@@ -193,6 +286,23 @@ datagrams_st = st.one_of(
                 st.integers(0, 65535) | st.integers(CHUNK - 2, CHUNK + 1),
             ) | st.binary(max_size=30),
             st.binary(max_size=SEGMENT) | st.sampled_from([b"", b"\x05", b"\x05\x05"]),
+        ),
+    ),
+    # honest datagrams of whole messages: one entry when counters and seqs follow
+    st.builds(_batches, st.integers(1, 40), st.integers(0, 45), st.integers(0, 1),
+              st.integers(0, 3) | st.just(2**32 - 2),
+              st.lists(st.tuples(st.integers(1, 4), st.integers(0, 40)), min_size=1, max_size=4),
+              st.booleans()),
+    # authenticated LEAST + BATCH of any shape: counts and lengths that do not add up,
+    # streams out of range, a least above the counter, seqs that would wrap
+    st.builds(
+        _authenticated,
+        st.integers(1, 40),
+        st.builds(
+            lambda least, stream, seq, count, tail: frames.LEAST.pack(3, least)
+            + frames.BATCH_HEAD.pack(4, 1, stream, seq, count) + tail,
+            st.integers(0, 50), st.integers(0, 3), st.integers(0, 3) | st.just(2**32 - 1),
+            st.integers(0, 30), st.binary(max_size=SEGMENT),
         ),
     ),
     # a bad tag, a wrong uid, not native, too short for a box
@@ -266,6 +376,13 @@ def _check_entries(entries: list[trains.Entry], data: bytes, out: bytearray) -> 
             assert plain == out[pos : pos + length]
             written += length
             datagrams += 1
+        elif entry[0] == trains.MESSAGES:
+            count, pos, lengths, per = entry[2], entry[8], entry[9], entry[10]
+            assert count == len(per) >= 1 and sum(per) == len(lengths) and pos == written
+            assert pos + sum(lengths) <= len(out) and min(per) >= 1
+            assert entry[7] + len(lengths) <= 2**32 - 1 and entry[3] <= entry[1]
+            written += sum(lengths)
+            datagrams += count
         else:
             count, pos, length = entry[2], entry[10], entry[11]
             assert entry[0] == trains.RUN and count >= 1 and pos == written
@@ -273,6 +390,23 @@ def _check_entries(entries: list[trains.Entry], data: bytes, out: bytearray) -> 
             written += length
             datagrams += count
     assert datagrams == -(-len(data) // SEGMENT)
+
+
+@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
+def test_datagrams_of_whole_messages_join_while_counters_and_seqs_follow(
+    kernel: trains.Kernel,
+) -> None:
+    train = b"".join(_batches(5, 2, 0, 7, [(1, 10), (2, 5), (1, 0)], True)
+                     + _batches(8, 2, 0, 20, [(3, 1)], False))
+    out = bytearray(len(train))
+    entries = kernel.open_train(KEY, NONCE, UID, train, SEGMENT, bytearray(8), 4, out)
+    room = SEGMENT - 30 - 18
+    assert entries == [
+        (trains.MESSAGES, 5, 3, 2, 1, 1, 0, 7, 0, [room - 2, 5, room - 4 - 5, room - 3],
+         [1, 2, 1]),
+        (trains.MESSAGES, 8, 1, 2, 0, 1, 0, 20, 3 * room - 9, [1, 0, room - 6 - 1], [3]),
+    ]
+    assert out[:room - 2] == bytes([7]) * (room - 2)
 
 
 @pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
