@@ -1,8 +1,15 @@
 """REST API figures: ``POST /`` ``local`` ``test.ping`` on 10 minions (requests/s and
-p50, against the same publication sent straight to the master's lane), ``/events``
-events/s to one SSE client, and the CPU of 100 idle SSE clients.
+p50, against the same publication sent over the master's command socket, as ``raetsalt``
+sends it for a user, and over its lane, as the API sends it), ``raetsalt '*' test.ping``
+as a command, ``/events`` events/s to one SSE client, and the CPU of 100 idle SSE
+clients.
 
-    .venv/bin/python bench/bench_api.py [--requests 300] [--events 20000] [--idle 10]
+    .venv/bin/python bench/bench_api.py [--requests 300] [--runs 3] [--cli 10]
+                                        [--events 20000] [--idle 10]
+
+The three paths run interleaved, ten requests each in turn, so that the machine's load
+weighs on them alike; each of ``--runs`` runs gives a rate and a p50 per path, and the
+figures printed are the median of the runs with their spread (lowest-highest).
 
 Starts a real master, 10 minions and ``raetsalt-api`` (tests/api/helpers.py) in a
 temporary directory on 127.0.0.1.
@@ -17,6 +24,7 @@ import multiprocessing
 import os
 import socket
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -28,11 +36,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from api.helpers import Site, started_site  # noqa: E402
 
 from raetsalt.api.master import Credentials, MasterLink  # noqa: E402
+from raetsalt.cli._publish import publish  # noqa: E402
 from raetsalt.config import load_node_config  # noqa: E402
+from raetsalt.drivers.cmdsock import StreamClient, command_socket_path  # noqa: E402
 from raetsalt.event import SaltEvent  # noqa: E402
 
 MINIONS = 10
-INCOMPLETE = {"http": 0, "lane": 0}
+PATHS = ("http", "cmdsock", "lane")
+INCOMPLETE = dict.fromkeys(PATHS, 0)
+FAILED: list[tuple[int, bytes]] = []
+"""Concurrent requests answered other than 200: (status, the start of the body)."""
 BENCH_API = "  thread_pool: 160\n  sse_queue: 100000\n"
 
 
@@ -72,6 +85,40 @@ def ping_over_lane(site: Site, token: str, count: int) -> list[float]:
         if len(got) != MINIONS:
             INCOMPLETE["lane"] += 1
     link.close()
+    return times
+
+
+def ping_over_cmdsock(site: Site, token: str, count: int) -> list[float]:
+    """The publication as ``raetsalt -a`` sends it for a user: the command socket."""
+    client = StreamClient(command_socket_path(load_node_config(site.master_conf, "master")))
+    args = argparse.Namespace(delimiter=":")
+    times = []
+    for _ in range(count):
+        start = time.perf_counter()
+        pub = publish(client, "*", "glob", "test.ping", [], args, 10.0, {"token": token})
+        got = dict(pub.returns(time.monotonic() + 10.0))
+        times.append(time.perf_counter() - start)
+        if len(got) != MINIONS:
+            INCOMPLETE["cmdsock"] += 1
+    client.close()
+    return times
+
+
+PINGS = {"http": ping_over_http, "cmdsock": ping_over_cmdsock, "lane": ping_over_lane}
+
+
+def cli_pings(site: Site, count: int) -> list[float]:
+    """``raetsalt '*' test.ping`` as a command (a new process each time: its start-up
+    counts)."""
+    times = []
+    for _ in range(count):
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "raetsalt.cli.salt", "-c",
+                               str(site.master_conf), "*", "test.ping", "--out", "json",
+                               "--static"], capture_output=True, text=True, timeout=60)
+        times.append(time.perf_counter() - start)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert len(json.loads(done.stdout)) == MINIONS, done.stdout
     return times
 
 
@@ -128,8 +175,10 @@ def concurrent_http(site: Site, token: str, clients: int, seconds: float) -> flo
         while time.monotonic() < stop:
             conn.request("POST", "/", body, headers)
             response = conn.getresponse()
-            response.read()
-            assert response.status == 200
+            answer = response.read()
+            if response.status != 200:
+                FAILED.append((response.status, answer[:200]))
+                continue
             done[index] += 1
         conn.close()
 
@@ -157,7 +206,8 @@ def fire(sock_dir: str, count: int) -> None:
     while sent < count:
         if bus.fire_event({"n": sent, "bench": True}, "bench/api/event"):
             sent += 1
-    bus.fire_event({"done": True}, "bench/api/done")
+    while not bus.fire_event({"done": True}, "bench/api/done"):
+        pass  # the bus did not take it (full): the reader waits for this one
     bus.destroy()
 
 
@@ -168,20 +218,30 @@ def events_per_second(site: Site, token: str, count: int) -> tuple[float, int]:
     received = 0
     tail = b""
     first: float | None = None
+    last = time.perf_counter()
+    sock.settimeout(1.0)
     firer.start()
-    while True:
-        chunk = sock.recv(1 << 20)
+    # The bus drops what a listener that is behind cannot take (the end mark too, maybe):
+    # 10 s without one of our events ends the count.
+    while time.perf_counter() - last < 10.0:
+        try:
+            chunk = sock.recv(1 << 20)
+        except TimeoutError:
+            continue
         if not chunk:
             break
-        if first is None:
-            first = time.perf_counter()
         data = tail + chunk
-        received += data.count(b"tag: bench/api/event\n")
+        got = data.count(b"tag: bench/api/event\n")
+        if got:
+            last = time.perf_counter()
+            if first is None:
+                first = last
+        received += got
         if b"tag: bench/api/done" in data:
             break
         tail = data[-64:]
         received -= tail.count(b"tag: bench/api/event\n")
-    elapsed = time.perf_counter() - (first or time.perf_counter())
+    elapsed = last - (first or last)
     firer.join()
     sock.close()
     return received / max(elapsed, 1e-9), received
@@ -205,9 +265,19 @@ def p50_ms(times: list[float]) -> float:
     return statistics.median(times) * 1000
 
 
+def spread(values: list[float], fmt: str) -> str:
+    """The median of ``values`` and their range."""
+    return (f"{format(statistics.median(values), fmt)} "
+            f"[{format(min(values), fmt).strip()}-{format(max(values), fmt).strip()}]")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--requests", type=int, default=300,
+                        help="test.ping requests per path and run")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--cli", type=int, default=10,
+                        help="raetsalt '*' test.ping commands timed (0: none)")
     parser.add_argument("--events", type=int, default=20000)
     parser.add_argument("--idle", type=float, default=10.0)
     args = parser.parse_args()
@@ -223,43 +293,56 @@ def main() -> int:
 def _measure(site: Site, args: argparse.Namespace, results: dict[str, Any]) -> int:
     token = site.login()
     results["welcome_rps"] = welcome(site, 2.0)
-    ping_over_http(site, token, 20)  # warm up both paths
-    ping_over_lane(site, token, 20)
-    INCOMPLETE.update(http=0, lane=0)
-    # interleaved, so that the machine's load weighs on both alike
-    http_times, lane_times = [], []
-    for _ in range(args.requests // 10):
-        http_times += ping_over_http(site, token, 10)
-        lane_times += ping_over_lane(site, token, 10)
+    for ping in PINGS.values():
+        ping(site, token, 20)  # warm up every path
+    INCOMPLETE.update(dict.fromkeys(PATHS, 0))
+    runs: list[dict[str, tuple[float, float]]] = []
+    for _ in range(args.runs):
+        times: dict[str, list[float]] = {path: [] for path in PATHS}
+        for _ in range(args.requests // 10):  # interleaved: the load weighs on all alike
+            for path, ping in PINGS.items():
+                times[path] += ping(site, token, 10)
+        runs.append({path: (len(t) / sum(t), p50_ms(t)) for path, t in times.items()})
+    results["ping_runs"] = runs
+    print(json.dumps({"ping_runs": runs}), flush=True)
+    results["cli_p50_ms"] = p50_ms(cli_pings(site, args.cli)) if args.cli else None
     runner_http, runner_lane = [], []
     for _ in range(args.requests // 10):
         runner_http += runner_over_http(site, token, 10)
         runner_lane += runner_over_lane(site, token, 10)
     results["runner_http_p50_ms"] = p50_ms(runner_http)
     results["runner_lane_p50_ms"] = p50_ms(runner_lane)
-    results["http_seq_rps"] = len(http_times) / sum(http_times)
-    results["http_p50_ms"] = p50_ms(http_times)
-    results["lane_seq_rps"] = len(lane_times) / sum(lane_times)
-    results["lane_p50_ms"] = p50_ms(lane_times)
     for clients in (4, 8):
         results[f"http_{clients}_clients_rps"] = concurrent_http(site, token, clients,
                                                                   5.0)
+    if FAILED:
+        print(f"concurrent HTTP requests that failed: {len(FAILED)}, e.g. {FAILED[:3]}")
     rate, received = events_per_second(site, token, args.events)
+    if not received:
+        print("no event arrived; raetsalt-api's log:\n"
+              + "\n".join(site.api.daemon.drain()[-20:]), file=sys.stderr)
     results["sse_events_per_s"] = rate
     results["sse_events_received"] = received
     base, loaded = idle_cpu(site, token, 100, args.idle)
     results["idle_cpu_no_clients_pct"] = base * 100
     results["idle_cpu_100_sse_clients_pct"] = loaded * 100
-    print(f"POST / local test.ping, {MINIONS} minions, one client in sequence:")
-    print(f"  HTTP  {results['http_seq_rps']:7.1f} req/s  p50 {results['http_p50_ms']:6.2f} ms")
-    print(f"  lane  {results['lane_seq_rps']:7.1f} req/s  p50 {results['lane_p50_ms']:6.2f} ms"
-          f"   (HTTP - lane p50: {results['http_p50_ms'] - results['lane_p50_ms']:+.2f} ms)")
+    print(f"local test.ping on {MINIONS} minions, one client in sequence, median of "
+          f"{args.runs} runs of {args.requests} requests per path [lowest-highest]:")
+    for path in PATHS:
+        rates = [run[path][0] for run in runs]
+        p50s = [run[path][1] for run in runs]
+        print(f"  {path:8s} {spread(rates, '7.1f')} req/s   p50 {spread(p50s, '6.2f')} ms")
+    gaps = [run["http"][1] - run["cmdsock"][1] for run in runs]
+    print(f"  HTTP - command socket p50: {spread(gaps, '+.2f')} ms")
+    if results["cli_p50_ms"] is not None:
+        print(f"raetsalt '*' test.ping (a process each time): p50 "
+              f"{results['cli_p50_ms']:.0f} ms over {args.cli} runs")
     print(f"runner manage.up p50: HTTP {results['runner_http_p50_ms']:.2f} ms, lane "
           f"{results['runner_lane_p50_ms']:.2f} ms; GET / {results['welcome_rps']:.0f} req/s")
     for clients in (4, 8):
         print(f"  HTTP, {clients} clients: {results[f'http_{clients}_clients_rps']:7.1f} req/s")
-    print(f"  (requests where a minion did not return within the 10 s timeout: "
-          f"HTTP {INCOMPLETE['http']}, lane {INCOMPLETE['lane']})")
+    print("  (requests where a minion did not return within the 10 s timeout: "
+          + ", ".join(f"{path} {INCOMPLETE[path]}" for path in PATHS) + ")")
     print(f"/events to one client: {results['sse_events_per_s']:9.0f} events/s "
           f"({results['sse_events_received']} of {args.events} fired)")
     print(f"raetsalt-api CPU, idle: {results['idle_cpu_no_clients_pct']:.2f} % of a core; "

@@ -33,6 +33,7 @@ from raetsalt.log import Throttle, clip
 from . import formats
 from .auth import COOKIE, Tokens
 from .config import ApiConfig
+from .keytar import key_tarball
 from .lowstate import CLIENTS, Dispatcher, HttpProblem, unauthorized
 from .master import MasterLink, MasterTimeout, Refused
 from .sse import EventHub
@@ -364,8 +365,7 @@ class Api:
         def handle() -> Any:
             token = self._header_token()
             if cherrypy.request.method == "POST":
-                raise HttpProblem(501, "key.gen_accept is not available: raetsalt minions "
-                                       "make their own keys (accept them with key.accept)")
+                return self._gen_accept(token)
             if token is None:
                 raise unauthorized()
             chunk: dict[str, Any] = ({"client": "wheel", "fun": "key.finger", "match": mid}
@@ -373,6 +373,35 @@ class Api:
             result = self.dispatcher.run([chunk], token, self._client_name())[0]
             return {"return": result.get("data", {}).get("return", {})}
         return self._guard(("GET", "POST"), handle)
+
+    def _gen_accept(self, token: str | None) -> bytes:
+        """``POST /keys``: Salt's ``key.gen_accept`` as the request's user (its
+        credentials in the body, or a token), answered with the new minion's key files as
+        a tar (``raetsalt.api.keytar``)."""
+        lowstate = self._lowstate()
+        if len(lowstate) != 1 or not isinstance(lowstate[0], Mapping):
+            raise HttpProblem(400, "one set of key parameters is needed")
+        given = lowstate[0]
+        mid = given.get("mid", given.get("id_"))
+        if not isinstance(mid, str) or not mid:
+            raise HttpProblem(400, "a minion id ('mid') is needed")
+        chunk = {k: v for k, v in given.items()
+                 if k in ("username", "password", "eauth", "token", "keysize", "force")}
+        chunk.update(client="wheel", fun="key.gen_accept", id_=mid)
+        result = self.dispatcher.run([chunk], token, self._client_name())[0]
+        data = result.get("data", {})
+        ret = data.get("return")
+        if not data.get("success"):
+            raise HttpProblem(400, str(ret))
+        if not ret:
+            raise HttpProblem(409, f"minion {clip(mid)} already has a key on the master "
+                                   "(force=True replaces it)")
+        tar = key_tarball(str(ret["priv"]).encode(), str(ret["pub"]))
+        headers = cherrypy.response.headers
+        headers["Content-Type"] = "application/x-tar"
+        headers["Content-Disposition"] = f'attachment; filename="saltkeys-{mid}.tar"'
+        headers["Cache-Control"] = "no-cache"
+        return tar
 
     @_exposed
     @_streamed

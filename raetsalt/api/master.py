@@ -150,13 +150,16 @@ class MasterLink:
         those of earlier requests of this thread (late returns) are dropped."""
         deadline = time.monotonic() + timeout
         while (remaining := deadline - time.monotonic()) > 0:
+            found: dict[str, Any] | None = None
             for body in self.receive(client, remaining):
                 if body.get("req") != req:
                     continue
-                if p.share_of(body) == share:
-                    return body
-                if stash is not None:
+                if found is None and p.share_of(body) == share:
+                    found = body  # what came with it in the same read is kept too
+                elif stash is not None:
                     stash.append(body)
+            if found is not None:
+                return found
             if not client.daemon_alive():
                 self._drop(client)
                 raise DaemonUnavailable("the raetsalt-master daemon is not running")

@@ -94,13 +94,15 @@ class EventHub:
     def publish(self, tag: str, data: object) -> None:
         """Queue one bus event for every subscriber (the bus thread, and tests)."""
         self.events += 1
+        with self._lock:
+            subscribers = list(self._subscribers)
+        if not subscribers:
+            return  # nobody to encode it for (the bus carries every job's returns)
         try:
             payload = json.dumps({"tag": tag, "data": data}, default=str)
         except (TypeError, ValueError):
             return
         frame = f"tag: {tag}\ndata: {payload}\n\n".encode()
-        with self._lock:
-            subscribers = list(self._subscribers)
         for sub in subscribers:
             try:
                 sub.queue.put_nowait(frame)

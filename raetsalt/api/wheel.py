@@ -2,6 +2,11 @@
 (listing from the keep, changes as the master's key commands, as ``raetsalt-key`` does
 while the master runs) and ``minions.connected`` (the master's ``manage.up``).
 
+``key.gen_accept`` makes a new minion's keys here and has the master record the public
+ones accepted (its ``gen_accept`` key command); it returns ``pub`` (the public keys)
+and ``priv`` (the minion's ``local/estate.json``, private keys in it), or ``{}`` when
+the id already has a key and ``force`` is not given, as Salt does.
+
 The caller is authorized before a function runs (``raetsalt.api.auth``); the values
 returned are Salt's shapes (``key.list_all`` -> ``{minions, minions_pre, ...}``).
 """
@@ -14,9 +19,11 @@ from typing import Any
 from raetsalt.cli.key import select
 from raetsalt.errors import RaetSaltError
 from raetsalt.keep.listing import ACC, DEN, PRE, REJ, STATUSES, KeyEntry, id_lists, snapshot
+from raetsalt.keep.policy import Action
 from raetsalt.keep.store import FileKeep
 from raetsalt.paths import keep_dir
 
+from .keytar import estate_text, new_minion_keys
 from .master import Credentials, MasterLink
 
 _LIST_WORDS = {
@@ -43,6 +50,7 @@ class Wheel:
             "key.reject": self.reject,
             "key.delete": self.delete,
             "key.name_match": self.name_match,
+            "key.gen_accept": self.gen_accept,
         }
 
     def call(self, fun: str, args: list[Any], kwargs: dict[str, Any],
@@ -126,3 +134,26 @@ class Wheel:
 
     def delete(self, match: Any) -> dict[str, list[str]]:
         return self._change("delete", match, STATUSES, None)
+
+    def gen_accept(self, id_: Any, keysize: Any = None, force: Any = False
+                   ) -> dict[str, str]:
+        """Salt's ``key.gen_accept`` (module docstring); ``keysize`` is accepted and
+        ignored (Ed25519 and Curve25519 keys have one size)."""
+        if not isinstance(id_, str) or not id_:
+            raise WheelError("a minion id (id_) is needed")
+        keys = new_minion_keys(id_)  # LocalError for an id no keep can hold
+        held = [e for e in self._entries() if e.id == id_ and e.status != DEN]
+        if held:
+            if not _truthy(force):
+                return {}
+            self.link.key("delete", keys=[entry.wire() for entry in held])
+        reply = self.link.key(Action.GEN_ACCEPT, keys=[keys.entry().wire()])
+        if reply.get("stale"):
+            return {}  # a key for it came meanwhile (a join)
+        return {"pub": keys.public_text(), "priv": estate_text(keys).decode()}
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes", "on")
+    return value is True or (isinstance(value, int) and value == 1)

@@ -4,9 +4,12 @@
 ``sock_dir``, as for every lane request the master trusts) sends the keys it listed and
 what to do with them::
 
-    {share: "key", req, action: "accept"|"reject"|"delete", keys: [{role, state, verhex,
-     pubhex}, ...]}                        ->  key_ret {req, stale: [index of each key
+    {share: "key", req, action: "accept"|"reject"|"delete"|"gen_accept", keys: [{role,
+     state, verhex, pubhex}, ...]}         ->  key_ret {req, stale: [index of each key
                                                    no longer stored as listed]}
+
+(``gen_accept``: keys ``raetsalt-api`` made for an id the master holds no key of,
+recorded accepted; stale when the id has one.)
     {share: "key", req, action: "status"}            ->  key_ret {req, pending,
                                                            max_pending, dropped, limited}
 

@@ -389,6 +389,9 @@ class MinionAdapter:
                                                           spec.arg):
             problem = self.bridge.submit(spec, self.jobs.grains, self.jobs.pillar)
             return [] if problem is None else list(self.jobs.on_spawn_failed(spec.jid, problem))
+        if self._runs_here(spec):
+            outcome = execute(self.loader, spec, self._context(spec, []), os.getpid())
+            return list(self.jobs.on_finished(spec.jid, outcome))
         self._child_jobs = [j for j in self.jobs.proc_list() if j["jid"] != spec.jid]
         try:
             pid = self.executor.spawn(spec.jid, spec)
@@ -398,23 +401,44 @@ class MinionAdapter:
         self.jobs.on_started(spec.jid, pid)
         return []
 
+    def _runs_here(self, spec: JobSpec) -> bool:
+        """An ``instant`` function (``raetsalt.execution.loader.instant``) without a
+        returner runs in this process: forking a job process would cost far more than
+        the function itself (most of a ``test.ping``'s time and CPU)."""
+        return (self.loader.is_instant(spec.fun) and not spec.ret
+                and not self.opts.get("return"))
+
     def _run_in_child(self, spec: JobSpec) -> dict[str, Any]:
         """The job process: runs ``spec`` with a Context of this minion."""
-        from raetsalt.drivers.laneclient import CommandClient
+        outcome = execute(self.loader, spec, self._context(spec, self._child_jobs),
+                          os.getpid())
+        opts = self.opts
+        if (spec.ret or opts.get("return")) and spec.kind == "publish":
+            after_result(partial(deliver, opts, returner_fields(spec), outcome.ret,
+                                 fire_master=partial(self._fire, opts, master=True),
+                                 salt_returners=salt_loader_returners(opts)))
+        return outcome.to_wire()
+
+    @staticmethod
+    def _fire(opts: Mapping[str, Any], tag: str, data: Any, master: bool) -> bool:
+        """Fire an event from a job: on the minion's bus, or (``master``) the master's."""
         from raetsalt.event import SaltEvent
 
-        others = list(self._child_jobs)
-        opts = dict(self.opts)
+        bus = SaltEvent("minion", sock_dir=opts["sock_dir"], opts={"id": opts["id"]})
+        try:
+            payload = data if isinstance(data, dict) else {"data": data}
+            if master:
+                return bus.fire_master(payload, tag)
+            return bus.fire_event(payload, tag)
+        finally:
+            bus.destroy()
 
-        def fire(tag: str, data: Any, master: bool) -> bool:
-            bus = SaltEvent("minion", sock_dir=opts["sock_dir"], opts={"id": opts["id"]})
-            try:
-                payload = data if isinstance(data, dict) else {"data": data}
-                if master:
-                    return bus.fire_master(payload, tag)
-                return bus.fire_event(payload, tag)
-            finally:
-                bus.destroy()
+    def _context(self, spec: JobSpec, jobs: list[dict[str, Any]]) -> Context:
+        """The Context a job of ``spec`` runs with; ``jobs``: the other running jobs."""
+        from raetsalt.drivers.laneclient import CommandClient
+
+        others = list(jobs)
+        opts = dict(self.opts)
 
         def kill_job(jid: str) -> bool:
             for job in others:
@@ -431,16 +455,11 @@ class MinionAdapter:
             grains=dict(self.jobs.grains),
             jid=spec.jid,
             loader=self.loader,
-            fire_event=lambda tag, data: fire(tag, data, False),
-            fire_master=lambda tag, data: fire(tag, data, True),
+            fire_event=partial(self._fire, opts, master=False),
+            fire_master=partial(self._fire, opts, master=True),
             jobs=lambda: [dict(j) for j in others],
             kill_job=kill_job,
             master_client=lambda: CommandClient("minion", opts["sock_dir"], str(opts["id"])),
             extras={"pillar": dict(self.jobs.pillar)},
         )
-        outcome = execute(self.loader, spec, ctx, os.getpid())
-        if (spec.ret or opts.get("return")) and spec.kind == "publish":
-            after_result(partial(deliver, opts, returner_fields(spec), outcome.ret,
-                                 fire_master=lambda tag, data: fire(tag, data, True),
-                                 salt_returners=salt_loader_returners(opts)))
-        return outcome.to_wire()
+        return ctx

@@ -80,6 +80,8 @@ class KeyBook:
             del self.broken[ref.role]
             self._emit(RoleRemoved(ref.role))
             return KeyChange(None, self.denied.get(ref.role, ()), True)
+        if ref.role in self.broken and action == Action.GEN_ACCEPT:
+            return None  # it has a record, unreadable: not an id without a key
         change = operator_change(
             action, ref, self.roles.get(ref.role), self.denied.get(ref.role, ())
         )

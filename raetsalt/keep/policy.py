@@ -141,7 +141,10 @@ class Action:
     ACCEPT = "accept"
     REJECT = "reject"
     DELETE = "delete"
-    ALL = (ACCEPT, REJECT, DELETE)
+    GEN_ACCEPT = "gen_accept"
+    """Salt's ``key.gen_accept``: keys the master made for an id it holds no key of,
+    recorded accepted."""
+    ALL = (ACCEPT, REJECT, DELETE, GEN_ACCEPT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,9 +171,16 @@ def operator_change(
       (the id is then refused whatever it presents, as salt-key does).
     * delete: the record is forgotten (its denied pairs stay: they are listed apart), or
       only that denied pair.
+    * gen_accept: the id has no record: ``ref`` (state accepted) becomes it; an id with
+      a record in any state is left alone (Salt's ``key.gen_accept`` without ``force``).
     """
     pairs = tuple(denied)
     pair = (ref.verhex, ref.pubhex)
+    if action == Action.GEN_ACCEPT:
+        if stored is not None or ref.state is not KeyState.ACCEPTED:
+            return None
+        return KeyChange(RoleRecord(ref.role, Acceptance.ACCEPTED, *pair),
+                         tuple(p for p in pairs if p != pair), True)
     if ref.state is KeyState.DENIED:
         if pair not in pairs:
             return None

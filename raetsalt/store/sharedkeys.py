@@ -28,6 +28,7 @@ from raetsalt.keep.records import Acceptance, KeyRef, KeyState, RoleRecord, name
 STATES = ("accepted", "rejected", "deleted")
 _STATE_OF = {Action.ACCEPT: "accepted", Action.REJECT: "rejected", Action.DELETE: "deleted"}
 _ACTION_OF = {state: action for action, state in _STATE_OF.items()}
+_STATE_OF[Action.GEN_ACCEPT] = "accepted"  # shared as an acceptance of those keys
 _HEX = re.compile(r"[0-9a-f]{64}\Z")
 MAX_PAYLOAD = 4000
 """Bytes of a notification read at most (PostgreSQL's limit is 8,000)."""

@@ -34,8 +34,8 @@ SALTGUI = Path(os.environ.get(
     Path(__file__).resolve().parents[3] / "shared" / "vendor" / "saltgui" / "saltgui"))
 
 
-def master_config(root: Path, api_extra: str = "") -> str:
-    return f"""auto_accept: true
+def master_config(root: Path, api_extra: str = "", auto_accept: bool = True) -> str:
+    return f"""auto_accept: {str(auto_accept).lower()}
 timeout: 10
 eauth_fail_delay: 0.2
 eauth_fail_delay_max: 0.4
@@ -127,14 +127,14 @@ def write_users(root: Path) -> None:
 
 
 @contextmanager
-def started_site(minions: int = 2, api_extra: str = "", tls: bool = False
-                 ) -> Iterator[Site]:
+def started_site(minions: int = 2, api_extra: str = "", tls: bool = False,
+                 auto_accept: bool = True) -> Iterator[Site]:
     """A master with ``minions`` minions and the API (over TLS with a self-signed
-    certificate made here when ``tls``)."""
+    certificate made here when ``tls``; ``auto_accept`` as the master's)."""
     with make_world() as world:
         write_users(world.root)
         grains = {f"minion{i}": f"role: web{i}" for i in range(1, minions + 1)}
-        config = master_config(world.root, api_extra)
+        config = master_config(world.root, api_extra, auto_accept)
         if tls:
             crt, key = world.root / "api.crt", world.root / "api.key"
             subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes",

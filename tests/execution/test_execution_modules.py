@@ -182,6 +182,15 @@ def test_user_modules_from_module_dirs(tmp_path: Path) -> None:
     assert "hello._private" not in loader.functions
     assert call(loader, "test.ping") == "custom" and "test.echo" not in loader.functions
     assert any("broken.py" in path for path in loader.errors)
+    assert not loader.is_instant("test.ping")  # a replaced module loses the marks
+
+
+def test_instant_functions(loader: Loader) -> None:
+    """Only marked functions run in the minion's own process (no job process)."""
+    assert [f for f in sorted(loader.functions) if loader.is_instant(f)] == [
+        "test.echo", "test.ping", "test.version"]
+    assert not loader.is_instant("test.ping,test.echo")
+    assert not loader.is_instant("nope.nothing")
 
 
 

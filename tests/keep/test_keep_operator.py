@@ -143,3 +143,31 @@ def test_remove_one_denied_key_keeps_the_others(tmp_path: Path) -> None:
         keep.remove_denied("m1", verhex="C" * 64)
     assert keep.list_denied()["m1"] == [("e" * 64, "f" * 64)]
     assert keep.load_role("m1").acceptance is Acceptance.ACCEPTED  # type: ignore[union-attr]
+
+
+def test_gen_accept_records_keys_for_an_id_without_one(keep: _BaseKeep) -> None:
+    from raetsalt.keep.policy import Action
+    from raetsalt.keep.records import KeyRef, KeyState
+
+    made = KeyRef("fresh", KeyState.ACCEPTED, *NEW)
+    change = keep.apply_change(Action.GEN_ACCEPT, made)
+    assert change is not None and change.record == RoleRecord("fresh", A, *NEW)
+    assert keep.status_role("fresh", *NEW, AutoMode.NEVER) is A
+    # an id with a record in any state keeps it (Salt's gen_accept without force)
+    assert keep.apply_change(Action.GEN_ACCEPT, KeyRef("fresh", KeyState.ACCEPTED,
+                                                       *NEWER)) is None
+    keep.status_role("waiting", *OLD, AutoMode.NEVER)
+    assert keep.apply_change(Action.GEN_ACCEPT, KeyRef("waiting", KeyState.ACCEPTED,
+                                                       *NEW)) is None
+    assert keep.status_role("waiting", *OLD, AutoMode.NEVER) is P
+    # only as an accepted key
+    assert keep.apply_change(Action.GEN_ACCEPT, KeyRef("other", KeyState.PENDING,
+                                                       *NEW)) is None
+    # a pair denied for the id before is its key now, and no longer listed denied
+    keep.status_role("web1", *OLD, AutoMode.ONCE)
+    keep.status_role("web1", *NEW, AutoMode.ONCE)
+    assert "web1" in keep.list_denied()
+    keep.delete_role("web1", include_denied=False)
+    change = keep.apply_change(Action.GEN_ACCEPT, KeyRef("web1", KeyState.ACCEPTED, *NEW))
+    assert change is not None and change.denied == ()
+    assert "web1" not in keep.list_denied()

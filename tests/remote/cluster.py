@@ -79,7 +79,7 @@ def started_cluster(world: World, master_extra: str, grains: dict[str, str],
         minions = {name: world.start("minion", conf) for name, conf in confs.items()}
         started: set[str] = set()
         while started != set(grains):
-            event = wait_event(bus, "salt/minion/")
+            event = wait_event(bus, "salt/minion/", timeout=60.0)  # a loaded machine
             if event["tag"].endswith("/start"):
                 started.add(event["tag"].split("/")[2])
         yield Started(master_conf, master, minions, confs, bus)
