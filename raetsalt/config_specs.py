@@ -265,8 +265,10 @@ def reactor_map() -> Spec:
     return Spec("a list of one-key mappings of tag globs to SLS files", check)
 
 
-def ip_address() -> Spec:
+def ip_address(*, nullable: bool = False) -> Spec:
     def check(value: Any) -> Any:
+        if value is None and nullable:
+            return None
         if not isinstance(value, str):
             raise SpecMismatch()
         try:
@@ -275,7 +277,7 @@ def ip_address() -> Spec:
             raise SpecMismatch("it is not an IP address") from None
         return value
 
-    return Spec("an IPv4 or IPv6 address", check)
+    return Spec("an IPv4 or IPv6 address" + (" or null" if nullable else ""), check)
 
 
 def minion_id() -> Spec:
