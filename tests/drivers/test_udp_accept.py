@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_udp import Pump, connect, exchange, of, pattern_body
+from helpers.ports import refused_from
+from test_udp import Pump, connect, exchange, of, open_pair, pattern_body
 
 from raetsalt.daemon.service import road_binding
 from raetsalt.drivers.udp import RoadStack, route_source
@@ -41,29 +42,10 @@ def _minion(path: Path, config: RoadConfig, accept: str) -> RoadStack:
                      accept=accept)  # type: ignore[arg-type]
 
 
-def _refused(to: tuple[str, int], source: str = "127.0.0.2") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as stranger:
-        stranger.bind((source, 0))
-        stranger.connect(to)
-        stranger.settimeout(5.0)
-        stranger.send(b"ri RAET\npl 0014\nhl 14\nbogus\n\n")
-        try:
-            stranger.recv(100)
-        except ConnectionRefusedError:
-            return True
-        except TimeoutError:
-            return False
-    return False
-
-
 @pytest.fixture
 def connected(tmp_path: Path, config: RoadConfig) -> Iterator[tuple[Pump, RoadStack, RoadStack]]:
-    with _main(tmp_path / "main", config) as main, \
-            _minion(tmp_path / "minion", config, "connected") as minion:
-        pump = Pump(main, minion)
-        yield pump, main, minion
-        pump.close()
-        assert main.stats["engine_error"] == minion.stats["engine_error"] == 0
+    with open_pair(tmp_path, config, "connected") as opened:
+        yield opened
 
 
 def test_a_connected_minion_is_refused_by_the_kernel_to_everyone_else(connected) -> None:
@@ -74,8 +56,8 @@ def test_a_connected_minion_is_refused_by_the_kernel_to_everyone_else(connected)
     for size in (100, 1024 * 1024):
         exchange(pump, minion, main, "main", pattern_body(size, f"up{size}"))
         exchange(pump, main, minion, "minion", pattern_body(size, f"down{size}"))
-    assert _refused(minion.address)
-    assert _refused(minion.address, source="127.0.0.1")  # same host, another port
+    assert refused_from("127.0.0.2", minion.address)
+    assert refused_from("127.0.0.1", minion.address)  # same host, another port
     pump.until(lambda ev: True)
     assert not minion.road.stats["drop_header"]  # never read: nothing to parse
     exchange(pump, minion, main, "main", pattern_body(100, "after"))
@@ -108,11 +90,13 @@ def test_a_dialing_minion_drops_and_counts_strangers_before_parsing(tmp_path: Pa
         connect(pump, main, minion)
         with pytest.raises(OSError):
             minion.sock.getpeername()  # not connected: one socket for several masters
-        assert not _refused(minion.address)  # the socket read it ...
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as stranger:
+            stranger.bind(("127.0.0.2", 0))
+            stranger.sendto(b"ri RAET\npl 0014\nhl 14\nbogus\n\n", minion.address)
         pump.until(lambda ev: bool(of(ev[minion], PacketDropped)))
         (drop,) = of(pump.events[minion], PacketDropped)
         assert (drop.reason, drop.address[0]) == (DropReason.FOREIGN_SOURCE, "127.0.0.2")
-        assert minion.road.stats["drop_foreign_source"] == 1  # ... and dropped it unparsed
+        assert minion.road.stats["drop_foreign_source"] == 1  # read, and dropped unparsed
         assert not minion.road.stats["drop_header"]
         exchange(pump, minion, main, "main", pattern_body(5000, "after"))
         pump.close()
