@@ -146,8 +146,9 @@ SCHEMA: tuple[Option, ...] = (
         "ipv6",
         s.boolean(),
         _both(False),
-        "Use IPv6: bind to '::' when interface is left at its default, and "
-        "prefer IPv6 addresses when resolving the master's host name.",
+        "Use IPv6: a master binds '::' when interface is left at its default, a "
+        "minion its IPv6 address towards the master; the master's host name is "
+        "resolved to an IPv6 address.",
         "Network (RAET road)",
     ),
     Option(

@@ -115,6 +115,15 @@ def test_route_source_names_the_local_address_towards_a_destination() -> None:
         route_source(("::1", 4506), socket.AF_INET)  # not an address of this family
 
 
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
 def _opts(**extra: object) -> dict[str, object]:
     return {"raet_port": 4510, "interface": None, "ipv6": False, "master": "127.0.0.1",
             "master_port": 4506, "__masters": ["127.0.0.1:4506"], **extra}
@@ -127,6 +136,9 @@ def test_road_binding_follows_the_config(monkeypatch: pytest.MonkeyPatch) -> Non
     assert road_binding(_opts(interface="0.0.0.0"), "minion") == (("0.0.0.0", 4510), "anyone")
     assert road_binding(_opts(interface="0.0.0.0", raet_port=4506), "master") == (
         ("0.0.0.0", 4506), "anyone")
+    if socket.has_ipv6 and _ipv6_loopback():
+        assert road_binding(_opts(ipv6=True, master="::1", __masters=["[::1]:4506"]),
+                            "minion") == (("::1", 4510), "connected")
     # Masters reached from different local addresses (or none resolvable now): the
     # wildcard address, still taking datagrams from the masters only.
     monkeypatch.setattr("raetsalt.daemon.service.route_source",
