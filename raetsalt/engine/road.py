@@ -11,6 +11,8 @@ Driving it (the UDP driver in ``raetsalt.drivers.udp`` does exactly this)::
 
 Receive pipeline (docs/raet-wire.md §7; stricter than raet's):
 
+0. an estate restricted to the addresses it dialed (``restrict_sources``: a minion)
+   drops anything from elsewhere, unparsed;
 1. parse the datagram (only ``BadPacket`` can come out; it is dropped and counted);
 2. join packets (plaintext by design) go to the join handlers; a correspondent is found
    by (source address, ids), so one address cannot steer another's join;
