@@ -127,6 +127,17 @@ class _Watch:
 
 
 @dataclass(slots=True)
+class _Batch:
+    """A batch run's job: who started it (only they publish more under its jid) and
+    the minions of its sub-batches so far (what its load lists)."""
+
+    yard: str
+    requester: Requester
+    minions: set[str] = field(default_factory=set)
+    missing: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True)
 class _Gathering:
     gather: Gather
     sink: Sink
@@ -205,9 +216,9 @@ class MasterJobs:
         self._gatherings: dict[str, _Gathering] = {}
         self._jobs: dict[str, float] = {}
         """jid -> when it was published (jobs whose returns are accepted)."""
-        self._batches: dict[str, str] = {}
-        """jid -> the client yard whose batch it is: that client (only) may publish
-        further sub-batches under it (``batch`` and ``jid`` in a publication)."""
+        self._batches: dict[str, _Batch] = {}
+        """jid -> the batch run it is: its client (only) may publish further sub-batches
+        under it (``batch`` and ``jid`` in a publication)."""
         self._next_clean: float | None = None
         self.mine_reader: Callable[[Any, Any, str], dict[str, Any]] | None = None
         """Reads the mine for the ``mine.get`` runner (``raetsalt.services.mine``)."""
@@ -464,7 +475,9 @@ class MasterJobs:
             return fail(str(exc))
         if not fun:
             return fail("no function given")
-        if batch_of and (sink.yard is None or self._batches.get(batch_of) != sink.yard):
+        batch = self._batches.get(batch_of) if batch_of else None
+        if batch_of and (batch is None or (batch.yard, batch.requester) != (sink.yard,
+                                                                               requester)):
             return fail(f"job {clip(batch_of, 40, bare=True)} is no batch of this client's")
         nodegroups = self.opts.get("nodegroups") or {}
         table = self.minion_table()
@@ -496,17 +509,19 @@ class MasterJobs:
         user = requester.name
         load = {"tgt": tgt, "tgt_type": tgt_type, "fun": fun, "arg": arg, "user": user,
                 "minions": minions, "missing": missing}
-        earlier = self.cache.get_load(jid) if batch_of else None
-        if earlier is not None:  # a batch's job lists the minions of all its sub-batches
-            load["minions"] = sorted(set(earlier.get("minions") or []) | set(minions))
-            load["missing"] = sorted(set(earlier.get("missing") or []) | set(missing))
+        if batch is None and body.get("batch") is True and sink.yard is not None:
+            batch = _Batch(sink.yard, requester)
+        if batch is not None:  # a batch's job lists the minions of all its sub-batches
+            batch.minions.update(minions)
+            batch.missing.update(missing)
+            load["minions"], load["missing"] = sorted(batch.minions), sorted(batch.missing)
         try:
             self._save_load(jid, load)
         except (OSError, KeepError) as exc:
             return fail(f"the job cache cannot store the job: {exc}")
         self._jobs[jid] = now
-        if body.get("batch") is True and sink.yard is not None:
-            self._batches[jid] = sink.yard
+        if batch is not None:
+            self._batches[jid] = batch
         actions: list[Action] = [Fire(f"salt/job/{jid}/new",
                                       {"jid": jid, **load, "_stamp": salt_stamp(self.utcnow())})]
         timeout = body.get("timeout")
@@ -679,7 +694,7 @@ class MasterJobs:
         """A client yard went away: stop sending it returns."""
         for jid in [j for j, w in self._watches.items() if w.sink.yard == yard]:
             del self._watches[jid]
-        for jid in [j for j, y in self._batches.items() if y == yard]:
+        for jid in [j for j, b in self._batches.items() if b.yard == yard]:
             del self._batches[jid]
 
     # -- runner support -----------------------------------------------------------------

@@ -477,6 +477,11 @@ def test_a_batch_publishes_every_sub_batch_under_its_first_jid(master: MasterJob
                                                  "arg": [], "jid": asked}, 2.0)
         assert "is no batch of this client's" in ack(refused)["error"]
         assert not [a for a in refused if isinstance(a, ToMinion)]
+    alice = Requester("user", "alice", 1000)  # another user behind the same yard name
+    refused = master.on_publish(alice, "clyard", {"req": "r5", "tgt": ["minion1"],
+                                                  "tgt_type": "list", "fun": "test.ping",
+                                                  "arg": [], "jid": jid}, 2.5)
+    assert "is no batch of this client's" in ack(refused)["error"]
     master.forget_client("clyard")  # the client is gone: nobody may add to its batch
     refused = master.on_publish(USER, "clyard", {"req": "r4", "tgt": ["minion1"],
                                                  "tgt_type": "list", "fun": "test.ping",
