@@ -516,7 +516,6 @@ EXAMPLE_SETTINGS: dict[str, dict[str, Any]] = {
     "master": {"interface": "127.0.0.1"},
     "minion": {
         "id": "minion1",
-        "interface": "127.0.0.1",
         "master": "127.0.0.1",
     },
 }

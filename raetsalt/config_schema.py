@@ -128,17 +128,27 @@ SCHEMA: tuple[Option, ...] = (
     # ---------------------------------------------------------------- network
     Option(
         "interface",
-        s.ip_address(),
-        _both("0.0.0.0"),
-        "Local address the road (UDP) socket binds to.  With ipv6 true the default becomes '::'.",
+        s.ip_address(nullable=True),
+        {"master": "0.0.0.0", "minion": None},
+        "Local address the road (UDP) socket binds to.  On the master (default "
+        "0.0.0.0; '::' with ipv6 true) this is where minions reach it.  A Salt minion "
+        "listens nowhere, and neither does a raetsalt minion by default (null): it binds "
+        "the local address its system uses to reach its master(s) and takes datagrams "
+        "only from the master addresses it dials (with one master the socket is "
+        "connected to it, so the kernel refuses every other source; with several, the "
+        "others are dropped and counted before any crypto).  Give a minion an address "
+        "(e.g. 0.0.0.0) to make it listen there for anyone, as a RAET-era minion did.",
         "Network (RAET road)",
+        default_doc={"minion": "null (the address towards the master; master traffic "
+                     "only)"},
     ),
     Option(
         "ipv6",
         s.boolean(),
         _both(False),
-        "Use IPv6: bind to '::' when interface is left at its default, and "
-        "prefer IPv6 addresses when resolving the master's host name.",
+        "Use IPv6: a master binds '::' when interface is left at its default, a "
+        "minion its IPv6 address towards the master; the master's host name is "
+        "resolved to an IPv6 address.",
         "Network (RAET road)",
     ),
     Option(
@@ -146,7 +156,10 @@ SCHEMA: tuple[Option, ...] = (
         _PORT,
         {"master": DEFAULT_MASTER_PORT, "minion": DEFAULT_MINION_RAET_PORT},
         "UDP port of this node's road estate (Salt's RAET-era defaults: 4506 on "
-        "the master, 4510 on a minion).  0 lets the system pick one (tests).",
+        "the master, 4510 on a minion).  0 lets the system pick one.  A minion keeps "
+        "its port across restarts so that a raet 0.6.8 master (an immutable road) "
+        "knows it again; against a raetsalt master 0 works too (the master follows "
+        "the new port once the minion's allow from it completes).",
         "Network (RAET road)",
     ),
     Option(

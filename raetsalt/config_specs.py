@@ -289,8 +289,10 @@ def engines_list() -> Spec:
     return Spec("a list of engine names or one-key mappings name -> options", check)
 
 
-def ip_address() -> Spec:
+def ip_address(*, nullable: bool = False) -> Spec:
     def check(value: Any) -> Any:
+        if value is None and nullable:
+            return None
         if not isinstance(value, str):
             raise SpecMismatch()
         try:
@@ -299,7 +301,7 @@ def ip_address() -> Spec:
             raise SpecMismatch("it is not an IP address") from None
         return value
 
-    return Spec("an IPv4 or IPv6 address", check)
+    return Spec("an IPv4 or IPv6 address" + (" or null" if nullable else ""), check)
 
 
 def minion_id() -> Spec:

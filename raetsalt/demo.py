@@ -188,7 +188,7 @@ def _story(root: Path, procs: dict[str, subprocess.Popen[bytes]]) -> int:
         confdir = root / name
         confdir.mkdir()
         (confdir / "minion").write_text(
-            f"id: {name}\nroot_dir: {confdir}\ninterface: 127.0.0.1\nraet_port: 0\n"
+            f"id: {name}\nroot_dir: {confdir}\nraet_port: 0\n"
             f"master: 127.0.0.1:{port}\nacceptance_wait_time: 1.0\nrandom_reauth_delay: 1.0\n"
             f"raet_alive_period: 2.0\ngrains:\n  {grains}\n"
             + ("execution_mode: native\n" if name in NATIVE else "")

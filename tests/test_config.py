@@ -51,7 +51,7 @@ def test_minion_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert opts["raet_port"] == 4510
     assert opts["master"] == "salt"
     assert opts["master_port"] == 4506
-    assert opts["interface"] == "0.0.0.0"
+    assert opts["interface"] is None  # no listener: the address towards the master
     assert opts["pki_dir"] == "/etc/raetsalt/pki/minion"
     assert opts["sock_dir"] == "/var/run/raetsalt/minion"
     assert opts["module_dirs"] == []
@@ -615,7 +615,8 @@ def test_example_files_load_and_work_on_loopback() -> None:
     minion = load_node_config(REPO / "conf", "minion")
     assert (master["interface"], master["raet_port"]) == ("127.0.0.1", 4506)
     assert minion["id"] == "minion1"
-    assert (minion["interface"], minion["raet_port"]) == ("127.0.0.1", 4510)
+    # No listener: the minion binds the address towards its master (road_binding).
+    assert (minion["interface"], minion["raet_port"]) == (None, 4510)
     assert (minion["master"], minion["master_port"]) == ("127.0.0.1", master["raet_port"])
     for opts in (master, minion):  # private default paths, never a shared /tmp
         assert opts["root_dir"] == "/"

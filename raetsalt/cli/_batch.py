@@ -19,8 +19,10 @@
    answer the ping or did not return; 2 when no minion answered the ping (``ERROR: No
    return received``).
 
-Unlike Salt, each sub-batch is its own job (jid); Salt reuses one jid for all of them.
-Salt prints nothing for a minion that did not return and exits 0 for it.
+As in Salt, every sub-batch is published under one jid (the first sub-batch's: the
+master lets only the client that started a batch add to it), so ``jobs.lookup_jid``
+shows the whole run.  Unlike Salt, a minion that did not return is printed and counted
+(Salt prints nothing for it and exits 0).
 """
 
 from __future__ import annotations
@@ -104,6 +106,7 @@ def run_batch(client: MasterClient, args: argparse.Namespace, command: Command,
     stash: list[dict[str, Any]] = []  # returns that came while a publication was made
     worst = EX_GENERIC if down else EX_OK
     halted = False
+    batch_jid = ""  # the job every sub-batch is published under (its first one's jid)
 
     def finished(who: str, shown: Any, out: str | None, code: int, raw: Any = None) -> None:
         nonlocal worst, halted
@@ -123,7 +126,8 @@ def run_batch(client: MasterClient, args: argparse.Namespace, command: Command,
             chosen, pending = pending[:free], pending[free:]
             print(f"\nExecuting run on {sorted(chosen)}\n", flush=True)
             sub = publish(client, chosen, "list", command.fun, command.arg, args, timeout,
-                          auth, stash=stash)
+                          auth, stash=stash, batch=batch_jid)
+            batch_jid = batch_jid or sub.jid
             jobs[sub.req] = sub
             stash.extend(sub.early)  # its own first returns
             until = time.monotonic() + timeout

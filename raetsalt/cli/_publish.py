@@ -93,14 +93,17 @@ class Refused(Exception):
 
 def publish(client: MasterClient, tgt: Any, tgt_type: str, fun: str, arg: list[Any],
             args: argparse.Namespace, timeout: float, auth: dict[str, Any], *,
-            preview: bool = False, stash: list[dict[str, Any]] | None = None
-            ) -> Publication:
+            preview: bool = False, stash: list[dict[str, Any]] | None = None,
+            batch: str | None = None) -> Publication:
     """Publish through the master and wait for its acknowledgement (raises ``Refused``);
     messages that arrive meanwhile are kept: this job's returns in the publication, the
-    others in ``stash`` (when given)."""
+    others in ``stash`` (when given).  ``batch``: a sub-batch of a batch run, under the
+    jid of its first sub-batch (``""`` for the first)."""
+    batching: dict[str, Any] = {} if batch is None else (
+        {"jid": batch} if batch else {"batch": True})
     req = client.request(p.SHARE_PUBLISH, tgt=tgt, tgt_type=tgt_type, fun=fun, arg=arg,
                          delimiter=args.delimiter, preview=preview, timeout=timeout,
-                         **returner_fields(args), **auth)
+                         **batching, **returner_fields(args), **auth)
     # A PAM login may take seconds (its failure delay) before the master answers.
     early: list[dict[str, Any]] = []
     ack = wait_for(client, req, p.SHARE_PUB_ACK, 30.0 if "password" in auth else 10.0,

@@ -16,7 +16,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from raetsalt.config import parse_master_address
-from raetsalt.drivers.udp import SOCKET_BUFFER, RoadStack, format_ha, resolve
+from raetsalt.drivers.udp import (
+    SOCKET_BUFFER,
+    Accept,
+    RoadStack,
+    format_ha,
+    resolve,
+    route_source,
+)
 from raetsalt.engine.config import RoadConfig
 from raetsalt.engine.events import (
     Allowed,
@@ -145,8 +152,42 @@ does not fit is dropped and waits for a retransmission (seconds).  Above the sys
 cap (``net.core.rmem_max``) only for a master that may (CAP_NET_ADMIN, e.g. root)."""
 
 
+def road_binding(opts: Mapping[str, Any], node: str) -> tuple[tuple[str, int], Accept]:
+    """Where the road binds and whose datagrams it takes.
+
+    A master, and a minion given an ``interface``, listen there for anyone.  A minion
+    without one listens nowhere (a Salt minion only connects out): it binds
+    ``raet_port`` on the local address its system uses to reach its masters (the
+    wildcard address only when they are reached from different addresses, or none
+    resolves now) and takes datagrams only from the masters it dials; with one master
+    its socket is connected to it.
+    """
+    port = int(opts["raet_port"])
+    if node == "master" or opts.get("interface"):
+        return (opts["interface"], port), "anyone"
+    family = socket.AF_INET6 if opts.get("ipv6") else socket.AF_INET
+    masters = list(opts.get("__masters")
+                   or [format_ha((opts["master"], int(opts["master_port"])))])
+    sources: set[str] = set()
+    for master in masters:
+        try:
+            host, master_port = parse_master_address(master)
+            _family, ha = resolve((host, master_port), family)
+            sources.add(route_source(ha, family))
+        except (LocalError, ValueError) as exc:
+            log.debug("no local address towards the master %s: %s", master, exc)
+    accept: Accept = "connected" if len(masters) == 1 else "dialed"
+    if len(sources) == 1:
+        return (sources.pop(), port), accept
+    wildcard = "::" if family == socket.AF_INET6 else "0.0.0.0"
+    log.info("the masters are reached from %s local addresses: the road binds %s and "
+             "still takes datagrams only from the masters", len(sources) or "no",
+             wildcard)
+    return (wildcard, port), accept
+
+
 def open_node(opts: Mapping[str, Any], node: str) -> Node:
-    """Bind the road on ``(interface, raet_port)``, open the keep and the manor yard.
+    """Bind the road (``road_binding``), open the keep and the manor yard.
 
     The estate is named after ``opts['id']`` (its role too: the id the master files the
     minion's key under).  Raises ``LocalError``/``KeepError`` with a readable message.
@@ -156,9 +197,11 @@ def open_node(opts: Mapping[str, Any], node: str) -> Node:
     datagram = int(opts.get("max_datagram_size", 1024))
     least = MASTER_SOCKET_BUFFER if node == "master" else SOCKET_BUFFER
     buffer_size = max(least, int(opts.get("raet_road_bufcnt", 2)) * datagram)
+    ha, accept = road_binding(opts, node)
     stack = RoadStack(
         keep_dir(opts),
-        (opts["interface"], int(opts["raet_port"])),
+        ha,
+        accept=accept,
         name=opts["id"],
         main=node == "master",
         config=road_config(opts, node),

@@ -36,7 +36,11 @@ Socket choices and why:
   EHOSTUNREACH, ENOBUFS ...) are counted in ``stats`` and the datagram is dropped; the
   road's retransmissions recover.  They never escape ``service``.
 * the system calls themselves are ``raetsalt.drivers.batching``'s: UDP GSO/GRO and
-  sendmmsg/recvmmsg where Linux has them (``batching`` turns them off one by one).
+  sendmmsg/recvmmsg where Linux has them (``batching`` turns them off one by one);
+* an estate that only dials out (``accept``: a minion) takes datagrams only from the
+  addresses it dialed (``Road.restrict_sources``: others are dropped and counted before
+  parsing), and with one such address (``"connected"``) the socket is connected to it,
+  so the kernel itself refuses every other source as it would at a closed port.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 from raetsalt.drivers.batching import Datagram, DatagramIO
 from raetsalt.drivers.clock import Clock, monotonic
@@ -87,6 +91,8 @@ replies go out (and messages reach the application) within a quarter megabyte of
 not after a whole socket buffer of bulk data."""
 
 Address = tuple[str, int]
+Accept = Literal["anyone", "dialed", "connected"]
+"""Whose datagrams a stack takes (``RoadStack``)."""
 
 
 class StackTimeout(TimeoutError):
@@ -146,6 +152,18 @@ def resolve(ha: Address, family: int = socket.AF_UNSPEC) -> tuple[int, Address]:
     raise LocalError(f"cannot resolve {format_ha(ha)}: no IPv4/IPv6 address")
 
 
+def route_source(ha: Address, family: int) -> str:
+    """The local address the system sends from to reach ``ha`` (numeric, resolved), by
+    connecting a throw-away UDP socket: nothing is sent.  Raises ``LocalError`` when
+    there is no route."""
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(ha)
+        except OSError as exc:
+            raise LocalError(f"no route to {format_ha(ha)}: {exc.strerror or exc}") from exc
+        return str(probe.getsockname()[0])
+
+
 class RoadStack:
     """A ``Road`` bound to a UDP socket.
 
@@ -156,6 +174,9 @@ class RoadStack:
     autosign/autoreject files).
     ``sock`` may be an already bound UDP socket (e.g. from socket activation); the stack
     takes ownership, makes it non-blocking and does not change its options.
+    ``accept``: ``"anyone"`` (a listener: a main, or a minion told to listen);
+    ``"dialed"`` takes datagrams only from the addresses ``connect`` was given;
+    ``"connected"`` too, and connects the socket to the last of them (one peer).
 
     Use as a context manager, or call ``open()`` and ``close()``.
     """
@@ -176,8 +197,12 @@ class RoadStack:
         max_drain: int = MAX_DRAIN,
         batching: Mapping[str, bool] | None = None,
         policy: KeyPolicy | None = None,
+        accept: Accept = "anyone",
     ) -> None:
         self._keep_arg = keep
+        self.accept: Accept = accept
+        self.dialed: dict[int, Address] = {}
+        """uid -> the address ``connect`` dialed (one per remote: bounded)."""
         self.bind_ha = ha
         self.name = name
         self.main = main
@@ -252,6 +277,8 @@ class RoadStack:
                 policy=self.policy,
                 rng=self._rng,
             )
+            if self.accept != "anyone":
+                road.restrict_sources(frozenset())  # nobody until it dials
             # A new estate's keys are saved before anything uses them.
             first: list[KeepWrite] = []
             while (event := road.next_event()) is not None:
@@ -350,7 +377,19 @@ class RoadStack:
         its uid.  A host name is resolved once, here, in the socket's family.  ``name``:
         see ``Road.connect``."""
         _family, addr = resolve(ha, self.family)
-        uid = self.road.connect(addr, self.clock(), name=name)
+        road = self.road
+        if self.accept == "connected":
+            try:
+                self.sock.connect(addr)  # replaces the previous peer, if any
+            except OSError as exc:
+                raise LocalError(f"cannot reach {format_ha(addr)}: {exc.strerror or exc}"
+                                 ) from exc
+        uid = road.connect(addr, self.clock(), name=name)
+        if self.accept != "anyone":
+            if self.accept == "connected":
+                self.dialed.clear()
+            self.dialed[uid] = addr
+            road.restrict_sources(frozenset(self.dialed.values()))
         self.flush()
         return uid
 

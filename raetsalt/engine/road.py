@@ -11,6 +11,8 @@ Driving it (the UDP driver in ``raetsalt.drivers.udp`` does exactly this)::
 
 Receive pipeline (docs/raet-wire.md §7; stricter than raet's):
 
+0. an estate restricted to the addresses it dialed (``restrict_sources``: a minion)
+   drops anything from elsewhere, unparsed;
 1. parse the datagram (only ``BadPacket`` can come out; it is dropped and counted);
 2. join packets (plaintext by design) go to the join handlers; a correspondent is found
    by (source address, ids), so one address cannot steer another's join;
@@ -152,6 +154,8 @@ class Road:
         self.rng = rng if rng is not None else random.Random()
         self.secret_rng = rng if rng is not None else random.SystemRandom()
         self.stats: Counter[str] = Counter()
+        self.sources: frozenset[Address] | None = None
+        """The only addresses datagrams are taken from (``restrict_sources``); None: any."""
         self.timers = TimerQueue()
         self.remotes: dict[int, Remote] = {}
         self.remotes_by_name: dict[str, Remote] = {}
@@ -230,6 +234,10 @@ class Road:
     def receive_datagram(self, data: bytes, address: Address, now: float) -> None:
         """Process one datagram; never raises for anything the datagram contains."""
         self.stats["rx"] += 1
+        sources = self.sources
+        if sources is not None and address not in sources:
+            self.drop(DropReason.FOREIGN_SOURCE, address, "not an address this estate dialed")
+            return
         if address not in self.guard.trusted:
             self.guard.received(address, len(data))
         try:
@@ -252,6 +260,8 @@ class Road:
         remote = self.remotes.get(int.from_bytes(data[2:6], "big")) if data[:2] == MAGIC else None
         if remote is None or remote.channel is None or address not in self.guard.trusted:
             return False
+        if self.sources is not None and address not in self.sources:
+            return False  # each datagram is dropped (and counted) by ``receive_datagram``
         heard = remote.channel.receive_train(data, segment, address, now, self.receive_datagram)
         if heard and remote.alive is not True:
             self._set_alive(remote, True)
@@ -288,6 +298,13 @@ class Road:
         return self._events.popleft() if self._events else None
 
     # -- commands -------------------------------------------------------------------------
+
+    def restrict_sources(self, sources: frozenset[Address] | None) -> None:
+        """Take datagrams only from ``sources`` (None: from anyone).  An estate that
+        only dials out (a minion) names the addresses it dialed: anything else is
+        dropped before parsing, counted as ``drop_foreign_source`` and reported (it
+        is answered with nothing, and costs no key work)."""
+        self.sources = sources
 
     def connect(self, ha: Address, now: float, *, name: str | None = None) -> int:
         """Keep a session with the estate at ``ha`` (usually a main): join, allow, and

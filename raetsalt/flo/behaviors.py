@@ -27,6 +27,7 @@ from typing import Any
 from raetsalt.daemon.master_adapter import MasterAdapter
 from raetsalt.daemon.minion_adapter import MinionAdapter
 from raetsalt.daemon.service import MasterWatch, MinionLink, open_node
+from raetsalt.drivers.udp import format_ha
 from raetsalt.flo import steps  # noqa: F401  (registers the serving steps)
 from raetsalt.flo.doer import RaetsaltDoer
 
@@ -73,12 +74,13 @@ class RaetsaltNodeOpen(RaetsaltDoer):
         state = "starting" if role == "minion" else "serving"
         self.status.update(ready=True, state=state)
         log.info(
-            "raetsalt-%s %s serving on %s:%s (keep %s, bus %s)",
+            "raetsalt-%s %s serving on %s (keep %s, bus %s%s)",
             role,
             opts["id"],
-            *node.stack.address,
+            format_ha(node.stack.address),
             node.stack.keep,
             node.manor_path,
+            "" if node.stack.accept == "anyone" else "; datagrams from its masters only",
         )
 
 

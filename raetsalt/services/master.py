@@ -127,6 +127,17 @@ class _Watch:
 
 
 @dataclass(slots=True)
+class _Batch:
+    """A batch run's job: who started it (only they publish more under its jid) and
+    the minions of its sub-batches so far (what its load lists)."""
+
+    yard: str
+    requester: Requester
+    minions: set[str] = field(default_factory=set)
+    missing: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True)
 class _Gathering:
     gather: Gather
     sink: Sink
@@ -205,6 +216,9 @@ class MasterJobs:
         self._gatherings: dict[str, _Gathering] = {}
         self._jobs: dict[str, float] = {}
         """jid -> when it was published (jobs whose returns are accepted)."""
+        self._batches: dict[str, _Batch] = {}
+        """jid -> the batch run it is: its client (only) may publish further sub-batches
+        under it (``batch`` and ``jid`` in a publication)."""
         self._next_clean: float | None = None
         self.mine_reader: Callable[[Any, Any, str], dict[str, Any]] | None = None
         """Reads the mine for the ``mine.get`` runner (``raetsalt.services.mine``)."""
@@ -456,10 +470,15 @@ class MasterJobs:
             arg = p.list_untrusted(body, "arg")
             ret_to = p.text_untrusted(body, "ret", default="")
             returner_extra = returner_options_untrusted(body)
+            batch_of = p.text_untrusted(body, "jid", default="")
         except BadPacket as exc:
             return fail(str(exc))
         if not fun:
             return fail("no function given")
+        batch = self._batches.get(batch_of) if batch_of else None
+        if batch_of and (batch is None or (batch.yard, batch.requester) != (sink.yard,
+                                                                               requester)):
+            return fail(f"job {clip(batch_of, 40, bare=True)} is no batch of this client's")
         nodegroups = self.opts.get("nodegroups") or {}
         table = self.minion_table()
         try:
@@ -486,15 +505,23 @@ class MasterJobs:
             # Salt: "No minions matched the target. No command was sent, no jid was assigned."
             return [sink.answer(self.estate, p.SHARE_PUB_ACK, jid="", minions=[],
                                 missing=missing, not_connected=[])]
-        jid = self._new_jid()
+        jid = batch_of or self._new_jid()
         user = requester.name
         load = {"tgt": tgt, "tgt_type": tgt_type, "fun": fun, "arg": arg, "user": user,
                 "minions": minions, "missing": missing}
+        if batch is None and body.get("batch") is True and sink.yard is not None:
+            batch = _Batch(sink.yard, requester)
+        if batch is not None:  # a batch's job lists the minions of all its sub-batches
+            batch.minions.update(minions)
+            batch.missing.update(missing)
+            load["minions"], load["missing"] = sorted(batch.minions), sorted(batch.missing)
         try:
             self._save_load(jid, load)
         except (OSError, KeepError) as exc:
             return fail(f"the job cache cannot store the job: {exc}")
         self._jobs[jid] = now
+        if batch is not None:
+            self._batches[jid] = batch
         actions: list[Action] = [Fire(f"salt/job/{jid}/new",
                                       {"jid": jid, **load, "_stamp": salt_stamp(self.utcnow())})]
         timeout = body.get("timeout")
@@ -514,7 +541,15 @@ class MasterJobs:
                                                                **pub)))
             elif minion in bounds.definite:
                 not_connected.append(minion)
-        self._watches[jid] = _Watch(sink, set(minions), now + wait + _WATCH_GRACE, wait=wait)
+        watch = self._watches.get(jid) if batch_of else None
+        if watch is None:
+            self._watches[jid] = _Watch(sink, set(minions), now + wait + _WATCH_GRACE,
+                                        wait=wait)
+        else:  # the earlier sub-batches' minions still running: one watch for the job
+            watch.sink = sink
+            watch.expected |= set(minions)
+            watch.expires = max(watch.expires, now + wait + _WATCH_GRACE)
+            watch.wait = max(watch.wait, wait)
         actions.append(sink.answer(self.estate, p.SHARE_PUB_ACK, jid=jid, minions=minions,
                                    missing=missing, not_connected=not_connected))
         return actions
@@ -638,6 +673,7 @@ class MasterJobs:
             del self._watches[jid]
         for jid in [j for j, t in self._jobs.items() if t + 86400.0 <= now]:
             del self._jobs[jid]
+            self._batches.pop(jid, None)
         if self._next_clean is None:
             self._next_clean = now + _CLEAN_EVERY
         elif self._next_clean <= now:
@@ -658,6 +694,8 @@ class MasterJobs:
         """A client yard went away: stop sending it returns."""
         for jid in [j for j, w in self._watches.items() if w.sink.yard == yard]:
             del self._watches[jid]
+        for jid in [j for j, b in self._batches.items() if b.yard == yard]:
+            del self._batches[jid]
 
     # -- runner support -----------------------------------------------------------------
 

@@ -200,6 +200,7 @@ class FakeMaster:
         self.up, self.delay = up, delay
         self.published: list[tuple[float, Any, str]] = []
         self.queue: list[tuple[float, dict[str, Any]]] = []
+        self.batching: list[dict[str, Any]] = []
         self.counter = 0
 
     def request(self, share: str, *, send_timeout: float = 5.0, **fields: Any) -> str:
@@ -211,8 +212,10 @@ class FakeMaster:
         tgt, fun = fields["tgt"], fields["fun"]
         minions = [m for m in self.up] if tgt == "*" else [m for m in tgt if m in self.up]
         self.published.append((now, tgt, fun))
+        self.batching.append({k: fields[k] for k in ("batch", "jid") if k in fields})
+        jid = fields.get("jid") or f"2026{self.counter:016d}"  # a batch's: the one given
         self.queue.append((now, p.lane_reply(None, "cl", p.SHARE_PUB_ACK, req=req,
-                                             jid=f"2026{self.counter:016d}", minions=minions,
+                                             jid=jid, minions=minions,
                                              missing=[], not_connected=[])))
         for minion in minions:
             ret = {"return": True if fun == "test.ping" else minion, "retcode": 0}
@@ -253,6 +256,9 @@ def test_batch_keeps_n_running_and_waits_before_reusing_a_slot(
     # Salt 3008's blocks: the retcode and the jid of the minion's job beside its return
     docs = [json.loads(line) for line in out if line.startswith("{")]
     assert [list(doc)[:2] for doc in docs] == [["retcode", "jid"]] * 4
+    # As Salt's batch: one job for the whole run, the first sub-batch's jid.
+    assert master.batching == [{}, {"batch": True}, {"jid": "20260000000000000002"}]
+    assert {doc["jid"] for doc in docs} == {"20260000000000000002"}
     assert sorted((list(doc)[2], doc[list(doc)[2]], doc["retcode"]) for doc in docs) == [
         ("m1", "m1", 0), ("m2", "m2", 0), ("m3", "m3", 0), ("m4", "m4", 0)]
 

@@ -11,6 +11,8 @@ import os
 import selectors
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -161,7 +163,7 @@ class World:
             self.port = self._held.port
         tuning = MINION_TUNING.replace("raet_alive_period: 1.0", f"raet_alive_period: {alive}")
         (confdir / "minion").write_text(
-            f"id: {minion_id}\nroot_dir: {confdir}\ninterface: 127.0.0.1\nraet_port: 0\n"
+            f"id: {minion_id}\nroot_dir: {confdir}\nraet_port: 0\n"
             f"master: 127.0.0.1:{self.port}\n{tuning}{extra}"
         )
         return confdir
@@ -229,6 +231,23 @@ class World:
         if self._held is not None:
             self._held.release()
 
+
+
+def udp_sockets(port: int) -> list[tuple[str, str]]:
+    """The IPv4 UDP sockets bound to ``port``, as the kernel lists them in /proc/net/udp:
+    ``(local "addr:port", remote "addr:port")``; the remote is ``0.0.0.0:0`` unless the
+    socket is connected."""
+
+    def address(field: str) -> str:
+        host, _, number = field.partition(":")
+        return f"{socket.inet_ntoa(struct.pack('<I', int(host, 16)))}:{int(number, 16)}"
+
+    found = []
+    for line in Path("/proc/net/udp").read_text().splitlines()[1:]:
+        local, remote = line.split()[1:3]
+        if int(local.partition(":")[2], 16) == port:
+            found.append((address(local), address(remote)))
+    return found
 
 
 def key_tool(confdir: Path, *args: str) -> subprocess.CompletedProcess[str]:

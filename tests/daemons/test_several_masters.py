@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 from helpers.ports import port_in, retry_in_use
 from pg import Postgres
 
-from daemons.helpers import MINION_TUNING, Daemon, key_tool
+from daemons.helpers import MINION_TUNING, Daemon, key_tool, udp_sockets
 from raetsalt.services.masters import rendezvous_order
 
 pytestmark = pytest.mark.integration
@@ -62,7 +63,7 @@ class Masters:
         conf.mkdir()
         listed = ", ".join(f"'{self.address(m)}'" for m in masters)
         (conf / "minion").write_text(
-            f"id: {minion_id}\nroot_dir: {conf}\ninterface: 127.0.0.1\nraet_port: 0\n"
+            f"id: {minion_id}\nroot_dir: {conf}\nraet_port: 0\n"
             f"master: [{listed}]\n{MINION_TUNING}{extra}")
         daemon = Daemon("minion", conf)
         self.daemons[minion_id] = daemon
@@ -156,11 +157,22 @@ def test_master_type_str_serves_every_listed_master_at_once(masters: Masters) ->
     masters.master("ma", "auto_accept: true\n")
     masters.master("mb", "auto_accept: true\n")
     minion = masters.minion("m1", ["ma", "mb"], "")  # master_type: str (Salt's default)
+    port = port_in(minion.expect("serving on", timeout=30))
     for name in ("ma", "mb"):
         masters.daemons[name].expect("minion m1 connected", timeout=30)
     minion.expect("connected to the master m", timeout=30)
     # each master's job returns to that master's waiting client
     assert masters.ping("ma", "m1") == {"m1": True}
     assert masters.ping("mb", "m1") == {"m1": True}
+    # Two masters, one socket: bound on the address towards them (not 0.0.0.0), not
+    # connected, and what comes from anywhere else is dropped (counted, in the log)
+    # before any parsing.
+    assert udp_sockets(port) == [(f"127.0.0.1:{port}", "0.0.0.0:0")]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as stranger:
+        stranger.bind(("127.0.0.2", 0))
+        stranger.sendto(b"hello from elsewhere", ("127.0.0.1", port))
+        minion.expect(f"dropped a datagram from 127.0.0.2:{stranger.getsockname()[1]} "
+                      "(foreign_source", timeout=30)
+    assert masters.ping("ma", "m1") == {"m1": True}
     masters.kill("ma")
     assert masters.ping("mb", "m1") == {"m1": True}

@@ -7,12 +7,13 @@ import os
 import selectors
 import socket
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from raetsalt.drivers.udp import RoadStack, StackTimeout, format_ha, parse_ha
+from raetsalt.drivers.udp import Accept, RoadStack, StackTimeout, format_ha, parse_ha
 from raetsalt.engine.events import (
     Allowed,
     DropReason,
@@ -90,20 +91,27 @@ def exchange(pump: Pump, sender: RoadStack, receiver: RoadStack, to: str, body: 
     assert got.body == body
 
 
-@pytest.fixture(params=["raet", "native"])
-def pair(
-    tmp_path: Path, request: pytest.FixtureRequest
-) -> Iterator[tuple[Pump, RoadStack, RoadStack]]:
-    config = RoadConfig(native=request.param == "native")
+@contextmanager
+def open_pair(tmp_path: Path, config: RoadConfig, accept: Accept = "anyone"
+              ) -> Iterator[tuple[Pump, RoadStack, RoadStack]]:
+    """A main and a minion (taking datagrams as ``accept`` says) on loopback, pumped."""
     main = RoadStack(tmp_path / "main", ("127.0.0.1", 0), name="main", main=True,
                      auto=AutoMode.ONCE, config=config)
     minion = RoadStack(tmp_path / "minion", ("127.0.0.1", 0), name="minion",
-                       auto=AutoMode.ONCE, config=config)
+                       auto=AutoMode.ONCE, config=config, accept=accept)
     with main, minion:
         pump = Pump(main, minion)
         yield pump, main, minion
         pump.close()
         assert main.stats["engine_error"] == minion.stats["engine_error"] == 0
+
+
+@pytest.fixture(params=["raet", "native"])
+def pair(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[Pump, RoadStack, RoadStack]]:
+    with open_pair(tmp_path, RoadConfig(native=request.param == "native")) as opened:
+        yield opened
 
 
 def test_session_and_messages_of_every_size_both_ways(pair) -> None:

@@ -8,9 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from test_udp import Pump, of
 
-from raetsalt.drivers.udp import RoadStack
+from raetsalt.drivers.udp import Accept, RoadStack
 from raetsalt.engine.config import RoadConfig
 from raetsalt.engine.events import Allowed, MessageReceived
 from raetsalt.keep.records import AutoMode
@@ -18,15 +19,19 @@ from raetsalt.keep.records import AutoMode
 RELAY = Path(__file__).resolve().parents[2] / "bench" / "udp_relay.py"
 
 
+@pytest.mark.parametrize("accept", ["anyone", "connected"])
 def test_a_nat_rebinding_mid_transfer_moves_the_session_and_loses_nothing(
-    tmp_path: Path,
+    tmp_path: Path, accept: Accept
 ) -> None:
+    """The minion as a listener, and as a daemon's minion is by default: its socket
+    connected to the address it dialed (the NAT's outside), which does not move."""
     # Real-network datagrams, so the transfer takes a few hundred of them.
     config = RoadConfig(native_loopback_datagram_size=1400)
     main = RoadStack(
         tmp_path / "main", name="main", main=True, auto=AutoMode.ONCE, config=config
     ).open()
-    minion = RoadStack(tmp_path / "minion", name="minion", auto=AutoMode.ONCE, config=config).open()
+    minion = RoadStack(tmp_path / "minion", name="minion", auto=AutoMode.ONCE, config=config,
+                       accept=accept).open()
     relay = subprocess.Popen(
         [sys.executable, str(RELAY), f"127.0.0.1:{main.address[1]}", "0", "1",
          "--move-after", "100"],

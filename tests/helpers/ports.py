@@ -58,3 +58,21 @@ def retry_in_use(start: Callable[[], T], in_use: Callable[[T], bool], attempts: 
             return result
         time.sleep(pause)
     return start()
+
+
+def refused_from(source: str, to: tuple[str, int]) -> bool:
+    """Send one datagram to ``to`` from a socket bound on ``source``; True when the kernel
+    answers as for a closed port (ICMP port unreachable: ConnectionRefusedError), False
+    when something took it (no answer within 5 s)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind((source, 0))
+        probe.connect(to)
+        probe.settimeout(5.0)
+        probe.send(b"hello from elsewhere")
+        try:
+            probe.recv(2048)
+        except ConnectionRefusedError:
+            return True
+        except TimeoutError:
+            return False
+        return False

@@ -330,3 +330,36 @@ def test_one_mebibyte_both_ways_with_raet(raet_peer: Start, ours) -> None:
     assert not minion.errors()
     road = side.call(lambda s: dict(s.road.stats))
     assert road.get("drop_signature", 0) == 0
+
+
+def test_a_connected_minion_joins_raet_and_rejoins_after_a_restart(
+    raet_peer: Start, tmp_path: Path
+) -> None:
+    """Our minion as a daemon runs it by default (its socket connected to the master,
+    nothing else taken) against a raet 0.6.8 master; restarted on its port (raet_port
+    stays put) it is known again: raet's immutable road refuses a known estate whose
+    address changed."""
+    main = raet_peer("master", main=True, auto="once")
+    keep = tmp_path / "minion-keep"
+    first = Ours(RoadStack(keep, ("127.0.0.1", 0), name="minion", accept="connected",
+                           auto=AutoMode.ONCE).open())
+    port = first.stack.address[1]
+    try:
+        first.call(lambda s: s.connect(main.ha))
+        first.wait(Allowed, remote="master")
+        main.wait_for("allowed", remote="minion")
+        assert first.call(lambda s: s.sock.getpeername()) == tuple(main.ha)
+        exchange_both_ways(first, main, "minion", "master")
+    finally:
+        first.close()
+    again = Ours(RoadStack(keep, ("127.0.0.1", port), name="minion", accept="connected",
+                           auto=AutoMode.ONCE).open())
+    try:
+        uid = again.call(lambda s: s.connect(main.ha))
+        again.wait(Allowed, remote="master")
+        mid = again.call(lambda s: s.send(uid, {"after": "restart"}))
+        again.wait(MessageDelivered, mid=mid)
+        assert main.wait_messages(1, remote="minion")[-1]["body"] == {"after": "restart"}
+        assert not main.errors()
+    finally:
+        again.close()

@@ -187,7 +187,8 @@ def test_batch_waits_for_each_sub_batch_and_prints_salts_blocks(cluster: Cluster
     assert done.returncode == 0, done.stdout + done.stderr
     jids = [line.split()[-1] for line in done.stdout.splitlines()[:-1]
             if done.stdout.splitlines()[done.stdout.splitlines().index(line) - 1] == "jid:"]
-    assert len(jids) == 2 and jids[0] != jids[1]
+    assert len(jids) == 2 and jids[0] == jids[1]  # Salt's batch: one job, one jid
+    assert cluster.run_json("jobs.lookup_jid", jids[0]) == {"minion1": True, "minion2": True}
     opts = {**salt_config.DEFAULT_MASTER_OPTS, "color": False}
     expected = "".join(
         f"\nExecuting run on ['{minion}']\n\n" + salt_output.try_printout(

@@ -448,3 +448,42 @@ def test_last_run_and_list_jobs_filter(master: MasterJobs) -> None:
     assert list(run(master, "jobs.last_run", function="test.*")) == [first]
     assert list(run(master, "jobs.list_jobs_filter", 1)) == [second]
     assert run(master, "jobs.master") == []
+
+
+def test_a_batch_publishes_every_sub_batch_under_its_first_jid(master: MasterJobs) -> None:
+    """Salt's batch: one job.  Only the client that started the batch adds to it."""
+    first = ack(publish(master, ["minion1"], "list", batch=True))
+    jid = first["jid"]
+    returned = master.on_return("minion1", {"jid": jid, "fun": "test.ping", "return": True})
+    assert returned and master.answer_returns()  # the first sub-batch is done
+    actions = master.on_publish(USER, "clyard", {"req": "r2", "tgt": ["minion2", "minion3"],
+                                                 "tgt_type": "list", "fun": "test.ping",
+                                                 "arg": [], "jid": jid}, 1.0)
+    assert ack(actions)["jid"] == jid
+    assert sorted(a.minion for a in actions if isinstance(a, ToMinion)) == ["minion2",
+                                                                            "minion3"]
+    assert {a.body["jid"] for a in actions if isinstance(a, ToMinion)} == {jid}
+    assert [a.tag for a in actions if isinstance(a, Fire)] == [f"salt/job/{jid}/new"]
+    load = master.cache.get_load(jid)
+    assert load is not None and load["minions"] == ["minion1", "minion2", "minion3"]
+    master.on_return("minion3", {"jid": jid, "fun": "test.ping", "return": True})
+    [answer] = master.answer_returns()
+    assert isinstance(answer, ToClient) and answer.body["req"] == "r2"
+    # Another client, a made-up jid, a job that is no batch: refused, nothing published.
+    for yard, asked in (("otheryard", jid), ("clyard", "20261121042725667286"),
+                        ("clyard", ack(publish(master, "minion1"))["jid"])):
+        refused = master.on_publish(USER, yard, {"req": "r3", "tgt": ["minion1"],
+                                                 "tgt_type": "list", "fun": "test.ping",
+                                                 "arg": [], "jid": asked}, 2.0)
+        assert "is no batch of this client's" in ack(refused)["error"]
+        assert not [a for a in refused if isinstance(a, ToMinion)]
+    alice = Requester("user", "alice", 1000)  # another user behind the same yard name
+    refused = master.on_publish(alice, "clyard", {"req": "r5", "tgt": ["minion1"],
+                                                  "tgt_type": "list", "fun": "test.ping",
+                                                  "arg": [], "jid": jid}, 2.5)
+    assert "is no batch of this client's" in ack(refused)["error"]
+    master.forget_client("clyard")  # the client is gone: nobody may add to its batch
+    refused = master.on_publish(USER, "clyard", {"req": "r4", "tgt": ["minion1"],
+                                                 "tgt_type": "list", "fun": "test.ping",
+                                                 "arg": [], "jid": jid}, 3.0)
+    assert "error" in ack(refused)

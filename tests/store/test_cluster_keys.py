@@ -46,7 +46,7 @@ class Fleet:
         conf = self.root / name
         conf.mkdir()
         (conf / "minion").write_text(
-            f"id: {minion_id}\nroot_dir: {conf}\ninterface: 127.0.0.1\nraet_port: 0\n"
+            f"id: {minion_id}\nroot_dir: {conf}\nraet_port: 0\n"
             f"master: 127.0.0.1:{self.ports[master]}\n{MINION_TUNING}")
         if same_keys_as is not None:  # the same minion (same keys), to another master
             source = next((self.root / same_keys_as).rglob("road/local"))
