@@ -424,7 +424,7 @@ def _several_masters(root: Path, procs: dict[str, subprocess.Popen[bytes]]) -> N
     for name, kind in FLEET_MINIONS.items():
         confdir = root / name
         confdir.mkdir()
-        text = (f"id: {name}\nroot_dir: {confdir}\ninterface: 127.0.0.1\nraet_port: 0\n"
+        text = (f"id: {name}\nroot_dir: {confdir}\nraet_port: 0\n"
                 f"master: [{listed}]\nmaster_type: {kind}\nraet_alive_period: 1.0\n"
                 "acceptance_wait_time: 1.0\nrandom_reauth_delay: 1.0\nexecution_mode: native\n")
         (confdir / "minion").write_text(text)
