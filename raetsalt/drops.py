@@ -42,3 +42,4 @@ class DropReason(StrEnum):
     PENDING_LIMIT = "pending_limit"  # a new id while max_pending keys wait for an operator
     RATE_LIMIT = "rate_limit"  # too many new ids from one source address
     UNREADABLE_KEY = "unreadable_key"  # the keep's record of this role is corrupt
+    NOT_PEER = "not_peer"  # from an address the road does not admit (cluster_peers)

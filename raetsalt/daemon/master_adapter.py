@@ -34,9 +34,10 @@ from raetsalt.daemon.clusterkeys import ClusterKeyLink
 from raetsalt.daemon.datacache import MineCache
 from raetsalt.daemon.inbox import StepInbox
 from raetsalt.daemon.keys import SHARE_KEY, KeyService
-from raetsalt.daemon.roster import RoadRoster
+from raetsalt.daemon.peerroad import ClusterRoad
+from raetsalt.daemon.roster import ClusterRoster, RoadRoster
 from raetsalt.daemon.saltmaster import MasterBridge
-from raetsalt.engine.events import MessageReceived
+from raetsalt.engine.events import Departed, MessageReceived, PresenceChanged
 from raetsalt.errors import LocalError
 from raetsalt.lane.page import MAX_PAGE_SIZE
 from raetsalt.log import Throttle, clip
@@ -106,7 +107,8 @@ def job_cache(opts: Mapping[str, Any], quota: MinionQuota, clock: Callable[[], f
               ) -> JobStore:
     """``master_job_cache``: Salt's ``local_cache`` (files under ``<cachedir>/jobs``,
     written by a child process) or ``pgjsonb`` (``raetsalt.store.pgjobcache``)."""
-    if opts.get("master_job_cache") == "pgjsonb":
+    if opts.get("master_job_cache") == "pgjsonb" or (
+            opts.get("cluster_id") and opts.get("cluster_store")):
         return PgJobCache(opts, os.path.join(opts["cachedir"], "pgjsonb-spool"))
     return QueuedJobCache(os.path.join(opts["cachedir"], "jobs"), process=True,
                           quota=quota, clock=clock)
@@ -119,7 +121,7 @@ class MasterAdapter:
     def __init__(self, node: Node, opts: Mapping[str, Any],
                  utcnow: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.node = node
-        self.roster = RoadRoster(node)
+        self.roster = ClusterRoster(node)
         self.quota = MinionQuota(QuotaConfig.from_opts(opts))
         """Per-minion limits on messages and returns (``raetsalt.services.quota``)."""
         self._quota_log = Throttle(60.0)
@@ -147,6 +149,19 @@ class MasterAdapter:
                                self.jobs.targeted, estate=node.stack.road.name, utcnow=utcnow)
         """Salt's mine (``raetsalt.services.mine``)."""
         self.jobs.mine_reader = self.mine.read
+        self.peers: ClusterRoad | None = None
+        """The masters' road (``cluster_pki_dir`` with ``cluster_id``), or None."""
+        self._from_peers: list[MasterAction] = []
+        if opts.get("cluster_id") and opts.get("cluster_pki_dir"):
+            from raetsalt.daemon.clusterpki import load_or_create
+
+            keys, _ = load_or_create(opts["cluster_pki_dir"])
+            self.peers = ClusterRoad(opts, keys, deliver=self._deliver,
+                                     returned=self._returned_elsewhere,
+                                     local=self._held_here, clock=node.clock)
+            peers = self.peers
+            self.roster.held_elsewhere = lambda: peers.elsewhere
+            self.jobs.fleet_grains = lambda minion: peers.elsewhere.get(minion, ("", None))[1]
 
     @staticmethod
     def new_inbox() -> MasterInbox:
@@ -159,6 +174,8 @@ class MasterAdapter:
         self.salt.register(selector, data)
         if self.cluster is not None:
             self.cluster.register(selector, data)
+        if self.peers is not None:
+            self.peers.register(selector, data)
 
     def unregister(self, selector: selectors.BaseSelector) -> None:
         self.gate.unregister(selector)
@@ -166,10 +183,14 @@ class MasterAdapter:
         self.salt.unregister(selector)
         if self.cluster is not None:
             self.cluster.unregister(selector)
+        if self.peers is not None:
+            self.peers.unregister(selector)
 
     def timeout(self) -> float | None:
         timers = [t for t in (self.jobs.get_timer(), self.gate.get_timer()) if t is not None]
-        waits = [w for w in (self.salt.timeout(),) if w is not None]
+        waits = [w for w in (self.salt.timeout(),
+                             self.peers.timeout() if self.peers is not None else None)
+                 if w is not None]
         if self.jobs.returns_waiting():
             waits.append(RETURNS_RECHECK)  # a client was behind: look again soon
         if timers:
@@ -196,6 +217,11 @@ class MasterAdapter:
                         inbox.minions.append(event)
                     else:
                         inbox.link.append(event)
+                case PresenceChanged(alive=False) | Departed() if self.peers is not None:
+                    self.peers.announce({}, [self._role(event.remote)
+                                             if isinstance(event, PresenceChanged)
+                                             else event.role])
+                    inbox.link.append(event)
                 case LocalMessage(share=share) if share in REQUEST_SHARES:
                     inbox.requests.append(event)
                 case LocalMessage(share=share) if share == SHARE_KEY:
@@ -263,8 +289,17 @@ class MasterAdapter:
         to the writer process."""
         actions: list[MasterAction] = []
         for event in messages:
-            actions.extend(self.jobs.on_return(self._role(event.remote), event.body))
+            minion = self._role(event.remote)
+            origin = (self.peers.origin_of(str(event.body.get("jid")))
+                      if self.peers is not None else None)
+            if origin is None:
+                actions.extend(self.jobs.on_return(minion, event.body))
+            elif self.peers is not None:  # stored here, fired and answered at the origin
+                self.jobs.on_return(minion, event.body, fire=False)
+                self.peers.send_return(origin, minion, event.body)
         messages.clear()
+        actions.extend(self._from_peers)
+        self._from_peers.clear()
         actions.extend(self.jobs.answer_returns(self._keeping_up))
         self._commit_job_cache()
         return actions
@@ -278,6 +313,8 @@ class MasterAdapter:
             grains = self.jobs.grains.get(minion)
             if share == p.SHARE_HELLO:
                 actions.extend(self.jobs.on_hello(minion, event.body))
+                if self.peers is not None:
+                    self.peers.announce({minion: self.jobs.grains.get(minion)}, [])
                 actions.extend(self.salt.on_hello(minion, self.jobs.grains.get(minion)))
             elif share == p.SHARE_SALT_REQ and is_mine_request(event.body):
                 actions.extend(self.mine.on_request(minion, event.body, now))
@@ -298,6 +335,10 @@ class MasterAdapter:
         actions: list[MasterAction] = list(self.salt.poll(self.jobs.grains))
         if self.cluster is not None:
             self.cluster.poll()
+        if self.peers is not None:
+            self.peers.poll()
+            actions.extend(self._from_peers)
+            self._from_peers.clear()
         timer = self.jobs.get_timer()
         if timer is not None and timer <= now:
             actions.extend(self.jobs.handle_timer(now))
@@ -319,12 +360,16 @@ class MasterAdapter:
                     assert_never(action)
         if lane:
             self.node.flush_lane()
+        if self.peers is not None:
+            self.peers.flush()
 
     def close(self) -> None:
         self.gate.close()
         self.salt.close()
         if self.cluster is not None:
             self.cluster.close()
+        if self.peers is not None:
+            self.peers.close()
         if isinstance(self.jobs.cache, QueuedJobCache | PgJobCache):
             self.jobs.cache.close()  # what is queued reaches the disk (or the spool)
         if isinstance(self.jobs.data_cache, QueuedDataCache):
@@ -363,6 +408,9 @@ class MasterAdapter:
         return self.node.manor.lane.backlog(sink.yard) < CLIENT_ROOM
 
     def _to_minion(self, minion: str, body: dict[str, Any]) -> None:
+        if self.peers is not None and not RoadRoster.state(self.roster, minion).up \
+                and self.peers.forward(minion, body):
+            return  # held by another master of the cluster
         name = self.roster.remote_name(minion)
         if name is None:
             return
@@ -370,6 +418,28 @@ class MasterAdapter:
             self.node.stack.send(name, body)
         except LocalError as exc:
             log.warning("job message for %s not sent: %s", minion, exc)
+
+    def _deliver(self, minion: str, body: dict[str, Any]) -> bool:
+        """A publication another master of the cluster sent for a minion held here."""
+        name = self.roster.remote_name(minion)
+        if name is None or not RoadRoster.state(self.roster, minion).up:
+            return False
+        jid = body.get("jid")
+        if isinstance(jid, str):
+            self.jobs.adopt_job(jid, self.node.clock())
+        try:
+            self.node.stack.send(name, body)
+        except LocalError:
+            return False
+        return True
+
+    def _returned_elsewhere(self, minion: str, body: dict[str, Any]) -> None:
+        """A return the master holding ``minion`` stored, for a job published here."""
+        self._from_peers.extend(self.jobs.on_return(minion, body, store=False))
+
+    def _held_here(self) -> dict[str, dict[str, Any] | None]:
+        return {m: self.jobs.grains.get(m) for m in RoadRoster.accepted(self.roster)
+                if RoadRoster.state(self.roster, m).up}
 
     def _to_client(self, yard: str, body: dict[str, Any]) -> bool:
         """Send to a lane yard or a command-socket connection; True if the lane needs a

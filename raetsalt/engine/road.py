@@ -184,6 +184,10 @@ class Road:
         }
         self._restore(state, ha=ha, name=name, role=role, main=main, kind=kind)
         self.recall = Recall.after_restart(self)  # a restarted main calls its remotes back
+        self.admit: Callable[[Address], bool] | None = None
+        """Only datagrams from addresses this admits are read (None: all); the others
+        are dropped and counted (``not_peer``) before any work: the masters' own road
+        admits its ``cluster_peers``."""
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -230,6 +234,10 @@ class Road:
     def receive_datagram(self, data: bytes, address: Address, now: float) -> None:
         """Process one datagram; never raises for anything the datagram contains."""
         self.stats["rx"] += 1
+        if self.admit is not None and not self.admit(address):
+            self.stats[f"drop_{DropReason.NOT_PEER.value}"] += 1
+            self.emit(PacketDropped(DropReason.NOT_PEER, address, "not a configured peer"))
+            return
         if address not in self.guard.trusted:
             self.guard.received(address, len(data))
         try:

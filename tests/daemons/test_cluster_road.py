@@ -1,0 +1,170 @@
+"""Three real masters of one cluster (``cluster_id``, ``cluster_store`` on the test
+PostgreSQL, ``cluster_pki_dir``, ``cluster_peers``) and real minions spread over them by
+their rendezvous hash: a job published on any master reaches the whole fleet through the
+masters holding the minions, its returns come back to the publishing client, and
+``jobs.lookup_jid`` answers the same on every master.  The masters' road refuses an
+estate without the cluster's keys, and datagrams from an address not in
+``cluster_peers``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers.ports import HeldPort, port_in, retry_in_use
+from pg import Postgres
+
+from daemons.helpers import MINION_TUNING, Daemon
+from raetsalt.drivers.udp import RoadStack
+from raetsalt.services.masters import rendezvous_order
+
+pytestmark = pytest.mark.integration
+
+NAMES = ("ma", "mb", "mc")
+
+
+class Cluster:
+    def __init__(self, root: Path, store: str) -> None:
+        self.root = root
+        self.store = store
+        self.daemons: dict[str, Daemon] = {}
+        self.ports: dict[str, int] = {}
+        self.held = {name: HeldPort() for name in NAMES}
+        self.road_ports = {name: held.port for name, held in self.held.items()}
+
+    def master(self, name: str) -> Daemon:
+        conf = self.root / name
+        conf.mkdir(exist_ok=True)
+        peers = ", ".join(f"'127.0.0.1:{self.road_ports[n]}'" for n in NAMES if n != name)
+        (conf / "master").write_text(
+            f"root_dir: {conf}\ninterface: 127.0.0.1\nid: {name}\nraet_port: 0\n"
+            f"raet_alive_period: 1.0\nauto_accept: true\ncluster_id: fleet1\n"
+            f"cluster_store: '{self.store}'\ncluster_pki_dir: {self.root / 'pki' / name}\n"
+            f"cluster_port: {self.road_ports[name]}\ncluster_peers: [{peers}]\n")
+        if name != NAMES[0]:  # the first master created the keys: copied once
+            target = self.root / "pki" / name
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(self.root / "pki" / NAMES[0] / "cluster.json", target)
+        self.held[name].release()
+
+        def in_use(daemon: Daemon) -> bool:
+            line = daemon.peek(("serving on", "address already in use"))
+            if line is None or "serving on" in line:
+                return False
+            daemon.popen.wait(60)
+            daemon.stop()
+            return True
+
+        daemon = retry_in_use(lambda: Daemon("master", conf), in_use)
+        self.daemons[name] = daemon
+        daemon.expect(f"cluster road on 127.0.0.1:{self.road_ports[name]}", timeout=30)
+        self.ports[name] = port_in(daemon.expect("serving on 127.0.0.1:", timeout=30))
+        return daemon
+
+    def minion(self, minion_id: str) -> Daemon:
+        conf = self.root / minion_id
+        conf.mkdir()
+        listed = ", ".join(f"'127.0.0.1:{self.ports[m]}'" for m in NAMES)
+        (conf / "minion").write_text(
+            f"id: {minion_id}\nroot_dir: {conf}\ninterface: 127.0.0.1\nraet_port: 0\n"
+            f"master: [{listed}]\ncluster_id: fleet1\n{MINION_TUNING}")
+        daemon = Daemon("minion", conf)
+        self.daemons[minion_id] = daemon
+        return daemon
+
+    def first_choice(self, minion_id: str) -> str:
+        names = {f"127.0.0.1:{self.ports[n]}": n for n in NAMES}
+        return names[rendezvous_order(minion_id, list(names))[0]]
+
+    def salt(self, master: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "raetsalt.cli.salt", "-c",
+                               str(self.root / master), *args],
+                              capture_output=True, text=True, timeout=90)
+
+    def run(self, master: str, *args: str) -> object:
+        done = subprocess.run([sys.executable, "-m", "raetsalt.cli.run", "-c",
+                               str(self.root / master), *args, "--out", "json"],
+                              capture_output=True, text=True, timeout=90)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    def ping_all(self, master: str, expected: set[str]) -> dict[str, object]:
+        """test.ping '*' from ``master`` until every expected minion answers (the
+        masters learn of each other's minions as their sessions come up)."""
+        deadline = time.monotonic() + 90
+        while True:
+            done = self.salt(master, "*", "test.ping", "--out", "json", "--static",
+                             "-t", "10")
+            answers = json.loads(done.stdout or "{}")
+            if {k for k, v in answers.items() if v is True} == expected \
+                    or time.monotonic() > deadline:
+                return answers  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def cluster(postgres: Postgres) -> Iterator[Cluster]:
+    root = Path(tempfile.mkdtemp(prefix="rcr", dir="/tmp"))
+    fleet = Cluster(root, postgres.create_database("road"))
+    try:
+        yield fleet
+    finally:
+        for held in fleet.held.values():
+            held.release()
+        for daemon in fleet.daemons.values():
+            daemon.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_publish_from_any_master_reaches_the_fleet(cluster: Cluster) -> None:
+    masters = {name: cluster.master(name) for name in NAMES}
+    ids = ["m1", "m2", "m3", "m4", "m5", "m6"]
+    minions = {i: cluster.minion(i) for i in ids}
+    for i in ids:
+        minions[i].expect(f"connected to the master {cluster.first_choice(i)}", timeout=60)
+    holders = {cluster.first_choice(i) for i in ids}
+    assert len(holders) >= 2, "the minions should spread over the masters"
+    for a in NAMES:  # the masters' road is up, each way
+        masters[a].expect_each([f"cluster: master {b} connected" for b in NAMES if b != a],
+                               timeout=60)
+    for name in NAMES:
+        answers = cluster.ping_all(name, set(ids))
+        assert answers == dict.fromkeys(ids, True), (name, answers)
+    # one job, published on mc: every master's job cache answer is the same
+    done = cluster.salt("mc", "*", "test.echo", "hello", "--out", "json", "--static",
+                        "--show-jid", "-t", "15")
+    assert done.returncode == 0, done.stderr
+    jid = done.stdout.split("jid: ", 1)[1].split()[0]
+    looked = {name: cluster.run(name, "jobs.lookup_jid", jid) for name in NAMES}
+    assert looked["ma"] == dict.fromkeys(ids, "hello"), looked
+    assert looked["ma"] == looked["mb"] == looked["mc"]
+    # the return events were fired once in the cluster: by the publishing master only
+    for name in ("ma", "mb"):
+        assert not any(f"salt/job/{jid}/ret" in line for line in masters[name].drain())
+
+
+def test_the_masters_road_refuses_an_estate_without_the_cluster_keys(
+        cluster: Cluster) -> None:
+    masters = {name: cluster.master(name) for name in NAMES[:1]}
+    ma = masters["ma"]
+    port = cluster.road_ports["ma"]
+    # An estate at a configured peer's address (mb's road port) with keys of its own.
+    rogue_keep = cluster.root / "rogue"
+    cluster.held["mb"].release()
+    with RoadStack(rogue_keep, ("127.0.0.1", cluster.road_ports["mb"]), name="mb",
+                   main=True) as rogue:
+        rogue.connect(("127.0.0.1", port))
+        rogue.run_until(lambda events: any(type(e).__name__ == "JoinRejected"
+                                           for e in events), timeout=30)
+    ma.expect("cluster road: estate 'mb'", timeout=30)
+    # From an address that is no peer (another port): not even read.
+    with RoadStack(cluster.root / "stranger", ("127.0.0.1", 0), name="mx") as stranger:
+        stranger.connect(("127.0.0.1", port))
+        stranger.service(0.5)
+    ma.expect("(not_peer;", timeout=30)
