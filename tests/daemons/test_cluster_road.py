@@ -8,7 +8,11 @@ estate without the cluster's keys, and datagrams from an address not in
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -20,8 +24,10 @@ from pathlib import Path
 import pytest
 from helpers.ports import HeldPort, port_in, retry_in_use
 from pg import Postgres
+from remote.cluster import run_as
 
 from daemons.helpers import MINION_TUNING, Daemon
+from raetsalt.cli import salt as salt_cli
 from raetsalt.drivers.udp import RoadStack
 from raetsalt.services.masters import rendezvous_order
 
@@ -32,6 +38,7 @@ NAMES = ("ma", "mb", "mc")
 
 class Cluster:
     def __init__(self, root: Path, store: str) -> None:
+        self.master_extra = ""
         self.root = root
         self.store = store
         self.daemons: dict[str, Daemon] = {}
@@ -47,7 +54,8 @@ class Cluster:
             f"root_dir: {conf}\ninterface: 127.0.0.1\nid: {name}\nraet_port: 0\n"
             f"raet_alive_period: 1.0\nauto_accept: true\ncluster_id: fleet1\n"
             f"cluster_store: '{self.store}'\ncluster_pki_dir: {self.root / 'pki' / name}\n"
-            f"cluster_port: {self.road_ports[name]}\ncluster_peers: [{peers}]\n")
+            f"cluster_port: {self.road_ports[name]}\ncluster_peers: [{peers}]\n"
+            f"{self.master_extra}")
         if name != NAMES[0]:  # the first master created the keys: copied once
             target = self.root / "pki" / name
             target.mkdir(parents=True, exist_ok=True)
@@ -68,13 +76,13 @@ class Cluster:
         self.ports[name] = port_in(daemon.expect("serving on 127.0.0.1:", timeout=30))
         return daemon
 
-    def minion(self, minion_id: str) -> Daemon:
+    def minion(self, minion_id: str, extra: str = "") -> Daemon:
         conf = self.root / minion_id
         conf.mkdir()
         listed = ", ".join(f"'127.0.0.1:{self.ports[m]}'" for m in NAMES)
         (conf / "minion").write_text(
             f"id: {minion_id}\nroot_dir: {conf}\ninterface: 127.0.0.1\nraet_port: 0\n"
-            f"master: [{listed}]\ncluster_id: fleet1\n{MINION_TUNING}")
+            f"master: [{listed}]\ncluster_id: fleet1\n{MINION_TUNING}{extra}")
         daemon = Daemon("minion", conf)
         self.daemons[minion_id] = daemon
         return daemon
@@ -168,3 +176,72 @@ def test_the_masters_road_refuses_an_estate_without_the_cluster_keys(
         stranger.connect(("127.0.0.1", port))
         stranger.service(0.5)
     ma.expect("(not_peer;", timeout=30)
+
+
+ACL = """publisher_acl:
+  nobody:
+    - 'G@role:web':
+        - test.*
+external_auth:
+  file:
+    ^filename: {users}
+    ^filetype: htpasswd
+    alice:
+      - 'G@role:db':
+          - test.ping
+peer:
+  '.*':
+    - test.ping
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the CLI as another user")
+def test_access_is_decided_at_the_origin_against_the_whole_fleet(cluster: Cluster) -> None:
+    users = cluster.root / "users.htpasswd"
+    users.write_text("alice:{SHA}" + base64.b64encode(
+        hashlib.sha1(b"alice-secret").digest()).decode() + "\n")  # noqa: S324 - htpasswd's
+    os.chmod(cluster.root, 0o755)  # other users read the config
+    cluster.master_extra = ACL.format(users=users)
+    masters = {name: cluster.master(name) for name in NAMES}
+    ids = ["m1", "m2", "m3", "m4", "m5", "m6"]
+    # the web minions are those ma holds; the db minions are held by mb and mc
+    role = {i: "web" if cluster.first_choice(i) == "ma" else "db" for i in ids}
+    assert set(role.values()) == {"web", "db"}
+    minions = {i: cluster.minion(i, f"grains:\n  role: {role[i]}\n") for i in ids}
+    for i in ids:
+        minions[i].expect(f"connected to the master {cluster.first_choice(i)}", timeout=60)
+    assert cluster.ping_all("ma", set(ids)) == dict.fromkeys(ids, True)
+    web = sorted(i for i in ids if role[i] == "web")
+    db = sorted(i for i in ids if role[i] == "db")
+    home = cluster.root / "home"
+    home.mkdir()
+    os.chown(home, pwd.getpwnam("nobody").pw_uid, -1)
+    conf = str(cluster.root / "ma")
+
+    def as_user(user: str, *args: str) -> tuple[int, str, str]:
+        return run_as(user, str(home), salt_cli.main, ["-c", conf, *args])
+
+    # A restricted user's '*' reaches minions held by other masters, which its rule
+    # excludes: denied (salt#60413, salt#50003: a syndic let it through).
+    code, out, err = as_user("nobody", "*", "test.ping", "--out", "json")
+    assert code != 0 and "denied" in err, (code, out, err)
+    masters["ma"].expect("publisher_acl nobody: ", timeout=10)
+    # What the rule allows runs.
+    code, out, _ = as_user("nobody", "-G", "role:web", "test.ping", "--out", "json",
+                           "--static", "-t", "15")
+    assert code == 0 and json.loads(out) == dict.fromkeys(web, True)
+    # A target-restricted eauth rule for minions held by the other masters works from
+    # this one (salt#62618: a syndic refused it).
+    code, out, err = as_user("nobody", "-G", "role:db", "test.ping", "-a", "file",
+                             "--username", "alice", "--password", "alice-secret",
+                             "--out", "json", "--static", "-t", "15")
+    assert code == 0, (out, err)
+    assert json.loads(out) == dict.fromkeys(db, True)
+    # Peer publish between minions held by different masters.
+    source, target = web[0], db[0]
+    done = subprocess.run([sys.executable, "-m", "raetsalt.cli.call", "-c",
+                           str(cluster.root / source), "publish.publish", target,
+                           "test.ping", "--out", "json"],
+                          capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"local": {target: True}}
