@@ -37,7 +37,7 @@ from raetsalt.daemon.keys import SHARE_KEY, KeyService
 from raetsalt.daemon.peerroad import ClusterRoad
 from raetsalt.daemon.roster import ClusterRoster, RoadRoster
 from raetsalt.daemon.saltmaster import MasterBridge
-from raetsalt.engine.events import Departed, MessageReceived, PresenceChanged
+from raetsalt.engine.events import Departed, Joined, MessageReceived, PresenceChanged
 from raetsalt.errors import LocalError
 from raetsalt.lane.page import MAX_PAGE_SIZE
 from raetsalt.log import Throttle, clip
@@ -140,7 +140,8 @@ class MasterAdapter:
         self.cluster = ClusterKeyLink(node, opts) if opts.get("cluster_id") else None
         """The cluster's shared keys (``cluster_id``), or None."""
         self.keys = KeyService(node, self.gate.lane_requester, self._send_answer,
-                               self.cluster.publish if self.cluster is not None else None)
+                               self.cluster.publish if self.cluster is not None else None,
+                               self.cluster.holds if self.cluster is not None else None)
         self.salt = MasterBridge(opts, node.stack.road.name, clock=node.clock)
         """Salt's file server and pillar for minions (``raetsalt.saltbridge``)."""
         self.jobs.pillars = self.salt.requests.pillars
@@ -217,6 +218,9 @@ class MasterAdapter:
                         inbox.minions.append(event)
                     else:
                         inbox.link.append(event)
+                case Joined(remote=remote) if self.cluster is not None:
+                    self.cluster.joined(remote)
+                    inbox.link.append(event)
                 case PresenceChanged(alive=False) | Departed() if self.peers is not None:
                     self.peers.announce({}, [self._role(event.remote)
                                              if isinstance(event, PresenceChanged)

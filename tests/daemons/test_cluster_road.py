@@ -26,7 +26,7 @@ from helpers.ports import HeldPort, port_in, retry_in_use
 from pg import Postgres
 from remote.cluster import run_as
 
-from daemons.helpers import MINION_TUNING, Daemon
+from daemons.helpers import MINION_TUNING, Daemon, key_tool
 from raetsalt.cli import salt as salt_cli
 from raetsalt.drivers.udp import RoadStack
 from raetsalt.services.masters import rendezvous_order
@@ -245,3 +245,35 @@ def test_access_is_decided_at_the_origin_against_the_whole_fleet(cluster: Cluste
                           capture_output=True, text=True, timeout=90)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"local": {target: True}}
+
+
+def test_keys_are_listed_and_decided_cluster_wide(cluster: Cluster) -> None:
+    masters = {name: cluster.master(name) for name in NAMES}
+    ids = ["m1", "m2", "m3", "m4"]
+    minions = {i: cluster.minion(i) for i in ids}
+    for i in ids:
+        minions[i].expect(f"connected to the master {cluster.first_choice(i)}", timeout=60)
+    deadline = time.monotonic() + 30
+    # Every master lists the whole fleet's keys (each acceptance reaches the store as it
+    # commits: listed again until then).
+    while True:
+        listings = {name: json.loads(key_tool(cluster.root / name, "-L", "--out", "json")
+                                     .stdout) for name in NAMES}
+        if all(listing["minions"] == ids for listing in listings.values()) \
+                or time.monotonic() > deadline:
+            break
+    assert all(listing["minions"] == ids for listing in listings.values()), listings
+    # Rejected on a master that never saw it: the master holding it ends its session.
+    victim = ids[0]
+    holder = cluster.first_choice(victim)
+    other = next(name for name in NAMES if name != holder)
+    done = key_tool(cluster.root / other, "-r", victim, "--include-accepted", "-y")
+    assert done.returncode == 0, done.stderr
+    assert f"Key for minion {victim} rejected." in done.stdout
+    masters[other].expect(f"key of minion {victim} (accepted): reject by the operator, for "
+                          "the cluster", timeout=10)
+    masters[holder].expect(f"key of minion {victim} (accepted): reject by the cluster (on "
+                           f"{other})", timeout=10)
+    for name in NAMES:
+        listing = json.loads(key_tool(cluster.root / name, "-L", "--out", "json").stdout)
+        assert listing["minions_rejected"] == [victim] and victim not in listing["minions"]
