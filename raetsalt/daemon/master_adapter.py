@@ -25,7 +25,7 @@ import selectors
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, assert_never
+from typing import TYPE_CHECKING, Any, assert_never
 
 from raetsalt import protocol as p
 from raetsalt.daemon.access import REQUEST_SHARES, AccessGate, Ready
@@ -51,6 +51,9 @@ from raetsalt.services.ports import JobStore
 from raetsalt.services.progress import SHARE_RUNNING
 from raetsalt.services.quota import MinionQuota, QuotaConfig
 from raetsalt.store.pgjobcache import PgJobCache
+
+if TYPE_CHECKING:
+    from raetsalt.store.pgregistry import MinionRegistry
 
 log = logging.getLogger("raetsalt.daemon")
 
@@ -150,6 +153,13 @@ class MasterAdapter:
                                self.jobs.targeted, estate=node.stack.road.name, utcnow=utcnow)
         """Salt's mine (``raetsalt.services.mine``)."""
         self.jobs.mine_reader = self.mine.read
+        self.registry: MinionRegistry | None = None
+        """This master's minions in the cluster's registry table, or None."""
+        if self.cluster is not None:
+            from raetsalt.store.pgregistry import MinionRegistry
+
+            self.registry = MinionRegistry(self.cluster.keys.params, str(opts["cluster_id"]),
+                                           str(opts["id"]), clock=node.clock)
         self.peers: ClusterRoad | None = None
         """The masters' road (``cluster_pki_dir`` with ``cluster_id``), or None."""
         self._from_peers: list[MasterAction] = []
@@ -221,10 +231,9 @@ class MasterAdapter:
                 case Joined(remote=remote) if self.cluster is not None:
                     self.cluster.joined(remote)
                     inbox.link.append(event)
-                case PresenceChanged(alive=False) | Departed() if self.peers is not None:
-                    self.peers.announce({}, [self._role(event.remote)
-                                             if isinstance(event, PresenceChanged)
-                                             else event.role])
+                case PresenceChanged(alive=False) | Departed() if self.cluster is not None:
+                    self._gone(self._role(event.remote) if isinstance(event, PresenceChanged)
+                               else event.role)
                     inbox.link.append(event)
                 case LocalMessage(share=share) if share in REQUEST_SHARES:
                     inbox.requests.append(event)
@@ -317,8 +326,8 @@ class MasterAdapter:
             grains = self.jobs.grains.get(minion)
             if share == p.SHARE_HELLO:
                 actions.extend(self.jobs.on_hello(minion, event.body))
-                if self.peers is not None:
-                    self.peers.announce({minion: self.jobs.grains.get(minion)}, [])
+                if self.cluster is not None:
+                    self._held(minion)
                 actions.extend(self.salt.on_hello(minion, self.jobs.grains.get(minion)))
             elif share == p.SHARE_SALT_REQ and is_mine_request(event.body):
                 actions.extend(self.mine.on_request(minion, event.body, now))
@@ -374,6 +383,8 @@ class MasterAdapter:
             self.cluster.close()
         if self.peers is not None:
             self.peers.close()
+        if self.registry is not None:
+            self.registry.close()
         if isinstance(self.jobs.cache, QueuedJobCache | PgJobCache):
             self.jobs.cache.close()  # what is queued reaches the disk (or the spool)
         if isinstance(self.jobs.data_cache, QueuedDataCache):
@@ -440,6 +451,20 @@ class MasterAdapter:
     def _returned_elsewhere(self, minion: str, body: dict[str, Any]) -> None:
         """A return the master holding ``minion`` stored, for a job published here."""
         self._from_peers.extend(self.jobs.on_return(minion, body, store=False))
+
+    def _held(self, minion: str) -> None:
+        """A minion's session is up here (its hello): the cluster hears of it."""
+        grains = self.jobs.grains.get(minion)
+        if self.peers is not None:
+            self.peers.announce({minion: grains}, [])
+        if self.registry is not None:
+            self.registry.held(minion, grains)
+
+    def _gone(self, minion: str) -> None:
+        if self.peers is not None:
+            self.peers.announce({}, [minion])
+        if self.registry is not None:
+            self.registry.gone(minion)
 
     def _held_here(self) -> dict[str, dict[str, Any] | None]:
         return {m: self.jobs.grains.get(m) for m in RoadRoster.accepted(self.roster)

@@ -17,10 +17,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 from helpers.ports import HeldPort, port_in, retry_in_use
 from pg import Postgres
@@ -152,6 +154,14 @@ def test_publish_from_any_master_reaches_the_fleet(cluster: Cluster) -> None:
     looked = {name: cluster.run(name, "jobs.lookup_jid", jid) for name in NAMES}
     assert looked["ma"] == dict.fromkeys(ids, "hello"), looked
     assert looked["ma"] == looked["mb"] == looked["mc"]
+    # the registry in the store says which master holds each minion
+    expected = {i: cluster.first_choice(i) for i in ids}
+    deadline = time.monotonic() + 30
+    while _rows(cluster.store, "SELECT minion, master FROM raetsalt_cluster_minions") \
+            != expected and time.monotonic() < deadline:
+        time.sleep(0.1)  # polling the database for the registry threads' writes
+    assert _rows(cluster.store, "SELECT minion, master FROM raetsalt_cluster_minions") \
+        == expected
     # the return events were fired once in the cluster: by the publishing master only
     for name in ("ma", "mb"):
         assert not any(f"salt/job/{jid}/ret" in line for line in masters[name].drain())
@@ -277,3 +287,78 @@ def test_keys_are_listed_and_decided_cluster_wide(cluster: Cluster) -> None:
     for name in NAMES:
         listing = json.loads(key_tool(cluster.root / name, "-L", "--out", "json").stdout)
         assert listing["minions_rejected"] == [victim] and victim not in listing["minions"]
+
+
+def _rows(database: str, sql: str) -> dict[str, str]:
+    with psycopg.connect(database) as conn:
+        try:
+            return dict(conn.execute(sql).fetchall())  # type: ignore[arg-type]
+        except psycopg.errors.UndefinedTable:
+            return {}
+
+
+def _count(database: str, sql: str) -> int:
+    with psycopg.connect(database) as conn:
+        row = conn.execute(sql).fetchone()  # type: ignore[arg-type]
+    assert row is not None
+    return int(row[0])
+
+
+def test_the_database_stopped_under_load_loses_no_return(
+        cluster: Cluster, postgres: Postgres) -> None:
+    masters = {name: cluster.master(name) for name in NAMES}
+    ids = ["m1", "m2", "m3", "m4", "m5", "m6"]
+    minions = {i: cluster.minion(i) for i in ids}
+    for i in ids:
+        minions[i].expect(f"connected to the master {cluster.first_choice(i)}", timeout=60)
+    for name in NAMES:
+        assert cluster.ping_all(name, set(ids)) == dict.fromkeys(ids, True)
+    answers: list[tuple[str, dict[str, object]]] = []
+    done = threading.Event()
+    progress = threading.Condition()
+
+    def load() -> None:  # one client after another, from each master in turn
+        turn = 0
+        while not done.is_set():
+            name = NAMES[turn % len(NAMES)]
+            turn += 1
+            out = cluster.salt(name, "*", "test.ping", "--out", "json", "--static",
+                               "--show-jid", "-t", "15").stdout
+            jid, _, rest = out.partition("\n")
+            with progress:
+                answers.append((jid.removeprefix("jid: "), json.loads(rest or "{}")))
+                progress.notify_all()
+
+    def wait_rounds(n: int) -> None:
+        with progress:
+            target = len(answers) + n
+            assert progress.wait_for(lambda: len(answers) >= target, timeout=180)
+
+    client = threading.Thread(target=load, daemon=True)
+    client.start()
+    try:
+        wait_rounds(2)
+        postgres.stop()
+        try:
+            down_from = len(answers)
+            wait_rounds(6)  # every master keeps publishing and answering meanwhile
+            during = answers[down_from:]
+        finally:
+            postgres.start()
+        wait_rounds(2)
+    finally:
+        done.set()
+        client.join(60)
+    assert all(got == dict.fromkeys(ids, True) for _, got in during), during
+    acknowledged = sum(len(got) for _, got in answers)
+    deadline = time.monotonic() + 60
+    while _count(cluster.store, "SELECT count(*) FROM salt_returns") < acknowledged \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)  # polling the database while the spools drain
+    # every return a client got is in the database once, whichever master stored it
+    assert _count(cluster.store, "SELECT count(*) FROM salt_returns") == acknowledged
+    jid = during[0][0]
+    looked = {name: cluster.run(name, "jobs.lookup_jid", jid) for name in NAMES}
+    assert looked["ma"] == looked["mb"] == looked["mc"] == dict.fromkeys(ids, True)
+    for name in NAMES:
+        masters[name].expect("reachable again", timeout=30)
