@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -42,6 +43,8 @@ from bench_many_minions import cpu_seconds  # noqa: E402
 
 sys.path.insert(0, str(HERE.parent / "tests"))
 NAMES = ("ca", "cb", "cc")
+ALIVE = [2.0]
+"""raet_alive_period of the masters and minions (``--alive-period``)."""
 LOG_LINES: dict[str, list[tuple[float, str]]] = {}
 """Each master's log lines with the time they were read (for the revocation latency)."""
 
@@ -59,7 +62,7 @@ def start_master(root: Path, name: str, cluster: str) -> tuple[subprocess.Popen[
     conf.mkdir()
     (conf / "master").write_text(
         f"root_dir: {conf}\ninterface: 127.0.0.1\nid: {name}\nraet_port: 0\n"
-        f"auto_accept: true\ntimeout: 30\nraet_alive_period: 2.0\n{cluster}")
+        f"auto_accept: true\ntimeout: 30\nraet_alive_period: {ALIVE[0]}\n{cluster}")
     proc = subprocess.Popen(
         [str(Path(sys.executable).with_name("raetsalt-master")), "-c", str(conf), "-l", "info"],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
@@ -159,6 +162,9 @@ def ping_all(root: Path, name: str) -> tuple[float, int]:
         answers = json.loads(done.stdout or "{}")
     except ValueError:
         answers = {}
+    if not answers:
+        print(f"  ping from {name}: exit {done.returncode}: {done.stderr.strip()[-300:]}",
+              flush=True)
     return took, sum(1 for v in answers.values() if v is True)
 
 
@@ -171,7 +177,55 @@ def wait_connected(files: list[Path], count: int, timeout: float) -> float | Non
     return None
 
 
-def one_run(count: int, helpers: int, store: str, load_seconds: float) -> dict[str, float]:
+def outage(root: Path, server: Any, store: str, targets: list[str], seconds: float
+           ) -> dict[str, float]:
+    """The database stopped for ``seconds`` while a job a second is published from each
+    master in turn: the slowest answer meanwhile, and how many of the returns the clients
+    got are in the database once it is back."""
+    import psycopg
+
+    answers: list[tuple[str, int]] = []
+    slowest = 0.0
+    server.stop()
+    start = time.monotonic()
+    try:
+        turn = 0
+        while time.monotonic() - start < seconds:
+            began = time.monotonic()
+            done = subprocess.run(
+                [sys.executable, "-m", "raetsalt.cli.salt", "-c", str(root / NAMES[turn % 3]),
+                 "-L", ",".join(targets), "test.ping", "--out", "json", "--static",
+                 "--show-jid", "-t", "30"], capture_output=True, text=True, timeout=120)
+            slowest = max(slowest, time.monotonic() - began)
+            turn += 1
+            jid, _, rest = done.stdout.partition("\n")
+            try:
+                got = json.loads(rest or "{}")
+            except ValueError:
+                got = {}
+            answers.append((jid.removeprefix("jid: "), sum(1 for v in got.values() if v)))
+            time.sleep(max(0.0, start + turn - time.monotonic()))  # one a second
+    finally:
+        server.start()
+    acknowledged = sum(n for _, n in answers)
+    jids = [jid for jid, _ in answers]
+    stored = 0
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        with psycopg.connect(store) as conn:
+            row = conn.execute("SELECT count(*) FROM salt_returns WHERE jid = ANY(%s)",
+                               (jids,)).fetchone()
+        stored = int(row[0]) if row else 0
+        if stored >= acknowledged:
+            break
+        time.sleep(0.5)  # polling the database while the spools drain
+    return {"outage_s": seconds, "outage_jobs": len(answers),
+            "outage_acked": acknowledged, "outage_stored": stored,
+            "outage_slowest_answer_s": slowest}
+
+
+def one_run(count: int, helpers: int, store: str, load_seconds: float,
+            server: Any = None, outage_seconds: float = 0.0) -> dict[str, float]:
     root = Path(tempfile.mkdtemp(prefix="rsbc", dir="/tmp"))
     shm = Path(tempfile.mkdtemp(prefix="rsbc", dir="/dev/shm"))
     masters: dict[str, tuple[subprocess.Popen[str], int]] = {}
@@ -203,7 +257,7 @@ def one_run(count: int, helpers: int, store: str, load_seconds: float) -> dict[s
                 [sys.executable, str(HERE / "many_minions.py"), "--root", str(shm),
                  "--master", listed, "--extra", "cluster_id: fleet1", "--count", str(n),
                  "--prefix", f"c{index}x", "--inline-jobs", "--nice", "10",
-                 "--status", str(path), "--alive-period", "2.0"],
+                 "--status", str(path), "--alive-period", str(ALIVE[0])],
                 stdout=subprocess.DEVNULL, text=True))
         if wait_connected(files, count, 600) is None:
             raise SystemExit(f"bench_cluster: only {status(files)} connected")
@@ -226,6 +280,8 @@ def one_run(count: int, helpers: int, store: str, load_seconds: float) -> dict[s
         targets = [m for n in NAMES for m in [m for m in ids[1:] if holder[m] == n][:3]]
         targets.append(ids[-1])
         result.update(cpu_under_load(root, masters, NAMES[0], targets, load_seconds))
+        if outage_seconds > 0:
+            result.update(outage(root, server, store, targets, outage_seconds))
         victim = max(held, key=lambda n: held[n])
         proc, _port = masters.pop(victim)
         proc.send_signal(signal.SIGKILL)
@@ -266,13 +322,21 @@ def one_run(count: int, helpers: int, store: str, load_seconds: float) -> dict[s
 
 
 def main() -> int:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # clean up the processes
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--load-seconds", type=float, default=20.0)
+    parser.add_argument("--alive-period", type=float, default=2.0,
+                        help="raet_alive_period of masters and minions (a loaded machine "
+                             "starves the simulated minions: a longer period keeps them)")
+    parser.add_argument("--outage", type=float, default=0.0,
+                        help="stop the database this many seconds under load (first run)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--helpers", type=int, default=2)
     args = parser.parse_args()
-    print(f"3 masters x {args.count} minions (cluster_id: rendezvous); load average "
+    ALIVE[0] = args.alive_period
+    print(f"3 masters x {args.count} minions (cluster_id: rendezvous, raet_alive_period "
+          f"{args.alive_period}); load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
     from pg import Postgres, server_bin
 
@@ -288,7 +352,8 @@ def main() -> int:
         server.create_database(server.dbname)
         for index in range(args.runs):
             store = server.create_database("bench")
-            result = one_run(args.count, args.helpers, store, args.load_seconds)
+            result = one_run(args.count, args.helpers, store, args.load_seconds, server,
+                             args.outage if index == 0 else 0.0)
             runs.append(result)
             print(f"run {index + 1}: " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float)
                                                    else f"{k} {v}" for k, v in result.items()),
