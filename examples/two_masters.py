@@ -60,6 +60,15 @@ def wait_for(daemon: subprocess.Popen[str], fragment: str, timeout: float = 60) 
     raise SystemExit(f"example: no {fragment!r} in time")
 
 
+def start(node: str, conf: Path, extra: str) -> subprocess.Popen[str]:
+    """Write ``conf/<node>`` (the cluster's common keys and ``extra``) and start it."""
+    (conf / node).write_text(
+        f"id: {conf.name}\nroot_dir: {conf}\ninterface: 127.0.0.1\nraet_port: 0\n"
+        f"raet_alive_period: 1.0\ncluster_id: fleet1\n{extra}")
+    return subprocess.Popen([str(BIN / f"raetsalt-{node}"), "-c", str(conf), "-l", "info"],
+                            stderr=subprocess.PIPE, text=True)
+
+
 def main() -> int:
     bindir = server_bin()
     if bindir is None:
@@ -82,13 +91,9 @@ def main() -> int:
             if name == "m2":  # copied once from the first master
                 pki.mkdir(parents=True)
                 shutil.copy2(root / "cluster-pki" / "m1" / "cluster.json", pki)
-            (conf / "master").write_text(
-                f"id: {name}\nroot_dir: {conf}\ninterface: 127.0.0.1\nraet_port: 0\n"
-                f"auto_accept: true\nraet_alive_period: 1.0\ncluster_id: fleet1\n"
-                f"cluster_store: '{store}'\ncluster_pki_dir: {pki}\n"
-                f"cluster_port: {roads[name]}\ncluster_peers: ['127.0.0.1:{roads[other]}']\n")
-            procs[name] = subprocess.Popen([str(BIN / "raetsalt-master"), "-c", str(conf),
-                                            "-l", "info"], stderr=subprocess.PIPE, text=True)
+            procs[name] = start("master", conf, (
+                f"auto_accept: true\ncluster_store: '{store}'\ncluster_pki_dir: {pki}\n"
+                f"cluster_port: {roads[name]}\ncluster_peers: ['127.0.0.1:{roads[other]}']\n"))
             line = wait_for(procs[name], "serving on 127.0.0.1:")
             ports[name] = int(line.split("serving on 127.0.0.1:")[1].split()[0])
             print(f"master {name}: minions' road 127.0.0.1:{ports[name]}, masters' road "
@@ -96,13 +101,9 @@ def main() -> int:
         for minion in MINIONS:
             conf = root / minion
             conf.mkdir()
-            (conf / "minion").write_text(
-                f"id: {minion}\nroot_dir: {conf}\ninterface: 127.0.0.1\nraet_port: 0\n"
+            procs[minion] = start("minion", conf, (
                 f"master: ['127.0.0.1:{ports['m1']}', '127.0.0.1:{ports['m2']}']\n"
-                f"cluster_id: fleet1\nraet_alive_period: 1.0\nexecution_mode: native\n"
-                f"grains:\n  role: {minion[:-1]}\n")
-            procs[minion] = subprocess.Popen([str(BIN / "raetsalt-minion"), "-c", str(conf),
-                                              "-l", "info"], stderr=subprocess.PIPE, text=True)
+                f"execution_mode: native\ngrains:\n  role: {minion[:-1]}\n"))
             held = wait_for(procs[minion], "connected to the master")
             print(f"minion {minion}: {held.split('] ', 1)[-1].strip()}", flush=True)
         for name in ("m1", "m2"):

@@ -34,7 +34,7 @@ from raetsalt.keep.policy import Action
 from raetsalt.keep.records import Acceptance, KeyRef, KeyState
 from raetsalt.log import Throttle
 from raetsalt.store.pgconfig import describe
-from raetsalt.store.pgwriter import connect
+from raetsalt.store.pgwriter import connect, connect_creating, first_line
 from raetsalt.store.sharedkeys import (
     SharedKey,
     decided,
@@ -223,11 +223,8 @@ class ClusterKeys:
             conn.close()
 
     def _connect(self) -> psycopg.Connection[Any]:
-        conn = connect(self.params, autocommit=True)
+        conn = connect_creating(self.params, CREATE)
         try:
-            with conn.transaction():
-                for statement in CREATE:
-                    conn.execute(statement)
             self._write(conn)  # ours first: they are newer than what is stored
             conn.execute(f"LISTEN {CHANNEL}")
             rows = conn.execute(SELECT, (self.cluster_id,)).fetchall()
@@ -279,8 +276,7 @@ class ClusterKeys:
     def _failed(self, exc: psycopg.Error) -> None:
         self.stats["failures"] += 1
         was, self.connected = self.connected, False
-        text = str(exc).strip().splitlines()
-        reason = text[0] if text else type(exc).__name__
+        reason = first_line(exc)
         times = self._throttle.note("db", self.clock())
         if was or times:
             log.error("cluster %s: the key store %s is unreachable (%s); decisions made "

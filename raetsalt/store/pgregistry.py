@@ -29,7 +29,7 @@ import psycopg
 from raetsalt.drivers.clock import monotonic
 from raetsalt.log import Throttle
 from raetsalt.store.pgconfig import describe
-from raetsalt.store.pgwriter import connect
+from raetsalt.store.pgwriter import connect_creating, first_line
 
 log = logging.getLogger(__name__)
 
@@ -135,14 +135,7 @@ class MinionRegistry:
             conn.close()
 
     def _connect(self) -> psycopg.Connection[Any]:
-        conn = connect(self.params, autocommit=True)
-        try:
-            with conn.transaction():
-                for statement in CREATE:
-                    conn.execute(statement)
-        except BaseException:
-            conn.close()
-            raise
+        conn = connect_creating(self.params, CREATE)
         if not self.connected and self.stats["failures"]:
             log.info("cluster %s: the minion registry %s is reachable again",
                      self.cluster_id, describe(self.params))
@@ -152,9 +145,7 @@ class MinionRegistry:
     def _failed(self, exc: psycopg.Error) -> None:
         self.stats["failures"] += 1
         was, self.connected = self.connected, False
-        text = str(exc).strip().splitlines()
         times = self._throttle.note("db", self.clock())
         if was or times:
             log.error("cluster %s: the minion registry %s is unreachable (%s); changes "
-                      "wait", self.cluster_id, describe(self.params),
-                      text[0] if text else type(exc).__name__)
+                      "wait", self.cluster_id, describe(self.params), first_line(exc))

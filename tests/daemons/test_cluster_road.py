@@ -17,7 +17,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from helpers.ports import HeldPort, port_in, retry_in_use
+from helpers.rounds import Rounds
 from pg import Postgres
 from remote.cluster import run_as
 
@@ -64,15 +64,7 @@ class Cluster:
             shutil.copy2(self.root / "pki" / NAMES[0] / "cluster.json", target)
         self.held[name].release()
 
-        def in_use(daemon: Daemon) -> bool:
-            line = daemon.peek(("serving on", "address already in use"))
-            if line is None or "serving on" in line:
-                return False
-            daemon.popen.wait(60)
-            daemon.stop()
-            return True
-
-        daemon = retry_in_use(lambda: Daemon("master", conf), in_use)
+        daemon = retry_in_use(lambda: Daemon("master", conf), Daemon.bind_failed)
         self.daemons[name] = daemon
         daemon.expect(f"cluster road on 127.0.0.1:{self.road_ports[name]}", timeout=30)
         self.ports[name] = port_in(daemon.expect("serving on 127.0.0.1:", timeout=30))
@@ -316,42 +308,27 @@ def test_the_database_stopped_under_load_loses_no_return(
         minions[i].expect(f"connected to the master {cluster.first_choice(i)}", timeout=60)
     for name in NAMES:
         assert cluster.ping_all(name, set(ids)) == dict.fromkeys(ids, True)
-    answers: list[tuple[str, dict[str, object]]] = []
-    done = threading.Event()
-    progress = threading.Condition()
 
-    def load() -> None:  # one client after another, from each master in turn
-        turn = 0
-        while not done.is_set():
-            name = NAMES[turn % len(NAMES)]
-            turn += 1
-            out = cluster.salt(name, "*", "test.ping", "--out", "json", "--static",
-                               "--show-jid", "-t", "15").stdout
-            jid, _, rest = out.partition("\n")
-            with progress:
-                answers.append((jid.removeprefix("jid: "), json.loads(rest or "{}")))
-                progress.notify_all()
+    def ping(turn: int) -> tuple[str, dict[str, object]]:  # from each master in turn
+        out = cluster.salt(NAMES[turn % len(NAMES)], "*", "test.ping", "--out", "json",
+                           "--static", "--show-jid", "-t", "15").stdout
+        jid, _, rest = out.partition("\n")
+        return jid.removeprefix("jid: "), json.loads(rest or "{}")
 
-    def wait_rounds(n: int) -> None:
-        with progress:
-            target = len(answers) + n
-            assert progress.wait_for(lambda: len(answers) >= target, timeout=180)
-
-    client = threading.Thread(target=load, daemon=True)
-    client.start()
+    rounds = Rounds(ping).start()
+    answers = rounds.answers
     try:
-        wait_rounds(2)
+        rounds.wait(2)
         postgres.stop()
         try:
             down_from = len(answers)
-            wait_rounds(6)  # every master keeps publishing and answering meanwhile
+            rounds.wait(6)  # every master keeps publishing and answering meanwhile
             during = answers[down_from:]
         finally:
             postgres.start()
-        wait_rounds(2)
+        rounds.wait(2)
     finally:
-        done.set()
-        client.join(60)
+        rounds.stop()
     assert all(got == dict.fromkeys(ids, True) for _, got in during), during
     acknowledged = sum(len(got) for _, got in answers)
     jids = [jid for jid, _ in answers]
