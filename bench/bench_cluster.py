@@ -43,8 +43,9 @@ from bench_many_minions import cpu_seconds  # noqa: E402
 
 sys.path.insert(0, str(HERE.parent / "tests"))
 NAMES = ("ca", "cb", "cc")
-ALIVE = [2.0]
-"""raet_alive_period of the masters and minions (``--alive-period``)."""
+ALIVE = [2.0, 0.0]
+"""raet_alive_period of the masters and minions (``--alive-period``) and the minions'
+master_alive_interval (``--wait``)."""
 LOG_LINES: dict[str, list[tuple[float, str]]] = {}
 """Each master's log lines with the time they were read (for the revocation latency)."""
 
@@ -255,7 +256,8 @@ def one_run(count: int, helpers: int, store: str, load_seconds: float,
             files.append(path)
             procs.append(subprocess.Popen(
                 [sys.executable, str(HERE / "many_minions.py"), "--root", str(shm),
-                 "--master", listed, "--extra", "cluster_id: fleet1", "--count", str(n),
+                 "--master", listed, "--count", str(n),
+                 "--extra", f"cluster_id: fleet1;master_alive_interval: {ALIVE[1]}",
                  "--prefix", f"c{index}x", "--inline-jobs", "--nice", "10",
                  "--status", str(path), "--alive-period", str(ALIVE[0])],
                 stdout=subprocess.DEVNULL, text=True))
@@ -329,12 +331,16 @@ def main() -> int:
     parser.add_argument("--alive-period", type=float, default=2.0,
                         help="raet_alive_period of masters and minions (a loaded machine "
                              "starves the simulated minions: a longer period keeps them)")
+    parser.add_argument("--wait", type=float, default=0.0,
+                        help="the minions' master_alive_interval: how long a master that "
+                             "has not answered yet is waited for (0: 30 s)")
     parser.add_argument("--outage", type=float, default=0.0,
                         help="stop the database this many seconds under load (first run)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--helpers", type=int, default=2)
     args = parser.parse_args()
     ALIVE[0] = args.alive_period
+    ALIVE[1] = args.wait
     print(f"3 masters x {args.count} minions (cluster_id: rendezvous, raet_alive_period "
           f"{args.alive_period}); load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)

@@ -343,3 +343,19 @@ def test_the_database_stopped_under_load_loses_no_return(
     assert looked["ma"] == looked["mb"] == looked["mc"] == dict.fromkeys(ids, True)
     for name in NAMES:
         masters[name].expect("reachable again", timeout=30)
+
+
+def test_a_minion_moves_to_its_next_master_and_the_fleet_stays_whole(cluster: Cluster) -> None:
+    masters = {name: cluster.master(name) for name in NAMES}
+    ids = ["m1", "m2", "m3", "m4", "m5", "m6"]
+    minions = {i: cluster.minion(i) for i in ids}
+    for i in ids:
+        minions[i].expect(f"connected to the master {cluster.first_choice(i)}", timeout=60)
+    victim = cluster.first_choice(ids[0])
+    masters.pop(victim)
+    cluster.daemons.pop(victim).stop()  # SIGKILL
+    moved = [i for i in ids if cluster.first_choice(i) == victim]
+    for i in moved:  # the same master key everywhere: accepted, no new key to pin
+        minions[i].expect("connected to the master m", timeout=60)
+    for name in masters:  # a job published after the loss, from each survivor
+        assert cluster.ping_all(name, set(ids)) == dict.fromkeys(ids, True), name
