@@ -90,6 +90,8 @@ class ClusterRoad:
         """jid -> (the origin master, until when its returns go there)."""
         self._outbox: dict[tuple[str, str], tuple[list[str], dict[str, Any]]] = {}
         self._throttle = Throttle(60.0)
+        self._lost_peers: set[str] = set()
+        """Peers taken for lost (their minions forgotten) and not heard from since."""
         keep = os.path.join(opts["pki_dir"], KEEP_SUBDIR)
         ha = (str(opts["interface"]), port)
         adopt(keep, keys, name=str(opts["id"]), ha=ha)
@@ -130,10 +132,15 @@ class ClusterRoad:
                     self._message(remote, body, now)
                 case Allowed(remote=remote):
                     log.info("cluster: master %s connected", remote)
+                    self._lost_peers.discard(remote)
                     for body in wire.held(self.local()):
                         self._send(remote, body)
                 case PresenceChanged(remote=remote, alive=False):
                     self._lost(remote)
+                case PresenceChanged(remote=remote, alive=True) if remote in self._lost_peers:
+                    # back without a new session: its minions were forgotten here
+                    self._lost_peers.discard(remote)
+                    self._send(remote, wire.ask())
                 case JoinRejected(here=True, role=role, remote=remote):
                     self.stats["refused"] += 1
                     times = self._throttle.note(("refused", remote), now)
@@ -163,6 +170,9 @@ class ClusterRoad:
             case wire.Held(minions=minions):
                 for minion, grains in minions.items():
                     self.elsewhere[minion] = (remote, grains)
+            case wire.Ask():
+                for held in wire.held(self.local()):
+                    self._send(remote, held)
             case wire.Gone(minions=minions):
                 for minion in minions:
                     if self.elsewhere.get(minion, ("",))[0] == remote:
@@ -182,6 +192,7 @@ class ClusterRoad:
                 self.returned(minion, ret)
 
     def _lost(self, remote: str) -> None:
+        self._lost_peers.add(remote)
         gone = [m for m, (holder, _) in self.elsewhere.items() if holder == remote]
         for minion in gone:
             del self.elsewhere[minion]

@@ -12,6 +12,8 @@ Every message is a mapping with ``cluster`` naming its kind (docs/cluster.md):
 ``ret``   ``{minion, body: {...}}``: a return (the minion's road message, unchanged)
           for a job the receiver published; the sender stored it in the cluster's job
           cache already.
+``ask``   ``{}``: send me every minion you hold (``held``): the sender had taken the
+          receiver for lost and forgot its minions, and it answers again.
 
 Everything is checked here (names, sizes, shapes); what does not pass is None, for the
 caller to drop and count.  ``Peers`` is the ``cluster_peers`` allow-list.
@@ -57,7 +59,12 @@ class Ret:
     body: dict[str, Any]
 
 
-PeerMessage = Held | Gone | Pub | Ret
+@dataclass(frozen=True, slots=True)
+class Ask:
+    pass
+
+
+PeerMessage = Held | Gone | Pub | Ret | Ask
 
 
 def _ids(value: Any) -> list[str] | None:
@@ -94,6 +101,8 @@ def parse_untrusted(body: Any) -> PeerMessage | None:
         if pub.get("jid") != jid:
             return None
         return Pub(jid, ids, pub)
+    if kind == "ask":
+        return Ask()
     if kind == "ret":
         minion, ret = body.get("minion"), body.get("body")
         if not isinstance(minion, str) or name_problem(minion) is not None \
@@ -121,6 +130,10 @@ def pub(jid: str, minions: Sequence[str], body: Mapping[str, Any]) -> Iterator[d
     for start in range(0, len(minions), MAX_MINIONS):
         yield {"cluster": "pub", "jid": jid, "minions": list(minions[start:start + MAX_MINIONS]),
                "body": dict(body)}
+
+
+def ask() -> dict[str, Any]:
+    return {"cluster": "ask"}
 
 
 def ret(minion: str, body: Mapping[str, Any]) -> dict[str, Any]:

@@ -112,3 +112,19 @@ def test_cluster_key_file_is_checked_and_adopted(tmp_path: Path) -> None:
     adopt(str(keep), other, name="ma", ha=("127.0.0.1", 1))  # replaced, name kept
     record = FileKeep(str(keep)).load_local()
     assert record is not None and record.name == "ma" and record.sighex == other.sighex
+
+
+def test_a_peer_back_without_a_new_session_is_asked_for_its_minions(road: Any) -> None:
+    peer, _ = road
+    sent: list[tuple[str, dict[str, Any]]] = []
+    peer._send = lambda remote, body: sent.append((remote, body))
+    peer.local = lambda: {"m5": None}
+    peer.handle([MessageReceived("mb", {"cluster": "held", "minions": {"m1": None}})])
+    peer.handle([PresenceChanged("mb", True)])
+    assert sent == []  # never lost: nothing to ask
+    peer.handle([PresenceChanged("mb", False)])
+    assert peer.holder("m1") is None
+    peer.handle([PresenceChanged("mb", True)])
+    assert sent == [("mb", {"cluster": "ask"})]
+    peer.handle([MessageReceived("mb", {"cluster": "ask"})])  # and it answers one
+    assert sent[1] == ("mb", {"cluster": "held", "minions": {"m5": None}})
