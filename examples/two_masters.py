@@ -74,8 +74,8 @@ def main() -> int:
     if bindir is None:
         raise SystemExit("PostgreSQL's server binaries are needed: apt-get install postgresql")
     root = Path(tempfile.mkdtemp(prefix="rs2m", dir="/tmp"))
-    server = Postgres(bindir, root / "pg")
-    (root / "pg").mkdir()
+    pgroot = Path(tempfile.mkdtemp(prefix="rs2mpg", dir="/tmp"))  # its own (server's user)
+    server = Postgres(bindir, pgroot)
     server.init()
     server.start()
     procs: dict[str, subprocess.Popen[str]] = {}
@@ -124,6 +124,7 @@ def main() -> int:
                 proc.kill()
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(pgroot, ignore_errors=True)
 
 
 if __name__ == "__main__":
