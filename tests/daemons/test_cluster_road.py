@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -81,6 +81,14 @@ class Cluster:
         self.daemons[minion_id] = daemon
         return daemon
 
+    def fleet(self, ids: list[str], extra: Callable[[str], str] = lambda i: ""
+              ) -> dict[str, Daemon]:
+        """Minions ``ids`` started, each connected to the master of its first choice."""
+        minions = {i: self.minion(i, extra(i)) for i in ids}
+        for i in ids:
+            minions[i].expect(f"connected to the master {self.first_choice(i)}", timeout=60)
+        return minions
+
     def first_choice(self, minion_id: str) -> str:
         names = {f"127.0.0.1:{self.ports[n]}": n for n in NAMES}
         return names[rendezvous_order(minion_id, list(names))[0]]
@@ -127,9 +135,7 @@ def cluster(postgres: Postgres) -> Iterator[Cluster]:
 def test_publish_from_any_master_reaches_the_fleet(cluster: Cluster) -> None:
     masters = {name: cluster.master(name) for name in NAMES}
     ids = ["m1", "m2", "m3", "m4", "m5", "m6"]
-    minions = {i: cluster.minion(i) for i in ids}
-    for i in ids:
-        minions[i].expect(f"connected to the master {cluster.first_choice(i)}", timeout=60)
+    cluster.fleet(ids)
     holders = {cluster.first_choice(i) for i in ids}
     assert len(holders) >= 2, "the minions should spread over the masters"
     for a in NAMES:  # the masters' road is up, each way
@@ -209,9 +215,7 @@ def test_access_is_decided_at_the_origin_against_the_whole_fleet(cluster: Cluste
     # the web minions are those ma holds; the db minions are held by mb and mc
     role = {i: "web" if cluster.first_choice(i) == "ma" else "db" for i in ids}
     assert set(role.values()) == {"web", "db"}
-    minions = {i: cluster.minion(i, f"grains:\n  role: {role[i]}\n") for i in ids}
-    for i in ids:
-        minions[i].expect(f"connected to the master {cluster.first_choice(i)}", timeout=60)
+    cluster.fleet(ids, lambda i: f"grains:\n  role: {role[i]}\n")
     assert cluster.ping_all("ma", set(ids)) == dict.fromkeys(ids, True)
     web = sorted(i for i in ids if role[i] == "web")
     db = sorted(i for i in ids if role[i] == "db")
@@ -252,9 +256,7 @@ def test_access_is_decided_at_the_origin_against_the_whole_fleet(cluster: Cluste
 def test_keys_are_listed_and_decided_cluster_wide(cluster: Cluster) -> None:
     masters = {name: cluster.master(name) for name in NAMES}
     ids = ["m1", "m2", "m3", "m4"]
-    minions = {i: cluster.minion(i) for i in ids}
-    for i in ids:
-        minions[i].expect(f"connected to the master {cluster.first_choice(i)}", timeout=60)
+    cluster.fleet(ids)
     deadline = time.monotonic() + 30
     # Every master lists the whole fleet's keys (each acceptance reaches the store as it
     # commits: listed again until then).
@@ -303,9 +305,7 @@ def test_the_database_stopped_under_load_loses_no_return(
         cluster: Cluster, postgres: Postgres) -> None:
     masters = {name: cluster.master(name) for name in NAMES}
     ids = ["m1", "m2", "m3", "m4", "m5", "m6"]
-    minions = {i: cluster.minion(i) for i in ids}
-    for i in ids:
-        minions[i].expect(f"connected to the master {cluster.first_choice(i)}", timeout=60)
+    cluster.fleet(ids)
     for name in NAMES:
         assert cluster.ping_all(name, set(ids)) == dict.fromkeys(ids, True)
 
@@ -348,9 +348,7 @@ def test_the_database_stopped_under_load_loses_no_return(
 def test_a_minion_moves_to_its_next_master_and_the_fleet_stays_whole(cluster: Cluster) -> None:
     masters = {name: cluster.master(name) for name in NAMES}
     ids = ["m1", "m2", "m3", "m4", "m5", "m6"]
-    minions = {i: cluster.minion(i) for i in ids}
-    for i in ids:
-        minions[i].expect(f"connected to the master {cluster.first_choice(i)}", timeout=60)
+    minions = cluster.fleet(ids)
     victim = cluster.first_choice(ids[0])
     masters.pop(victim)
     cluster.daemons.pop(victim).stop()  # SIGKILL
