@@ -567,10 +567,40 @@ SCHEMA: tuple[Option, ...] = (
         "re-accept, and a key deleted or rejected on one ends the minion's session on "
         "all.  On a minion listing several masters: they are one cluster, and the "
         "minion holds one session, with the master a rendezvous hash of its id picks "
-        "among them, moving to its next choice on loss.  (cluster_peers and "
-        "cluster_pki_dir are not used yet.)",
+        "among them, moving to its next choice on loss.",
         "Jobs",
         example=("cluster_id: fleet1",),
+    ),
+    Option(
+        "cluster_pki_dir",
+        s.string(nonempty=True, nullable=True),
+        {"master": None},
+        "Where the cluster's long-term master keys are (cluster.json, 0600; Salt "
+        "3007's key).  The first master creates them; copy the file once to the "
+        "other masters.  Every master of the cluster presents these keys to its "
+        "minions and to the other masters, and the masters' own road accepts no other.",
+        "Jobs",
+        path=True,
+        example=("cluster_pki_dir: /etc/raetsalt/pki/cluster",),
+    ),
+    Option(
+        "cluster_peers",
+        s.string_list(),
+        {"master": []},
+        "The other masters of the cluster, host or host:port of their cluster road "
+        "(Salt 3007's key; the port defaults to cluster_port).  Jobs published on "
+        "any master reach the minions another master holds over this road; a "
+        "datagram from an address that is not listed is dropped and counted.",
+        "Jobs",
+        example=("cluster_peers: [10.0.0.2:4520, 10.0.0.3:4520]",),
+    ),
+    Option(
+        "cluster_port",
+        s.integer(0, 65535),
+        {"master": 4520},
+        "The UDP port of this master's cluster road (the masters' own road; needs "
+        "cluster_id, cluster_store and cluster_pki_dir).",
+        "Jobs",
     ),
     Option(
         "keep_jobs",

@@ -43,3 +43,4 @@ class DropReason(StrEnum):
     RATE_LIMIT = "rate_limit"  # too many new ids from one source address
     UNREADABLE_KEY = "unreadable_key"  # the keep's record of this role is corrupt
     FOREIGN_SOURCE = "foreign_source"  # not from an address an outbound-only estate dialed
+    NOT_PEER = "not_peer"  # from an address the road does not admit (cluster_peers)

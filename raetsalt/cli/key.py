@@ -43,7 +43,7 @@ import fnmatch
 import os
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
@@ -362,11 +362,13 @@ def run_change(
     out: _Out,
     hash_type: str,
     master: Master | None = None,
+    cluster: Callable[[list[KeyEntry]], list[KeyEntry]] = lambda entries: entries,
 ) -> int:
     """-a/-A, -r/-R, -d/-D: select, show, ask, change; returns the exit status."""
     if action == "delete":
         statuses = (*statuses, BAD)  # an unreadable key file goes with its id
-    chosen = [e for e in select(snapshot(keep, _stale), match, hash_type) if e.status in statuses]
+    entries = cluster(snapshot(keep, _stale))
+    chosen = [e for e in select(entries, match, hash_type) if e.status in statuses]
     if not chosen:
         out.say(_no_match_message(match, statuses))
         return EXIT_OK
@@ -604,12 +606,15 @@ def _run(args: argparse.Namespace, out: _Out) -> int:
     hash_type = str(opts.get("hash_type") or "sha256")
     keep = FileKeep(keep_dir(opts))
 
+    def cluster(entries: list[KeyEntry]) -> list[KeyEntry]:
+        return with_cluster(opts, entries)
+
     if action == "list":
-        out.data(id_lists(snapshot(keep, _stale), statuses))
+        out.data(id_lists(cluster(snapshot(keep, _stale)), statuses))
         _report_limit(opts)
         return EXIT_OK
     if action in ("print", "finger"):
-        entries = snapshot(keep, _stale)
+        entries = cluster(snapshot(keep, _stale))
         keep_empty = match == "*" and args.state is None  # -P/-F show every heading
         chosen = entries if match == "*" else select(entries, match, hash_type)
         if action == "print":
@@ -628,11 +633,46 @@ def _run(args: argparse.Namespace, out: _Out) -> int:
         return EXIT_OK
     master = Master.connect(opts)
     try:
+        if master is None and opts.get("cluster_id") and opts.get("cluster_store"):
+            cluster = _local_only  # the cluster's other keys go through a running master
         return run_change(keep, action, match, statuses, yes=args.yes, out=out,
-                          hash_type=hash_type, master=master)
+                          hash_type=hash_type, master=master, cluster=cluster)
     finally:
         if master is not None:
             master.close()
+
+
+def _local_only(entries: list[KeyEntry]) -> list[KeyEntry]:
+    return entries
+
+
+def with_cluster(opts: Mapping[str, Any], entries: list[KeyEntry]) -> list[KeyEntry]:
+    """The keys of this master's keep and, in a cluster (``cluster_id`` with
+    ``cluster_store``), the ids accepted or rejected on the other masters that this one
+    has not seen (a store that cannot be read is said on stderr: the local keys are
+    listed)."""
+    if not (opts.get("cluster_id") and opts.get("cluster_store")):
+        return entries
+    try:
+        import psycopg
+
+        from raetsalt.store.pgconfig import connection_params
+        from raetsalt.store.pgkeys import stored
+    except ImportError as exc:
+        _stale(f"the cluster's keys are not listed: {exc}")
+        return entries
+    try:
+        decisions = stored(connection_params(opts), str(opts["cluster_id"]))
+    except (psycopg.Error, ValueError) as exc:
+        text = str(exc).strip().splitlines()
+        _stale(f"the cluster's keys are not listed (only this master's): "
+               f"{text[0] if text else type(exc).__name__}")
+        return entries
+    here = {entry.id for entry in entries}
+    status = {"accepted": ACC, "rejected": REJ}
+    extra = [KeyEntry(d.role, status[d.state], d.verhex, d.pubhex) for d in decisions
+             if d.state in status and d.role not in here]
+    return entries + extra if extra else entries
 
 
 def _report_limit(opts: Mapping[str, Any]) -> None:

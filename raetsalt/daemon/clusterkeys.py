@@ -17,7 +17,7 @@ import selectors
 from collections.abc import Mapping
 from typing import Any
 
-from raetsalt.errors import ConfigError
+from raetsalt.errors import ConfigError, LocalError
 from raetsalt.keep.records import KeyRef
 from raetsalt.node import Node
 from raetsalt.store.pgconfig import StoreConfigError, connection_params
@@ -58,6 +58,20 @@ class ClusterKeyLink:
 
     def publish(self, action: str, ref: KeyRef) -> None:
         self.keys.publish(action, ref)
+
+    def holds(self, ref: KeyRef) -> bool:
+        return self.keys.holds(ref)
+
+    def joined(self, remote: str) -> None:
+        """A minion joined this master: the cluster lists its key as accepted."""
+        road = self.node.stack.road
+        try:
+            role = road.remote(remote).role or remote
+        except LocalError:
+            return
+        record = road.keys.roles.get(role)
+        if record is not None:
+            self.keys.joined(role, record.verhex, record.pubhex)
 
     def poll(self) -> None:
         """Apply the decisions other masters made (their minions' sessions end here at

@@ -75,12 +75,16 @@ class KeyService:
         trusted: Callable[[str], object | None],
         send: Callable[[str, dict[str, Any]], None],
         decided: Callable[[str, KeyRef], None] | None = None,
+        elsewhere: Callable[[KeyRef], bool] | None = None,
     ) -> None:
         self.node = node
         self.trusted = trusted
         self.send = send
         self.decided = decided
         """Told of each decision applied (the cluster's shared keys)."""
+        self.elsewhere = elsewhere
+        """Is this key one the cluster decided, unknown here?  (A decision on it goes
+        to the cluster only: the master holding that minion applies it.)"""
         self._waiting: list[tuple[int, str, dict[str, Any]]] = []
         self._attempts = 0  # the writer's commit attempts seen here
 
@@ -121,6 +125,12 @@ class KeyService:
         sequence = 0
         for index, ref in enumerate(refs):
             changed = stack.change_key(str(action), ref)
+            if changed is None and self.decided is not None and self.elsewhere is not None \
+                    and self.elsewhere(ref):
+                self.decided(str(action), ref)
+                log.info("key of minion %s (%s): %s by the operator, for the cluster",
+                         ref.role, ref.state.value, action)
+                continue
             if changed is None:
                 stale.append(index)
                 continue
@@ -129,6 +139,9 @@ class KeyService:
                 self.decided(str(action), ref)
             log.info("key of minion %s (%s): %s by the operator", ref.role, ref.state.value,
                      action)
+        if sequence == 0:  # nothing for this keep to write (refused, or the cluster's)
+            self._answer(yard, req, stale=stale)
+            return
         self._waiting.append((sequence, yard, {"req": req, "stale": stale}))
         self.poll()
 

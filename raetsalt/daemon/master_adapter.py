@@ -25,7 +25,7 @@ import selectors
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, assert_never
+from typing import TYPE_CHECKING, Any, assert_never
 
 from raetsalt import protocol as p
 from raetsalt.daemon.access import REQUEST_SHARES, AccessGate, Ready
@@ -34,9 +34,10 @@ from raetsalt.daemon.clusterkeys import ClusterKeyLink
 from raetsalt.daemon.datacache import MineCache
 from raetsalt.daemon.inbox import StepInbox
 from raetsalt.daemon.keys import SHARE_KEY, KeyService
-from raetsalt.daemon.roster import RoadRoster
+from raetsalt.daemon.peerroad import ClusterRoad
+from raetsalt.daemon.roster import ClusterRoster, RoadRoster
 from raetsalt.daemon.saltmaster import MasterBridge
-from raetsalt.engine.events import MessageReceived
+from raetsalt.engine.events import Departed, Joined, MessageReceived, PresenceChanged
 from raetsalt.errors import LocalError
 from raetsalt.lane.page import MAX_PAGE_SIZE
 from raetsalt.log import Throttle, clip
@@ -50,6 +51,9 @@ from raetsalt.services.ports import JobStore
 from raetsalt.services.progress import SHARE_RUNNING
 from raetsalt.services.quota import MinionQuota, QuotaConfig
 from raetsalt.store.pgjobcache import PgJobCache
+
+if TYPE_CHECKING:
+    from raetsalt.store.pgregistry import MinionRegistry
 
 log = logging.getLogger("raetsalt.daemon")
 
@@ -106,7 +110,8 @@ def job_cache(opts: Mapping[str, Any], quota: MinionQuota, clock: Callable[[], f
               ) -> JobStore:
     """``master_job_cache``: Salt's ``local_cache`` (files under ``<cachedir>/jobs``,
     written by a child process) or ``pgjsonb`` (``raetsalt.store.pgjobcache``)."""
-    if opts.get("master_job_cache") == "pgjsonb":
+    if opts.get("master_job_cache") == "pgjsonb" or (
+            opts.get("cluster_id") and opts.get("cluster_store")):
         return PgJobCache(opts, os.path.join(opts["cachedir"], "pgjsonb-spool"))
     return QueuedJobCache(os.path.join(opts["cachedir"], "jobs"), process=True,
                           quota=quota, clock=clock)
@@ -119,7 +124,7 @@ class MasterAdapter:
     def __init__(self, node: Node, opts: Mapping[str, Any],
                  utcnow: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.node = node
-        self.roster = RoadRoster(node)
+        self.roster = ClusterRoster(node)
         self.quota = MinionQuota(QuotaConfig.from_opts(opts))
         """Per-minion limits on messages and returns (``raetsalt.services.quota``)."""
         self._quota_log = Throttle(60.0)
@@ -138,7 +143,8 @@ class MasterAdapter:
         self.cluster = ClusterKeyLink(node, opts) if opts.get("cluster_id") else None
         """The cluster's shared keys (``cluster_id``), or None."""
         self.keys = KeyService(node, self.gate.lane_requester, self._send_answer,
-                               self.cluster.publish if self.cluster is not None else None)
+                               self.cluster.publish if self.cluster is not None else None,
+                               self.cluster.holds if self.cluster is not None else None)
         self.salt = MasterBridge(opts, node.stack.road.name, clock=node.clock)
         """Salt's file server and pillar for minions (``raetsalt.saltbridge``)."""
         self.jobs.pillars = self.salt.requests.pillars
@@ -147,6 +153,26 @@ class MasterAdapter:
                                self.jobs.targeted, estate=node.stack.road.name, utcnow=utcnow)
         """Salt's mine (``raetsalt.services.mine``)."""
         self.jobs.mine_reader = self.mine.read
+        self.registry: MinionRegistry | None = None
+        """This master's minions in the cluster's registry table, or None."""
+        if self.cluster is not None:
+            from raetsalt.store.pgregistry import MinionRegistry
+
+            self.registry = MinionRegistry(self.cluster.keys.params, str(opts["cluster_id"]),
+                                           str(opts["id"]), clock=node.clock)
+        self.peers: ClusterRoad | None = None
+        """The masters' road (``cluster_pki_dir`` with ``cluster_id``), or None."""
+        self._from_peers: list[MasterAction] = []
+        if opts.get("cluster_id") and opts.get("cluster_pki_dir"):
+            from raetsalt.daemon.clusterpki import load_or_create
+
+            keys, _ = load_or_create(opts["cluster_pki_dir"])
+            self.peers = ClusterRoad(opts, keys, deliver=self._deliver,
+                                     returned=self._returned_elsewhere,
+                                     local=self._held_here, clock=node.clock)
+            peers = self.peers
+            self.roster.held_elsewhere = lambda: peers.elsewhere
+            self.jobs.fleet_grains = lambda minion: peers.elsewhere.get(minion, ("", None))[1]
 
     @staticmethod
     def new_inbox() -> MasterInbox:
@@ -159,6 +185,8 @@ class MasterAdapter:
         self.salt.register(selector, data)
         if self.cluster is not None:
             self.cluster.register(selector, data)
+        if self.peers is not None:
+            self.peers.register(selector, data)
 
     def unregister(self, selector: selectors.BaseSelector) -> None:
         self.gate.unregister(selector)
@@ -166,10 +194,14 @@ class MasterAdapter:
         self.salt.unregister(selector)
         if self.cluster is not None:
             self.cluster.unregister(selector)
+        if self.peers is not None:
+            self.peers.unregister(selector)
 
     def timeout(self) -> float | None:
         timers = [t for t in (self.jobs.get_timer(), self.gate.get_timer()) if t is not None]
-        waits = [w for w in (self.salt.timeout(),) if w is not None]
+        waits = [w for w in (self.salt.timeout(),
+                             self.peers.timeout() if self.peers is not None else None)
+                 if w is not None]
         if self.jobs.returns_waiting():
             waits.append(RETURNS_RECHECK)  # a client was behind: look again soon
         if timers:
@@ -196,6 +228,13 @@ class MasterAdapter:
                         inbox.minions.append(event)
                     else:
                         inbox.link.append(event)
+                case Joined(remote=remote) if self.cluster is not None:
+                    self.cluster.joined(remote)
+                    inbox.link.append(event)
+                case PresenceChanged(alive=False) | Departed() if self.cluster is not None:
+                    self._gone(self._role(event.remote) if isinstance(event, PresenceChanged)
+                               else event.role)
+                    inbox.link.append(event)
                 case LocalMessage(share=share) if share in REQUEST_SHARES:
                     inbox.requests.append(event)
                 case LocalMessage(share=share) if share == SHARE_KEY:
@@ -263,8 +302,17 @@ class MasterAdapter:
         to the writer process."""
         actions: list[MasterAction] = []
         for event in messages:
-            actions.extend(self.jobs.on_return(self._role(event.remote), event.body))
+            minion = self._role(event.remote)
+            origin = (self.peers.origin_of(str(event.body.get("jid")))
+                      if self.peers is not None else None)
+            if origin is None:
+                actions.extend(self.jobs.on_return(minion, event.body))
+            elif self.peers is not None:  # stored here, fired and answered at the origin
+                self.jobs.on_return(minion, event.body, fire=False)
+                self.peers.send_return(origin, minion, event.body)
         messages.clear()
+        actions.extend(self._from_peers)
+        self._from_peers.clear()
         actions.extend(self.jobs.answer_returns(self._keeping_up))
         self._commit_job_cache()
         return actions
@@ -278,6 +326,8 @@ class MasterAdapter:
             grains = self.jobs.grains.get(minion)
             if share == p.SHARE_HELLO:
                 actions.extend(self.jobs.on_hello(minion, event.body))
+                if self.cluster is not None:
+                    self._held(minion)
                 actions.extend(self.salt.on_hello(minion, self.jobs.grains.get(minion)))
             elif share == p.SHARE_SALT_REQ and is_mine_request(event.body):
                 actions.extend(self.mine.on_request(minion, event.body, now))
@@ -298,6 +348,10 @@ class MasterAdapter:
         actions: list[MasterAction] = list(self.salt.poll(self.jobs.grains))
         if self.cluster is not None:
             self.cluster.poll()
+        if self.peers is not None:
+            self.peers.poll()
+            actions.extend(self._from_peers)
+            self._from_peers.clear()
         timer = self.jobs.get_timer()
         if timer is not None and timer <= now:
             actions.extend(self.jobs.handle_timer(now))
@@ -319,12 +373,18 @@ class MasterAdapter:
                     assert_never(action)
         if lane:
             self.node.flush_lane()
+        if self.peers is not None:
+            self.peers.flush()
 
     def close(self) -> None:
         self.gate.close()
         self.salt.close()
         if self.cluster is not None:
             self.cluster.close()
+        if self.peers is not None:
+            self.peers.close()
+        if self.registry is not None:
+            self.registry.close()
         if isinstance(self.jobs.cache, QueuedJobCache | PgJobCache):
             self.jobs.cache.close()  # what is queued reaches the disk (or the spool)
         if isinstance(self.jobs.data_cache, QueuedDataCache):
@@ -363,6 +423,9 @@ class MasterAdapter:
         return self.node.manor.lane.backlog(sink.yard) < CLIENT_ROOM
 
     def _to_minion(self, minion: str, body: dict[str, Any]) -> None:
+        if self.peers is not None and not RoadRoster.state(self.roster, minion).up \
+                and self.peers.forward(minion, body):
+            return  # held by another master of the cluster
         name = self.roster.remote_name(minion)
         if name is None:
             return
@@ -370,6 +433,42 @@ class MasterAdapter:
             self.node.stack.send(name, body)
         except LocalError as exc:
             log.warning("job message for %s not sent: %s", minion, exc)
+
+    def _deliver(self, minion: str, body: dict[str, Any]) -> bool:
+        """A publication another master of the cluster sent for a minion held here."""
+        name = self.roster.remote_name(minion)
+        if name is None or not RoadRoster.state(self.roster, minion).up:
+            return False
+        jid = body.get("jid")
+        if isinstance(jid, str):
+            self.jobs.adopt_job(jid, self.node.clock())
+        try:
+            self.node.stack.send(name, body)
+        except LocalError:
+            return False
+        return True
+
+    def _returned_elsewhere(self, minion: str, body: dict[str, Any]) -> None:
+        """A return the master holding ``minion`` stored, for a job published here."""
+        self._from_peers.extend(self.jobs.on_return(minion, body, store=False))
+
+    def _held(self, minion: str) -> None:
+        """A minion's session is up here (its hello): the cluster hears of it."""
+        grains = self.jobs.grains.get(minion)
+        if self.peers is not None:
+            self.peers.announce({minion: grains}, [])
+        if self.registry is not None:
+            self.registry.held(minion, grains)
+
+    def _gone(self, minion: str) -> None:
+        if self.peers is not None:
+            self.peers.announce({}, [minion])
+        if self.registry is not None:
+            self.registry.gone(minion)
+
+    def _held_here(self) -> dict[str, dict[str, Any] | None]:
+        return {m: self.jobs.grains.get(m) for m in RoadRoster.accepted(self.roster)
+                if RoadRoster.state(self.roster, m).up}
 
     def _to_client(self, yard: str, body: dict[str, Any]) -> bool:
         """Send to a lane yard or a command-socket connection; True if the lane needs a

@@ -109,7 +109,10 @@ class MasterSwitch:
         by_name = self._names()
         for event in events:
             match event:
-                case TransactionFailed(remote=name, kind="join") if name in by_name:
+                case TransactionFailed(remote=name, kind="join", reason=reason) \
+                        if name in by_name and reason != "busy":
+                    # (a busy answer is a master alive but loaded: the road comes back
+                    # at its hint; moving would only take the crowd to the next one)
                     uid = by_name[name]
                     self.failures[uid] = self.failures.get(uid, 0) + 1
                 case Joined(remote=name) | Allowed(remote=name) if name in by_name:

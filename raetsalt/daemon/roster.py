@@ -4,6 +4,8 @@ keep on disk)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 from raetsalt.node import Node
 from raetsalt.services.ports import MinionState
 
@@ -34,3 +36,26 @@ class RoadRoster:
         remote = self.node.stack.road.remote(name)
         return MinionState(True, bool(remote.joined), remote.allowed, remote.alive is True,
                            str(remote.ha[0]))
+
+
+class ClusterRoster(RoadRoster):
+    """``Roster`` of a master of a cluster: its own road's minions and those another
+    master holds (``held_elsewhere``: the ids the masters' road reported), which count
+    as connected: a job for them goes through the master holding them."""
+
+    def __init__(self, node: Node) -> None:
+        super().__init__(node)
+        self.held_elsewhere: Callable[[], Mapping[str, object]] = dict
+
+    def accepted(self) -> list[str]:
+        local = super().accepted()
+        elsewhere = self.held_elsewhere()
+        if not elsewhere:
+            return local
+        return sorted(set(local).union(elsewhere))
+
+    def state(self, minion: str) -> MinionState:
+        state = super().state(minion)
+        if not state.up and minion in self.held_elsewhere():
+            return MinionState(True, True, True, True, None)
+        return state

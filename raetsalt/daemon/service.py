@@ -194,6 +194,12 @@ def open_node(opts: Mapping[str, Any], node: str) -> Node:
     Keep documents that cannot be read are named in the log (once) and skipped: a
     minion whose key file is corrupt is refused until it is fixed or deleted.
     """
+    if node == "master" and opts.get("cluster_id") and opts.get("cluster_pki_dir"):
+        from raetsalt.daemon.clusterpki import adopt, load_or_create
+
+        keys, _ = load_or_create(opts["cluster_pki_dir"])
+        adopt(keep_dir(opts), keys, name=str(opts["id"]),
+              ha=(str(opts["interface"]), int(opts["raet_port"])))
     datagram = int(opts.get("max_datagram_size", 1024))
     least = MASTER_SOCKET_BUFFER if node == "master" else SOCKET_BUFFER
     buffer_size = max(least, int(opts.get("raet_road_bufcnt", 2)) * datagram)

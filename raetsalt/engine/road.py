@@ -188,6 +188,10 @@ class Road:
         }
         self._restore(state, ha=ha, name=name, role=role, main=main, kind=kind)
         self.recall = Recall.after_restart(self)  # a restarted main calls its remotes back
+        self.admit: Callable[[Address], bool] | None = None
+        """Only datagrams from addresses this admits are read (None: all); the others
+        are dropped and counted (``not_peer``) before any work: the masters' own road
+        admits its ``cluster_peers``."""
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -237,6 +241,9 @@ class Road:
         sources = self.sources
         if sources is not None and address not in sources:
             self.drop(DropReason.FOREIGN_SOURCE, address, "not an address this estate dialed")
+            return
+        if self.admit is not None and not self.admit(address):
+            self.drop(DropReason.NOT_PEER, address, "not a configured peer")
             return
         if address not in self.guard.trusted:
             self.guard.received(address, len(data))

@@ -79,6 +79,10 @@ class KeyPolicy:
     pin: Callable[[str], bool] | None = None
     """Is this verify key (hex) the one configured?  Others are rejected before anything
     else and nothing is recorded for them (a minion's ``master_finger``)."""
+    only: Callable[[str, str], bool] | None = None
+    """Are these (verify, public) keys the only ones this road accepts?  Others are
+    rejected before anything else and nothing is recorded for them (the masters' own
+    road: the cluster's keys)."""
     shared: Callable[[str, str, str], Acceptance | None] | None = None
     """The cluster's decision on a role presenting these keys (accepted or rejected by
     an operator on another master), asked first for undecided ids; None: no decision."""
@@ -93,6 +97,8 @@ class KeyPolicy:
     ) -> KeyDecision:
         keys = (verhex, pubhex)
         if self.pin is not None and not self.pin(verhex):
+            return KeyDecision(Acceptance.REJECTED, unpinned=True)
+        if self.only is not None and not self.only(verhex, pubhex):
             return KeyDecision(Acceptance.REJECTED, unpinned=True)
         if self.open_mode:
             if stored is not None and (stored.acceptance, stored.verhex, stored.pubhex) == (

@@ -220,6 +220,9 @@ class MasterJobs:
         """jid -> the batch run it is: its client (only) may publish further sub-batches
         under it (``batch`` and ``jid`` in a publication)."""
         self._next_clean: float | None = None
+        self.fleet_grains: Callable[[str], dict[str, Any] | None] = lambda minion: None
+        """The grains of a minion another master of the cluster holds (what that master
+        reported), for targeting here; None: unknown."""
         self.mine_reader: Callable[[Any, Any, str], dict[str, Any]] | None = None
         """Reads the mine for the ``mine.get`` runner (``raetsalt.services.mine``)."""
 
@@ -259,8 +262,12 @@ class MasterJobs:
         return [ToMinion(minion, p.road_message(self.estate, None, p.SHARE_CLOCK,
                                                 time=self.utcnow().timestamp()))]
 
-    def on_return(self, minion: str, body: Mapping[str, Any]) -> list[Action]:
-        """A minion's job return.  The id is the road's, never the payload's."""
+    def on_return(self, minion: str, body: Mapping[str, Any], *, store: bool = True,
+                  fire: bool = True) -> list[Action]:
+        """A minion's job return.  The id is the road's, never the payload's.  In a
+        cluster the master holding the minion stores a return for a job published on
+        another master (``fire`` False: the origin fires it) and the origin takes it
+        from there (``store`` False: it is stored)."""
         try:
             jid = p.text_untrusted(body, "jid")
             fun = p.text_untrusted(body, "fun", default="")
@@ -288,7 +295,8 @@ class MasterJobs:
         ret.setdefault("retcode", 0)
         ret.setdefault("success", ret["retcode"] == 0)
         try:
-            self.cache.save_return(jid, minion, {**ret, "fun": fun, "fun_args": fun_args})
+            if store:
+                self.cache.save_return(jid, minion, {**ret, "fun": fun, "fun_args": fun_args})
         except QuotaExceeded as exc:  # nothing is kept for it: bounded memory
             self.stats[ReturnDrop.QUOTA] += 1
             times = self._quota_log.note(minion, self.utcnow().timestamp())
@@ -314,6 +322,8 @@ class MasterJobs:
                 watch.returned.add(minion)
                 watch.pending[minion] = ret
                 self._answering.add(jid)
+        if not fire:
+            return []
         load = {"id": minion, "jid": jid, **ret, "fun": fun, "fun_args": fun_args,
                 "cmd": "_return", "_stamp": salt_stamp(self.utcnow())}
         return [Fire(f"salt/job/{jid}/ret/{minion}", load)]
@@ -452,8 +462,14 @@ class MasterJobs:
 
     def minion_table(self) -> dict[str, MinionFacts]:
         """Every accepted minion -> its reported grains and its pillar (None: unknown)."""
-        return {m: MinionFacts(self.grains.get(m), self.pillars.get(m))
+        return {m: MinionFacts(self.grains[m] if m in self.grains else self.fleet_grains(m),
+                               self.pillars.get(m))
                 for m in self.roster.accepted()}
+
+    def adopt_job(self, jid: str, now: float) -> None:
+        """A job another master of the cluster published, delivered here to the minions
+        this master holds: their returns are accepted (and stored) here."""
+        self._jobs.setdefault(jid, now)
 
     def _publish(
         self, requester: Requester, sink: Sink, body: Mapping[str, Any], now: float,

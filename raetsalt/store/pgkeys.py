@@ -30,10 +30,11 @@ from typing import Any
 import psycopg
 
 from raetsalt.drivers.clock import monotonic
-from raetsalt.keep.records import Acceptance, KeyRef
+from raetsalt.keep.policy import Action
+from raetsalt.keep.records import Acceptance, KeyRef, KeyState
 from raetsalt.log import Throttle
 from raetsalt.store.pgconfig import describe
-from raetsalt.store.pgwriter import connect
+from raetsalt.store.pgwriter import connect, connect_creating, first_line
 from raetsalt.store.sharedkeys import (
     SharedKey,
     decided,
@@ -74,6 +75,17 @@ thread's only wake-up when nothing happens)."""
 MAX_QUEUED = 100_000
 
 
+def stored(params: Mapping[str, Any], cluster_id: str) -> list[SharedKey]:
+    """The cluster's stored decisions, read once (``raetsalt-key`` lists the cluster's
+    keys with its master's); raises ``psycopg.Error`` when the store cannot be read."""
+    with connect(params, connect_timeout=5, options="-c statement_timeout=5000") as conn:
+        try:
+            rows = conn.execute(SELECT, (cluster_id,)).fetchall()
+        except psycopg.errors.UndefinedTable:
+            return []
+    return [found for row in rows if (found := from_row(*row)) is not None]
+
+
 class ClusterKeys:
     """The shared key decisions of cluster ``cluster_id`` (module docstring)."""
 
@@ -107,6 +119,24 @@ class ClusterKeys:
         """The key policy's ``shared`` hook."""
         with self._lock:
             return verdict(self.book, role, verhex, pubhex)
+
+    def holds(self, ref: KeyRef) -> bool:
+        """The cluster's last decision is ``ref`` (an id accepted or rejected on another
+        master, which an operator here may act on)."""
+        with self._lock:
+            shared = self.book.get(ref.role)
+        return shared is not None and (shared.state, shared.verhex, shared.pubhex) == (
+            ref.state.value, ref.verhex, ref.pubhex)
+
+    def joined(self, role: str, verhex: str, pubhex: str) -> None:
+        """A minion joined here with these keys (accepted by whatever policy): the
+        cluster lists it as accepted, unless it does already."""
+        with self._lock:
+            shared = self.book.get(role)
+        if shared is not None and (shared.state, shared.verhex, shared.pubhex) == (
+                "accepted", verhex, pubhex):
+            return
+        self.publish(Action.ACCEPT, KeyRef(role, KeyState.ACCEPTED, verhex, pubhex))
 
     def publish(self, action: str, ref: KeyRef) -> None:
         """An operator's decision on this master, for the whole cluster."""
@@ -193,11 +223,8 @@ class ClusterKeys:
             conn.close()
 
     def _connect(self) -> psycopg.Connection[Any]:
-        conn = connect(self.params, autocommit=True)
+        conn = connect_creating(self.params, CREATE)
         try:
-            with conn.transaction():
-                for statement in CREATE:
-                    conn.execute(statement)
             self._write(conn)  # ours first: they are newer than what is stored
             conn.execute(f"LISTEN {CHANNEL}")
             rows = conn.execute(SELECT, (self.cluster_id,)).fetchall()
@@ -249,8 +276,7 @@ class ClusterKeys:
     def _failed(self, exc: psycopg.Error) -> None:
         self.stats["failures"] += 1
         was, self.connected = self.connected, False
-        text = str(exc).strip().splitlines()
-        reason = text[0] if text else type(exc).__name__
+        reason = first_line(exc)
         times = self._throttle.note("db", self.clock())
         if was or times:
             log.error("cluster %s: the key store %s is unreachable (%s); decisions made "

@@ -348,11 +348,11 @@ class PgWriter:
         self.stats["db_failures"] += 1
         if self.database_up is not False:
             log.error("job cache: database %s unreachable (%s); rows wait in the spool %s",
-                      self.where, _first_line(exc), self.spool.directory)
+                      self.where, first_line(exc), self.spool.directory)
             self._throttle.note("db", self.clock())
         else:
             self._note("db", f"job cache: database {self.where} still unreachable: "
-                       f"{_first_line(exc)}")
+                       f"{first_line(exc)}")
         self.database_up = False
 
     def _up(self, rows: int) -> None:
@@ -368,6 +368,22 @@ class PgWriter:
             log.error("%s (%d time(s))", message, times)
 
 
-def _first_line(exc: BaseException) -> str:
+def connect_creating(params: Mapping[str, Any], statements: Sequence[str]
+                     ) -> psycopg.Connection[Any]:
+    """An autocommit connection on which ``statements`` (a table's creation) ran in one
+    transaction; closed again if they fail."""
+    conn = connect(params, autocommit=True)
+    try:
+        with conn.transaction():
+            for statement in statements:
+                conn.execute(statement)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def first_line(exc: BaseException) -> str:
+    """What a database error says, on one line (for the log)."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__

@@ -124,6 +124,16 @@ class Daemon:
         self.popen.send_signal(signal.SIGTERM)
         return self.popen.wait(60)
 
+    def bind_failed(self) -> bool:
+        """The daemon could not bind its port ("address already in use") and is gone;
+        False once it serves (for ``helpers.ports.retry_in_use``)."""
+        line = self.peek(("serving on", "address already in use"))
+        if line is None or "serving on" in line:
+            return False
+        self.popen.wait(60)
+        self.stop()
+        return True
+
     def stop(self) -> None:
         if self.popen.poll() is None:
             self.popen.kill()

@@ -42,15 +42,7 @@ class Masters:
         def spawn() -> Daemon:
             return Daemon("master", conf)
 
-        def in_use(daemon: Daemon) -> bool:
-            line = daemon.peek(("serving on", "address already in use"))
-            if line is None or "serving on" in line:
-                return False
-            daemon.popen.wait(60)
-            daemon.stop()
-            return True
-
-        daemon = retry_in_use(spawn, in_use)
+        daemon = retry_in_use(spawn, Daemon.bind_failed)
         self.daemons[name] = daemon
         self.ports[name] = port_in(daemon.expect("serving on 127.0.0.1:", timeout=30))
         return daemon

@@ -93,6 +93,8 @@ def master(tmp_path: Path, store: Store) -> tuple[FakeNode, MasterAdapter]:
     service.node = node  # type: ignore[assignment]
     service.quota = MinionQuota(QuotaConfig())
     service._quota_log = Throttle(60.0)
+    service.cluster = service.peers = service.registry = None  # one master, no cluster
+    service._from_peers = []
     service.jobs = MasterJobs(
         {"timeout": 5, "peer": PEER, "peer_run": PEER_RUN}, JobCache(tmp_path / "jobs"),
         FakeRoster(sorted(GRAINS)), estate="themaster",

@@ -5,7 +5,6 @@ answering."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 from daemons.helpers import World, make_world
+from helpers.rounds import Rounds
 from pg import Postgres
 from remote.cluster import Started, json_docs, started_cluster
 
@@ -77,38 +77,22 @@ def test_returns_in_salts_tables_and_the_runners_read_them(
 def test_the_database_stopped_under_load_loses_no_return(
         postgres: Postgres, pg_master: tuple[World, Started, str]) -> None:
     world, up, database = pg_master
-    answers: list[dict[str, Any]] = []
-    done = threading.Event()
-    progress = threading.Condition()
-
-    def load() -> None:  # one client after another, as fast as the master answers
-        while not done.is_set():
-            got = _ping(world, up)
-            with progress:
-                answers.append(got)
-                progress.notify_all()
-
-    def wait_rounds(n: int) -> None:
-        with progress:
-            target = len(answers) + n
-            assert progress.wait_for(lambda: len(answers) >= target, timeout=120)
-
-    client = threading.Thread(target=load, daemon=True)
-    client.start()
+    # one client after another, as fast as the master answers
+    rounds = Rounds(lambda turn: _ping(world, up)).start()
+    answers = rounds.answers
     try:
-        wait_rounds(2)
+        rounds.wait(2)
         postgres.stop()
         try:
             down_from = len(answers)
-            wait_rounds(8)  # the master keeps answering while the database is down
+            rounds.wait(8)  # the master keeps answering while the database is down
             up.master.expect("unreachable", timeout=30)
             during = answers[down_from:]
         finally:
             postgres.start()
-        wait_rounds(2)
+        rounds.wait(2)
     finally:
-        done.set()
-        client.join(60)
+        rounds.stop()
     assert all(got == dict.fromkeys(MINIONS, True) for got in during), during
     acknowledged = sum(len(got) for got in answers)
     assert acknowledged >= 3 * 12
