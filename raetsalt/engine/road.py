@@ -11,8 +11,9 @@ Driving it (the UDP driver in ``raetsalt.drivers.udp`` does exactly this)::
 
 Receive pipeline (docs/raet-wire.md §7; stricter than raet's):
 
-0. an estate restricted to the addresses it dialed (``restrict_sources``: a minion)
-   drops anything from elsewhere, unparsed;
+0. an estate restricted to the addresses it dialed (``restrict_sources``: a minion), or
+   to the addresses it admits (``admit``: the masters' own road and its
+   ``cluster_peers``), drops anything from elsewhere, unparsed;
 1. parse the datagram (only ``BadPacket`` can come out; it is dropped and counted);
 2. join packets (plaintext by design) go to the join handlers; a correspondent is found
    by (source address, ids), so one address cannot steer another's join;
@@ -267,7 +268,8 @@ class Road:
         remote = self.remotes.get(int.from_bytes(data[2:6], "big")) if data[:2] == MAGIC else None
         if remote is None or remote.channel is None or address not in self.guard.trusted:
             return False
-        if self.sources is not None and address not in self.sources:
+        if ((self.sources is not None and address not in self.sources)
+                or (self.admit is not None and not self.admit(address))):
             return False  # each datagram is dropped (and counted) by ``receive_datagram``
         heard = remote.channel.receive_train(data, segment, address, now, self.receive_datagram)
         if heard and remote.alive is not True:
