@@ -12,7 +12,13 @@ loop calls it once per pass) sends what was queued as numbered batches of at mos
 never blocking: while the pipe is full (the child is behind) entries wait in memory,
 where the job cache's readers see them anyway (``QueuedJobCache``); ``backlog`` and
 ``held(name)`` say how many bytes wait (the master's quotas refuse returns beyond a
-bound, ``raetsalt.services.quota``).  The child (``main``, run from this very
+bound, ``raetsalt.services.quota``).  ``register`` puts the pipes in the loop's
+selector: the loop wakes when the child reports, and when the pipe has room while
+entries wait, so a backlog drains at the disk's pace however idle the master is (with
+only the loop's tick, one pipe-full a tick: about 0.6 MB/s).  Written entries' memory
+is handed back to the system as the backlog drains (``TRIM``), not only once it is
+empty: the heap's freed blocks sit between live ones, which glibc returns only to
+``malloc_trim``.  The child (``main``, run from this very
 ``raetsalt``) takes the batches that have arrived, up to ``CHILD_BATCH`` bytes at a time
 (so a flood never stops it from committing), writes them together with
 ``JobCache.commit`` (group commit: a crash leaves each file old or new, never torn) and
@@ -28,9 +34,11 @@ text], ...]]`` down, ``sequence`` up.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import logging
 import os
 import select
+import selectors
 import signal
 import struct
 import subprocess
@@ -61,8 +69,12 @@ CHILD_BATCH = 8 << 20
 """Bytes of entries the child gathers at most before it commits them."""
 BEHIND = 16 << 20
 """A backlog of this many bytes is reported (once, then again when it is cleared)."""
-TRIM = 1 << 20
-"""After a backlog of this many bytes is cleared, the freed memory is handed back."""
+TRIM = 8 << 20
+"""Each time entries of this many bytes more are written (and when a backlog of at least
+this much is cleared), the freed memory is handed back to the system."""
+PIPE_SIZE = 1 << 20
+"""The pipe to the child asks for this capacity (Linux: at most ``pipe-max-size``)."""
+_F_SETPIPE_SZ = 1031
 _LENGTH = struct.Struct(">I")
 MAX_FRAME = 1 << 30
 """The longest frame either side accepts."""
@@ -101,6 +113,13 @@ class ProcessWriter:
         self._proc: subprocess.Popen[bytes] | None = None
         self._start_at = 0.0
         self._failures = Throttle(60.0)
+        self._released = 0
+        """Bytes of entries written since the memory was last handed back."""
+        self._selectors: dict[selectors.BaseSelector, Any] = {}
+        self._watched: dict[selectors.BaseSelector, tuple[int, int] | None] = {}
+        """What each selector watches: (reports fd, input fd), None: nothing."""
+        self._writing: dict[selectors.BaseSelector, bool] = {}
+        """Whether each selector waits for room in the pipe to the child."""
 
     # -- the loop's calls -----------------------------------------------------------------
 
@@ -125,6 +144,7 @@ class ProcessWriter:
         held = self._held
         for _jid, name, text in batch:
             self.backlog -= len(text)
+            self._released += len(text)
             left = held.get(name, 0) - len(text)
             if left > 0:
                 held[name] = left
@@ -136,16 +156,72 @@ class ProcessWriter:
                 log.warning("job cache: the writer caught up (%.1f MiB were waiting at "
                             "most)", self.peak / (1 << 20))
             if self.peak >= TRIM:
-                trim_memory()
+                self._released = TRIM  # handed back once the batches are let go
                 log.info("job cache: backlog cleared (%.1f MiB at most)",
                          self.peak / (1 << 20))
             self.peak = 0
+
+    # -- the loop's selector ---------------------------------------------------------------
+
+    def register(self, selector: selectors.BaseSelector, data: Any = None) -> None:
+        """Wake ``selector`` when the child reports, or takes input while some waits."""
+        self._selectors[selector] = data
+        self._watched[selector] = None
+        self._watch()
+
+    def unregister(self, selector: selectors.BaseSelector) -> None:
+        self._selectors.pop(selector, None)
+        self._forget(selector)
+
+    def _forget(self, selector: selectors.BaseSelector) -> None:
+        self._writing.pop(selector, None)
+        watched = self._watched.pop(selector, None)
+        if watched is not None:
+            for fd in watched:
+                try:
+                    selector.unregister(fd)
+                except (KeyError, ValueError, OSError):
+                    pass
+
+    def _watch(self) -> None:
+        """Keep the selectors' interest in line with the child and the output."""
+        if not self._selectors:
+            return
+        proc = self._proc
+        want: tuple[int, int] | None = None
+        writing = False
+        if proc is not None and proc.stdin is not None and proc.stdout is not None:
+            want = (proc.stdout.fileno(), proc.stdin.fileno())
+            writing = bool(self._output)
+        for selector, data in self._selectors.items():
+            have = self._watched.get(selector)
+            if have != want:
+                self._forget(selector)
+                if want is not None:
+                    selector.register(want[0], selectors.EVENT_READ, data)
+                    if writing:
+                        selector.register(want[1], selectors.EVENT_WRITE, data)
+                self._watched[selector] = want
+                self._writing[selector] = writing
+            elif want is not None and self._writing.get(selector) != writing:
+                if writing:
+                    selector.register(want[1], selectors.EVENT_WRITE, data)
+                else:
+                    try:
+                        selector.unregister(want[1])
+                    except (KeyError, ValueError, OSError):
+                        pass
+                self._writing[selector] = writing
 
     def commit_now(self) -> bool:
         """Hand over what is queued, take the child's reports; never blocks.  True when
         everything submitted is reported committed."""
         self._read_reports()
+        if self._released >= TRIM:
+            self._released = 0
+            trim_memory()
         if not self._pending and not self._unreported:
+            self._watch()
             return True
         if self._proc is None and not self._start():  # started with the first batch
             return False
@@ -156,6 +232,7 @@ class ProcessWriter:
             self._output += _frame([self.sequence, [list(e) for e in batch]])
             self._write_output()
         self._write_output()
+        self._watch()
         return not self._pending and not self._unreported
 
     def _next_batch(self) -> list[Entry]:
@@ -196,6 +273,7 @@ class ProcessWriter:
                       len(self._unreported) + bool(self._pending))
         proc = self._proc
         self._proc = None
+        self._watch()
         if proc is not None:
             for pipe in (proc.stdin, proc.stdout):
                 if pipe is not None:
@@ -221,6 +299,10 @@ class ProcessWriter:
             self._failed(f"cannot start the job cache writer: {exc}")
             return False
         assert proc.stdin is not None and proc.stdout is not None
+        try:  # fewer, larger hand-overs: each wake-up may pass the child this much
+            fcntl.fcntl(proc.stdin.fileno(), _F_SETPIPE_SZ, PIPE_SIZE)
+        except OSError:
+            pass  # not Linux, or above pipe-max-size: the default capacity
         os.set_blocking(proc.stdin.fileno(), False)
         os.set_blocking(proc.stdout.fileno(), False)
         self._proc = proc
@@ -232,6 +314,7 @@ class ProcessWriter:
 
     def _lost(self, why: str) -> None:
         proc, self._proc = self._proc, None
+        self._watch()  # before its pipes are closed
         if proc is not None:
             for pipe in (proc.stdin, proc.stdout):
                 if pipe is not None:
@@ -283,10 +366,12 @@ class ProcessWriter:
         for sequence in reports:
             assert isinstance(sequence, int)
             for done in [s for s in self._unreported if s <= sequence]:
-                batch = self._unreported.pop(done)
-                self._release(batch)
-                self.on_committed(batch)
+                self._committed(self._unreported.pop(done))
             self.committed = max(self.committed, sequence)
+
+    def _committed(self, batch: list[Entry]) -> None:
+        self._release(batch)
+        self.on_committed(batch)  # (then nothing holds the batch: its memory is free)
 
 
 def trim_memory() -> None:

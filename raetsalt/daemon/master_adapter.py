@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 
 from raetsalt import protocol as p
 from raetsalt.daemon.access import REQUEST_SHARES, AccessGate, Ready
+from raetsalt.daemon.cacheproc import ProcessWriter
 from raetsalt.daemon.cachewriter import QueuedDataCache, QueuedJobCache
 from raetsalt.daemon.clusterkeys import ClusterKeyLink
 from raetsalt.daemon.datacache import MineCache
@@ -178,7 +179,8 @@ class MasterAdapter:
     def new_inbox() -> MasterInbox:
         return MasterInbox()
 
-    # Wakeable: the command socket, the eauth workers, the keep writer, the Salt workers.
+    # Wakeable: the command socket, the eauth workers, the keep writer, the Salt workers,
+    # the job cache writer.
     def register(self, selector: selectors.BaseSelector, data: Any = None) -> None:
         self.gate.register(selector, data)
         self.keys.register(selector, data)
@@ -187,6 +189,8 @@ class MasterAdapter:
             self.cluster.register(selector, data)
         if self.peers is not None:
             self.peers.register(selector, data)
+        if isinstance(writer := self._cache_writer(), ProcessWriter):
+            writer.register(selector, data)
 
     def unregister(self, selector: selectors.BaseSelector) -> None:
         self.gate.unregister(selector)
@@ -196,6 +200,12 @@ class MasterAdapter:
             self.cluster.unregister(selector)
         if self.peers is not None:
             self.peers.unregister(selector)
+        if isinstance(writer := self._cache_writer(), ProcessWriter):
+            writer.unregister(selector)
+
+    def _cache_writer(self) -> object:
+        cache = self.jobs.cache
+        return cache.writer if isinstance(cache, QueuedJobCache) else None
 
     def timeout(self) -> float | None:
         timers = [t for t in (self.jobs.get_timer(), self.gate.get_timer()) if t is not None]

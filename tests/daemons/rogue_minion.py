@@ -4,11 +4,16 @@ its job service, so nothing it sends is filtered.
 
     python rogue_minion.py CONFDIR send BODIES      # BODIES: a Python literal list
     python rogue_minion.py CONFDIR flood SIZE       # returns of SIZE bytes, for ever
+    python rogue_minion.py CONFDIR rekey SECONDS    # key offers as fast as answered
 
 Prints ``connected`` once the session with the master is up and ``sent N`` after each
 burst.  ``send`` stops once the master answered a clock request sent after the bodies
 (``delivered N``: on the same stream, so it served them first); ``flood`` sends about
-``PACE`` returns a second and stops on SIGTERM.  The bodies get their ``route`` here.
+``PACE`` returns a second and stops on SIGTERM; ``rekey`` offers the next session key
+as soon as the master uses the last one (its channel's rotation interval set to 0, the
+previous key dropped at once) for
+SECONDS of its own clock, then prints ``rotations N in S s`` (the rotations the master
+answered) and stops.  The bodies get their ``route`` here.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from raetsalt import protocol as p
 from raetsalt.config import minion_config
 from raetsalt.daemon.service import MinionLink, ensure_dirs, open_node
 from raetsalt.engine.events import MessageDelivered, MessageReceived, TransactionFailed
+from raetsalt.engine.native.channel import Channel
 
 PACE = 400.0
 """Returns a second the flood aims at (24 MB/s of 60 KB returns)."""
@@ -50,6 +56,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, on_signal)
     bodies: list[dict[str, Any]] = ast.literal_eval(what) if mode == "send" else []
     size = int(what) if mode == "flood" else 0
+    rekey_until = rotations_at = 0.0
+    first = 0
     sent = delivered = in_flight = 0
     next_burst = 0.0
     answered = False
@@ -74,6 +82,23 @@ def main() -> int:
         if not said_connected:
             said_connected = True
             print("connected", flush=True)
+        if mode == "rekey":
+            channel = node.stack.road.remote(node.master).channel
+            assert isinstance(channel, Channel), "no native session"
+            now = time.monotonic()
+            if not rekey_until:
+                rekey_until = now + float(what)
+                rotations_at = now
+                first = channel.keys.rotations
+            keys = channel.keys
+            keys.interval = 0.0  # the next offer as soon as this key is in use
+            if keys.previous is not None and keys.retire_at is not None:
+                keys.retire_at = 0.0  # the master uses the new key: drop the old one now
+            channel._arm()  # wake at the new deadlines (the channel's own call)
+            if now >= rekey_until:
+                print(f"rotations {channel.keys.rotations - first} in {now - rotations_at:.3f} s",
+                      flush=True)
+                break
         if mode == "send" and sent < len(bodies):
             for body in bodies:
                 share = body.pop("__share")

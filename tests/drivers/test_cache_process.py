@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from raetsalt.daemon import cacheproc
 from raetsalt.daemon.cacheproc import ProcessWriter
 from raetsalt.daemon.cachewriter import QueuedJobCache
 from raetsalt.daemon.jobcache import JobCache
@@ -218,3 +220,29 @@ def test_a_backlog_goes_in_bounded_batches_and_quotas_see_it(cache: QueuedJobCac
     with pytest.raises(QuotaExceeded, match="minion_backlog_max"):
         cache.save_return(JID, "q", {"return": text})  # the first is not on disk yet
     assert writer.held("q.json") < 150_000
+
+
+def test_a_loop_woken_only_by_the_writer_drains_the_backlog_and_hands_memory_back(
+        cache: QueuedJobCache, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The master's loop wakes for its sockets and timers; after a flood nothing else
+    may come.  With the writer's pipes in its selector, the loop wakes when the child
+    reports or can take more, so the backlog drains without any other traffic (before,
+    one pipe-full went per tick of the loop), and the memory of what is written is
+    handed back as it goes, not only once all of it is."""
+    trims: list[int] = []
+    monkeypatch.setattr(cacheproc, "trim_memory", lambda: trims.append(writer.backlog))
+    writer = cache.writer
+    assert isinstance(writer, ProcessWriter)
+    selector = selectors.DefaultSelector()
+    writer.register(selector)
+    cache.save_load(JID, {"fun": "test.echo"})
+    for n in range(600):  # 36 MB waiting: several hand-backs' worth (TRIM: 8 MiB)
+        cache.save_return(JID, f"m{n:04d}", {"return": "x" * 60_000})
+    while not writer.commit_now():  # the loop's pass; then it waits for its selector
+        assert selector.select(30), "the writer did not wake the loop"  # (hang detector)
+    assert writer.backlog == 0 and cache._queued == {}
+    assert len(JobCache(tmp_path / "jobs").get_returns(JID)) == 600
+    assert trims[0] > 0 and trims[-1] == 0  # as it drained, and once it was empty
+    writer.unregister(selector)
+    assert not selector.get_map()
+    selector.close()

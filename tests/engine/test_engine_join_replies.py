@@ -127,17 +127,22 @@ def test_a_main_signs_its_replies_to_a_signed_request_and_only_then() -> None:
 @pytest.mark.parametrize("config", [RAET, {}], ids=["raet-profile", "native"])
 def test_a_forged_renew_during_an_outage_does_not_strand_the_minion(config: dict[str, bool]
                                                                     ) -> None:
-    """raet profile: the renew is taken (unsigned, as raet's); the minion joins afresh
-    and, when the main is back (its call meets "unjoined", it joins the minion), the
-    minion must not be left with no id there (fuid 0: allows with de 0, dropped for
-    ever).  Native: the renew is a counted drop."""
+    """The report's sequence: the renew arrives during the outage (raet profile: taken,
+    unsigned as raet's, the minion drops its id at the main; native: a counted drop); the
+    main comes back while the minion waits between two join attempts, so the main's call
+    meets "unjoined" and the main joins the minion first.  The minion must not then be
+    left joined with no id there (fuid 0: allows with de 0, dropped by the main for
+    ever), as it was."""
     pair = road_pair(main_config=config, minion_config=config)
     assert pair.connect()
     _outage(pair)
     minion = pair.minion.road
     minion.receive_datagram(_forge(minion, PacketKind.RENEW), MAIN_HA, pair.net.now)
     pair.net.run_until(lambda: False, timeout=20.0)
+    # Between two attempts: no join of the minion's own would mend its ids.
+    assert pair.until(lambda: _joining(minion) is None, timeout=60.0)
     _main_back(pair)
+    assert pair.main.road.stats["drop_ids"] == 0  # no allow went out with de 0
 
 
 @pytest.mark.parametrize("config", [RAET, {}], ids=["raet-profile", "native"])
