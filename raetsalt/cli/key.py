@@ -59,6 +59,7 @@ from raetsalt.keep.listing import (
     STATUSES,
     KeyEntry,
     id_lists,
+    listed_ids,
     snapshot,
     sort_ids,
 )
@@ -296,7 +297,7 @@ class Master:
     @classmethod
     def connect(cls, opts: Mapping[str, Any]) -> Master | None:
         """The running master, or None if it is not running (then edit the keep)."""
-        from raetsalt.manor import manor_path
+        from raetsalt.paths import manor_path
 
         try:
             path = manor_path(opts["sock_dir"], "master", None)
@@ -605,7 +606,7 @@ def _run(args: argparse.Namespace, out: _Out) -> int:
     keep = FileKeep(keep_dir(opts))
 
     if action == "list":
-        out.data(id_lists(snapshot(keep, _stale), statuses))
+        out.data(listed_ids(keep, statuses, _stale))
         _report_limit(opts)
         return EXIT_OK
     if action in ("print", "finger"):
