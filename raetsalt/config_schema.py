@@ -278,6 +278,16 @@ SCHEMA: tuple[Option, ...] = (
         "Presence and reconnection",
     ),
     Option(
+        "raet_crypto_threads",
+        s.integer(0, 16),
+        {"master": 1},
+        "Threads that check the signatures and agree the box keys of a batch of "
+        "handshake packets beside the master's loop (libsodium runs them in parallel "
+        "with it); what arrives in order is still handled in order.  0: the loop does "
+        "it all.",
+        "Presence and reconnection",
+    ),
+    Option(
         "raet_reap_interim",
         s.number(0.0),
         {"master": 3600.0},
