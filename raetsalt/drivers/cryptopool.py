@@ -5,9 +5,13 @@ threads and the calling thread together and returns their answers in order.  Eac
 one libsodium call, which releases the GIL, so on a machine with a spare core the
 batch takes about 1/(n+1) of the time; the Python around each call is a few percent of
 it.  A batch smaller than ``MIN_BATCH`` is done by the caller alone (waking a thread
-costs more than it saves).  A job that fails (a bug, never bad input: ``perform`` does
-not raise for any key, message or signature) is left unanswered, and the road does it
-itself.
+costs more than it saves).
+
+The caller never waits for a thread: when it finds no job left to start, it returns,
+and a job a thread is still doing is unanswered (``None``; a thread the system did not
+schedule takes at most one job before the caller has taken the others).  An unanswered
+job, like one that failed (a bug, never bad input: ``perform`` does not raise for any
+key, message or signature), is done by the road itself.
 """
 
 from __future__ import annotations
@@ -34,9 +38,7 @@ class CryptoPool:
     def __init__(self, threads: int) -> None:
         if not 0 <= threads <= MAX_THREADS:
             raise ValueError(f"crypto threads must be 0 to {MAX_THREADS}, not {threads}")
-        self._tasks: queue.SimpleQueue[tuple[Callable[[], None], threading.Event] | None] = (
-            queue.SimpleQueue()
-        )
+        self._tasks: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._work, name=f"road-crypto-{n}", daemon=True)
             for n in range(threads)
@@ -51,21 +53,18 @@ class CryptoPool:
         return len(self._threads)
 
     def perform(self, jobs: Sequence[CryptoJob]) -> list[Answer]:
-        """The answers of ``jobs`` (``None`` where a job failed)."""
+        """The answers of ``jobs`` (``None``: failed, or still being done by a thread)."""
         answers: list[Answer] = [None] * len(jobs)
         if not self._threads or len(jobs) < MIN_BATCH:
             _run(jobs, answers, iter(range(len(jobs))))
             return answers
         # One shared iterator hands out the jobs: each next() is atomic under the GIL.
         indices = iter(range(len(jobs)))
-        done = [threading.Event() for _ in self._threads]
-        for event in done:
-            self._tasks.put((lambda: _run(jobs, answers, indices), event))
+        for _ in self._threads:
+            self._tasks.put(lambda: _run(jobs, answers, indices))
         _run(jobs, answers, indices)
-        for event in done:
-            event.wait()
         self.batches += 1
-        return answers
+        return list(answers)  # a copy: what a thread answers later goes nowhere
 
     def close(self) -> None:
         """Stop the threads (after the batch they are doing).  Idempotent."""
@@ -76,12 +75,8 @@ class CryptoPool:
         self._threads = []
 
     def _work(self) -> None:
-        while (task := self._tasks.get()) is not None:
-            work, done = task
-            try:
-                work()
-            finally:
-                done.set()
+        while (work := self._tasks.get()) is not None:
+            work()
 
 
 def _run(jobs: Sequence[CryptoJob], answers: list[Answer], indices: Iterator[int]) -> None:
