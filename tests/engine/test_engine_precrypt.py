@@ -10,16 +10,15 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from helpers.fleet import QUIET, fleet
+
 from raetsalt.crypto.jobs import Agree, Answer, CryptoJob, Verify, perform
 from raetsalt.drops import DropReason
-from raetsalt.engine.events import Allowed, Event
+from raetsalt.engine.events import Event
 from raetsalt.engine.road import Road
-from raetsalt.keep.store import MemoryKeep
-from raetsalt.testing.pair import MAIN_HA, Pair, Peer, make_peer, road_pair
+from raetsalt.testing.pair import MAIN_HA, Pair, Peer, road_pair
 from raetsalt.wire.enums import PacketKind
 from raetsalt.wire.packet import parse_packet_untrusted
-
-QUIET = {"presence_period": 30.0}
 
 
 @dataclass
@@ -53,20 +52,14 @@ class Ahead:
 
 
 def _fleet(count: int, *, ahead: bool) -> tuple[Pair, list[Peer], Ahead | None]:
-    pair = road_pair(minion_config=QUIET, main_config={"handshake_rate": 0.0, **QUIET})
-    driver = Ahead(pair.main.road) if ahead else None
-    if driver is not None:
-        pair.net.attach(MAIN_HA, driver)
-    assert pair.connect()
-    minions = []
-    for index in range(count):
-        ha = (f"10.0.3.{index}", 4510)
-        peer = make_peer(MemoryKeep(), ha, f"minion{index}", seed=index, **QUIET)
-        pair.net.attach(ha, peer.road)
-        peer.road.connect(MAIN_HA, pair.net.now)
-        minions.append(peer)
-    assert pair.until(lambda: all(p.of(Allowed) for p in minions), timeout=60.0)
-    return pair, [pair.minion, *minions], driver
+    drivers: list[Ahead] = []
+
+    def attach(pair: Pair) -> None:
+        drivers.append(Ahead(pair.main.road))
+        pair.net.attach(MAIN_HA, drivers[0])
+
+    pair, minions = fleet(count, subnet="10.0.3", before=attach if ahead else None)
+    return pair, minions, drivers[0] if drivers else None
 
 
 def _story(events: list[Event]) -> list[tuple[str, str]]:
