@@ -682,8 +682,8 @@ class RoadStack:
         assert self._crypto is not None
         jobs: list[CryptoJob] = []
         try:
-            for data, _source in batch:
-                jobs.extend(road.crypto_jobs(data))
+            for data, source in batch:
+                jobs.extend(road.crypto_jobs(data, source))
         except Exception as exc:  # noqa: BLE001 - a bug: the road does the crypto itself
             self.stats["engine_error"] += 1
             log.debug("crypto jobs: %s", exc, exc_info=True)

@@ -7,7 +7,7 @@ Each is one libsodium call that releases the GIL, so a driver with a spare core 
 them for a whole batch of datagrams at once, in threads, before it hands the batch to the
 road::
 
-    jobs = [job for data, _ in batch for job in road.crypto_jobs(data)]
+    jobs = [job for data, address in batch for job in road.crypto_jobs(data, address)]
     road.take_crypto(jobs, pool.perform(jobs))    # the answers, as an input
     for data, address in batch: road.receive_datagram(data, address, now)
     road.take_crypto([], [])                      # the batch's answers are spent

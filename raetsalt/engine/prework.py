@@ -8,9 +8,10 @@ from collections.abc import Mapping
 from raetsalt.crypto import SessionBox
 from raetsalt.crypto.jobs import Agree, CryptoJob, Verify
 from raetsalt.engine.allow import AllowCorrespondent, AllowInitiator
+from raetsalt.engine.busy import Admission
 from raetsalt.engine.identity import LocalEstate
 from raetsalt.engine.native.frames import is_native
-from raetsalt.engine.remote import Remote
+from raetsalt.engine.remote import Address, Remote
 from raetsalt.errors import BadPacket
 from raetsalt.wire import allow as layout
 from raetsalt.wire.enums import Flag, FootKind, PacketKind, TransactionKind
@@ -21,10 +22,12 @@ __all__ = ["jobs_for"]
 
 def jobs_for(
     data: bytes,
+    address: Address,
     *,
     remotes: Mapping[int, Remote],
     local: LocalEstate,
     long_boxes: Mapping[bytes, SessionBox],
+    admission: Admission,
     max_size: int,
 ) -> list[CryptoJob]:
     """The signature checks and key agreements receiving ``data`` would do on the road's
@@ -45,6 +48,11 @@ def jobs_for(
         return []
     remote = remotes.get(header.destination_uid)
     if remote is None or remote.verifier is None:
+        return []
+    if (header.packet_kind == PacketKind.HELLO and not header.flags & Flag.CF
+            and admission.loaded and address not in admission.reserved):
+        # The road will answer it "busy" before any key work: none is done ahead
+        # either (a flood of hellos must not cost more crypto than it did).
         return []
     jobs: list[CryptoJob] = [Verify(remote.verify_key, packet.signed_bytes(), packet.foot)]
     if kind != TransactionKind.ALLOW:

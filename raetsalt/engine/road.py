@@ -250,11 +250,12 @@ class Road:
         except BadPacket as exc:
             self._drop_bad(exc, address)
 
-    def crypto_jobs(self, data: bytes) -> list[CryptoJob]:
-        """The signature checks and key agreements ``receive_datagram(data)`` would do
-        now, for a driver to compute off the loop (``raetsalt.engine.precrypt``)."""
-        return jobs_for(data, remotes=self.remotes, local=self._local,
-                        long_boxes=self._long_boxes, max_size=self.config.max_packet_size)
+    def crypto_jobs(self, data: bytes, address: Address) -> list[CryptoJob]:
+        """The signature checks and key agreements ``receive_datagram(data, address)``
+        would do now, for a driver to compute off the loop (``raetsalt.engine.precrypt``)."""
+        return jobs_for(data, address, remotes=self.remotes, local=self._local,
+                        long_boxes=self._long_boxes, admission=self.admission,
+                        max_size=self.config.max_packet_size)
 
     def take_crypto(self, jobs: list[CryptoJob], answers: list[Answer]) -> None:
         """Answers of ``crypto_jobs`` (``answers[i]`` is ``jobs[i]``'s) for the datagrams

@@ -31,7 +31,7 @@ class Ahead:
     given: Counter[str] = field(default_factory=Counter)
 
     def receive_datagram(self, data: bytes, address: tuple[str, int], now: float) -> None:
-        jobs = self.road.crypto_jobs(data)
+        jobs = self.road.crypto_jobs(data, address)
         answers: list[Answer] = [perform(job) for job in jobs]
         if self.lie:
             answers = [not a if isinstance(a, bool) else a for a in answers]
@@ -111,8 +111,14 @@ def test_an_answer_is_used_only_for_the_inputs_it_was_computed_from() -> None:
     minion.allow(next(iter(minion.remotes)), pair.net.now)  # a new handshake: a hello
     (genuine, _), = [(bytes(d), a) for d, a in minion.datagrams_to_send(pair.net.now)]
     assert parse_packet_untrusted(genuine).header.packet_kind == PacketKind.HELLO
-    jobs = main.crypto_jobs(genuine)
+    jobs = main.crypto_jobs(genuine, minion.ha)
     assert [type(job) for job in jobs] == [Verify, Agree]
+    main.admission.loaded = True  # a hello the road will answer "busy": no work ahead
+    assert main.crypto_jobs(genuine, minion.ha) == []
+    main.admission.reserved[minion.ha] = pair.net.now + 5.0  # unless its join holds a place
+    assert main.crypto_jobs(genuine, minion.ha) == jobs
+    main.admission.loaded = False
+    del main.admission.reserved[minion.ha]
     forged = bytearray(genuine)
     forged[-1] ^= 1  # the signature's last byte
     main.take_crypto(jobs, [True, perform(jobs[1])])  # for the genuine hello only
