@@ -70,12 +70,20 @@ def build(root: Path, minions: int) -> Path:
     return confdir
 
 
-def _time(command: list[str], runs: int, env: dict[str, str]) -> list[float]:
+def _time(command: list[str], runs: int, env: dict[str, str],
+          cpu: list[float] | None = None) -> list[float]:
+    """Wall time of each run; the CPU time (user + system) of each goes to ``cpu``: on a
+    loaded machine it varies less than the wall time."""
     took = []
     for _ in range(runs):
+        before = os.times()
         started = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
         took.append(time.perf_counter() - started)
+        after = os.times()
+        if cpu is not None:
+            cpu.append(after.children_user - before.children_user
+                       + after.children_system - before.children_system)
         if done.returncode != 0:
             raise SystemExit(f"{command}: exit {done.returncode}: {done.stderr}")
     return took
@@ -101,7 +109,8 @@ def main() -> int:
         env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
         done = subprocess.run(listing, capture_output=True, text=True, check=True, env=env)
         count = sum(len(v) for v in json.loads(done.stdout).values())
-        took = _time(listing, args.runs, env)
+        cpu: list[float] = []
+        took = _time(listing, args.runs, env, cpu)
         bare = _time([sys.executable, "-c", "pass"], args.runs, env)
         print(json.dumps({
             "minions": args.minions,
@@ -109,6 +118,8 @@ def main() -> int:
             "build_s": round(built, 2),
             "list_median_ms": round(statistics.median(took) * 1000, 1),
             "list_ms": [round(t * 1000, 1) for t in took],
+            "list_cpu_median_ms": round(statistics.median(cpu) * 1000, 1),
+            "load_average": [round(v, 2) for v in os.getloadavg()],
             "python_startup_median_ms": round(statistics.median(bare) * 1000, 1),
             "cpu_count": os.cpu_count(),
         }))

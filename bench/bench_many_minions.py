@@ -112,6 +112,8 @@ class Cluster:
         self.master_dir = self.root / "ma"
         self.master_dir.mkdir()
         self.alive_period = alive_period
+        self.master_lines: list[str] = []
+        """More lines for the master's config (``--master-config``)."""
         self._write_master_config()
         self.master: subprocess.Popen[str] | None = None
         self.helpers: list[subprocess.Popen[str]] = []
@@ -126,6 +128,7 @@ class Cluster:
             f"root_dir: {self.master_dir}\ninterface: 127.0.0.1\nid: benchmaster\n"
             f"raet_port: {self.port}\nauto_accept: true\ntimeout: 30\n"
             f"raet_alive_period: {self.alive_period}\nlog_level_logfile: info\n"
+            + "".join(f"{line}\n" for line in self.master_lines)
         )
 
     def start_master(self, stats: Path | None = None) -> None:
@@ -268,6 +271,9 @@ def stop_profile(spy: subprocess.Popen[str] | None) -> None:
 def measure(count: int, args: argparse.Namespace) -> dict[str, Any]:
     helpers = max(args.processes, -(-count // PER_HELPER))
     cluster = Cluster(count, helpers=helpers, alive_period=args.alive_period)
+    if args.master_config:
+        cluster.master_lines = list(args.master_config)
+        cluster._write_master_config()
     row: dict[str, Any] = {"minions": count, "load_start": round(load(), 1)}
     try:
         stats = Path(args.stats) if args.stats else None
@@ -379,6 +385,8 @@ def main() -> int:
     parser.add_argument("--no-ping", action="store_true", help="skip the test.ping phase")
     parser.add_argument("--stats", metavar="DIR", help="the master road's counters, as JSON")
     parser.add_argument("--spy", metavar="DIR", help="py-spy the master's connect and recovery")
+    parser.add_argument("--master-config", action="append", metavar="LINE",
+                        help="a line for the master's config, e.g. 'raet_crypto_threads: 0'")
     parser.add_argument("--ping-only", action="store_true",
                         help="stop after the pings (no idle, steady or recovery windows)")
     parser.add_argument("--profile", help="directory for py-spy profiles of the pings")

@@ -38,14 +38,10 @@ checked for shape here; ``raetsalt.acl`` compiles them when the master starts.
 
 from __future__ import annotations
 
-import difflib
 import glob
-import ipaddress
 import os
 import re
-import socket
 import sys
-import textwrap
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,7 +71,6 @@ from raetsalt.config_schema import (
     options_for,
 )
 from raetsalt.errors import ConfigError
-from raetsalt.execution.grains import fqdn as host_fqdn
 
 __all__ = [
     "DEFAULT_MASTER_PORT",
@@ -212,6 +207,8 @@ def _listed(keys: list[tuple[str, str]], main: str, describe: Callable[[str], st
 
 def _suggestion(key: str, node: str) -> str:
     candidates = [o.name for o in options_for(node)] + sorted(SALT_KEYS)
+    import difflib
+
     close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.75)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
@@ -278,6 +275,8 @@ def parse_master_address(value: str, default_port: int = DEFAULT_MASTER_PORT) ->
 
 def _is_ipv6(text: str) -> bool:
     try:
+        import ipaddress
+
         ipaddress.IPv6Address(text)
     except ValueError:
         return False
@@ -437,8 +436,14 @@ def _finish(opts: Opts, node: str, path: str, source: Mapping[str, str]) -> None
 
 
 def _default_id(node: str) -> str:
+    # Imported here, as the grains below: a config with an id needs neither, and they
+    # are a noticeable part of a command's start-up (raetsalt-key's).
+    import socket
+
     if node == "master":
         return f"{socket.gethostname() or 'localhost'}_master"
+    from raetsalt.execution.grains import fqdn as host_fqdn
+
     # Salt prefers the FQDN; when the resolver only knows "localhost" the plain host
     # name is more useful than an id every unconfigured minion would share.
     fqdn = host_fqdn()
@@ -528,6 +533,8 @@ def _yaml_line(key: str, value: Any) -> str:
 
 def example_config(node: str) -> str:
     """Text of the example config file of ``node`` (what ``conf/<node>`` holds)."""
+    import textwrap
+
     check_node(node)
     settings = EXAMPLE_SETTINGS[node]
     out = [_EXAMPLE_HEADER.format(node=node)]

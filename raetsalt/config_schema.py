@@ -291,6 +291,17 @@ SCHEMA: tuple[Option, ...] = (
         "Presence and reconnection",
     ),
     Option(
+        "raet_crypto_threads",
+        s.integer(0, 16),
+        {"master": 0},
+        "Threads that check the signatures and agree the box keys of a batch of "
+        "handshake packets beside the master's loop (libsodium runs them in parallel "
+        "with it); what arrives in order is still handled in order.  0: the loop does "
+        "it all (the default until it is measured on a master with a core to spare: "
+        "on a loaded machine the thread rarely runs and the loop pays for the batches).",
+        "Presence and reconnection",
+    ),
+    Option(
         "raet_reap_interim",
         s.number(0.0),
         {"master": 3600.0},

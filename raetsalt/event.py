@@ -45,18 +45,16 @@ from typing import Any
 from raetsalt.bus import tag_matches
 from raetsalt.drivers.uxd import UxdSocket, prepare_sock_dir
 from raetsalt.errors import ConfigError, LocalError
-from raetsalt.lane.engine import Lane, YardMessage, yard_file_name
+from raetsalt.lane.engine import Lane, YardMessage
 from raetsalt.manor import (
-    MANOR,
     SHARE_ACK,
     SHARE_EVENTS,
     SHARE_FIRE,
     SHARE_SUBSCRIBE,
     SHARE_UNSUBSCRIBE,
     Manor,
-    manor_path,
 )
-from raetsalt.paths import lane_name_for, resolve_group
+from raetsalt.paths import MANOR, lane_name_for, manor_path, resolve_group, yard_file_name
 from raetsalt.routing import Route, YardAddress
 from raetsalt.timefmt import salt_stamp
 

@@ -35,7 +35,6 @@ Hooks for the daemon (both optional):
 from __future__ import annotations
 
 import logging
-import os
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -43,14 +42,13 @@ from typing import Any
 
 from raetsalt.bus import FIRE_MASTER_TAG, EventBus, encode_batch, encode_event, expand_fire_master
 from raetsalt.errors import BadPacket, LocalError
-from raetsalt.lane.engine import Lane, PageDropped, YardMessage, YardReaped, yard_file_name
+from raetsalt.lane.engine import Lane, PageDropped, YardMessage, YardReaped
 from raetsalt.lane.page import PackKind
-from raetsalt.paths import check_socket_path, lane_name_for
+from raetsalt.paths import MANOR
 from raetsalt.routing import DeliverLocal, Drop, Forward, Route, YardAddress, route
 
 log = logging.getLogger(__name__)
 
-MANOR = "manor"
 SHARE_SUBSCRIBE = "event_req"
 SHARE_UNSUBSCRIBE = "event_unreq"
 SHARE_FIRE = "event_fire"
@@ -62,18 +60,6 @@ _BATCH_BYTES = 64 * 1024 - 512
 # Pages that may wait for one listener before its events stay in the bus queue.  Linux
 # queues only net.unix.max_dgram_qlen (default 10) datagrams per socket anyway.
 _MAX_LISTENER_BACKLOG = 8
-# Longest client yard name ("ev" + 8 hex), used to reject a sock_dir that is too long up
-# front rather than at the first client.
-_CLIENT_YARD_EXAMPLE = "ev00000000"
-
-
-def manor_path(sock_dir: str, node: str, node_id: str | None) -> str:
-    """Socket path of the node's manor yard in ``sock_dir`` (``node`` is ``'master'`` or
-    ``'minion'``); raises ConfigError when a client yard's path next to it would not fit
-    ``sun_path``."""
-    lane = lane_name_for(node, node_id)
-    check_socket_path(os.path.join(sock_dir, yard_file_name(lane, _CLIENT_YARD_EXAMPLE)), sock_dir)
-    return os.path.join(sock_dir, yard_file_name(lane, MANOR))
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,8 +55,8 @@ from raetsalt.drivers.uxd import UxdSocket, prepare_sock_dir
 from raetsalt.engine.events import Event, MessageReceived
 from raetsalt.errors import BadPacket, LocalError
 from raetsalt.lane.engine import Lane
-from raetsalt.manor import MANOR, SHARE_FIRE, LocalMessage, Manor, manor_path
-from raetsalt.paths import lane_name_for, resolve_group
+from raetsalt.manor import SHARE_FIRE, LocalMessage, Manor
+from raetsalt.paths import MANOR, lane_name_for, manor_path, resolve_group
 from raetsalt.routing import DeliverLocal, Drop, Route, YardAddress, route
 from raetsalt.timefmt import salt_stamp
 

@@ -12,7 +12,7 @@ Layout under ``pki_dir`` (master and minion alike)::
                           (role/ for accepted/pending/rejected, denied/ for denied)
 
 Sockets under ``sock_dir``: each node's yards live on one lane (``lane_name_for``), its
-manor yard at ``raetsalt.manor.manor_path``; every socket path must fit ``sun_path``
+manor yard at ``manor_path``; every socket path must fit ``sun_path``
 (``check_socket_path``); ``resolve_group`` turns ``sock_dir_group`` into a gid.
 
 This module imports nothing of the package but its errors: every layer may use it.
@@ -25,7 +25,6 @@ mixing file kinds inside the keep's own directories.
 from __future__ import annotations
 
 import grp
-import hashlib
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -61,8 +60,32 @@ def lane_name_for(node: str, node_id: str | None) -> str:
         return "master"
     if node != "minion":
         raise LocalError(f"node must be 'minion' or 'master', not {node!r}")
+    import hashlib  # on first use: the master's commands never need it
+
     digest = hashlib.sha256((node_id or "").encode("utf-8")).hexdigest()[:10]
     return f"minion-{digest}"
+
+
+SOCKET_SUFFIX = ".uxd"
+MANOR = "manor"
+"""The yard name of a node's manor (its event bus and command router)."""
+# Longest client yard name ("ev" + 8 hex), used to reject a sock_dir that is too long up
+# front rather than at the first client.
+_CLIENT_YARD_EXAMPLE = "ev00000000"
+
+
+def yard_file_name(lane_name: str, yard_name: str) -> str:
+    """The socket file name of a yard: ``<lane>.<yard>.uxd`` (raet's layout)."""
+    return f"{lane_name}.{yard_name}{SOCKET_SUFFIX}"
+
+
+def manor_path(sock_dir: str, node: str, node_id: str | None) -> str:
+    """Socket path of the node's manor yard in ``sock_dir`` (``node`` is ``'master'`` or
+    ``'minion'``); raises ConfigError when a client yard's path next to it would not fit
+    ``sun_path``."""
+    lane = lane_name_for(node, node_id)
+    check_socket_path(os.path.join(sock_dir, yard_file_name(lane, _CLIENT_YARD_EXAMPLE)), sock_dir)
+    return os.path.join(sock_dir, yard_file_name(lane, MANOR))
 
 
 def check_socket_path(path: str, sock_dir: str | None = None) -> str:

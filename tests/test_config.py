@@ -24,6 +24,7 @@ from raetsalt.config import (
     parse_master_address,
 )
 from raetsalt.errors import ConfigError
+from raetsalt.execution import grains
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,7 +45,7 @@ def error_of(loader: Callable[[Any], dict[str, Any]], path: Any) -> str:
 
 
 def test_minion_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(config, "host_fqdn", lambda: "web1.example.com")
+    monkeypatch.setattr(grains, "fqdn", lambda: "web1.example.com")
     opts = minion_config(write(tmp_path / "minion", ""))
     assert opts["id"] == "web1.example.com"
     assert opts["transport"] == "raet"
@@ -80,7 +81,7 @@ def test_master_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 def test_fqdn_localhost_falls_back_to_hostname(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(config, "host_fqdn", lambda: "localhost.localdomain")
+    monkeypatch.setattr(grains, "fqdn", lambda: "localhost.localdomain")
     monkeypatch.setattr(socket, "gethostname", lambda: "node7")
     assert minion_config(write(tmp_path / "minion", ""))["id"] == "node7"
 

@@ -59,6 +59,7 @@ from raetsalt.keep.listing import (
     STATUSES,
     KeyEntry,
     id_lists,
+    listed_ids,
     snapshot,
     sort_ids,
 )
@@ -296,7 +297,7 @@ class Master:
     @classmethod
     def connect(cls, opts: Mapping[str, Any]) -> Master | None:
         """The running master, or None if it is not running (then edit the keep)."""
-        from raetsalt.manor import manor_path
+        from raetsalt.paths import manor_path
 
         try:
             path = manor_path(opts["sock_dir"], "master", None)
@@ -610,7 +611,10 @@ def _run(args: argparse.Namespace, out: _Out) -> int:
         return with_cluster(opts, entries)
 
     if action == "list":
-        out.data(id_lists(cluster(snapshot(keep, _stale)), statuses))
+        if opts.get("cluster_id") and opts.get("cluster_store"):
+            out.data(id_lists(cluster(snapshot(keep, _stale)), statuses))
+        else:  # one master: the ids straight from the key index
+            out.data(listed_ids(keep, statuses, _stale))
         _report_limit(opts)
         return EXIT_OK
     if action in ("print", "finger"):

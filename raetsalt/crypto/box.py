@@ -59,12 +59,17 @@ class SessionBox:
 
     __slots__ = ("_key",)
 
-    def __init__(self, our_secret: bytes, their_public: bytes) -> None:
-        """Raises ``LocalError`` unless both keys are 32 bytes."""
+    def __init__(self, our_secret: bytes, their_public: bytes, *,
+                 agreed: bytes | None = None) -> None:
+        """Raises ``LocalError`` unless both keys are 32 bytes.  ``agreed``: the key
+        ``raetsalt.crypto.jobs.agree`` computed from these two keys elsewhere."""
         if len(our_secret) != KEY_SIZE or len(their_public) != KEY_SIZE:
             raise LocalError(f"box keys must be {KEY_SIZE} bytes")
+        if agreed is not None:
+            self._key: bytes = agreed
+            return
         try:
-            self._key: bytes = _sodium.crypto_box_beforenm(their_public, our_secret)
+            self._key = _sodium.crypto_box_beforenm(their_public, our_secret)
         except nacl.exceptions.CryptoError as exc:
             # libsodium refuses low-order public keys (all-zero shared secret).
             raise LocalError(f"unusable public key: {exc}") from exc

@@ -16,7 +16,7 @@ import nacl.utils
 
 from raetsalt.errors import LocalError
 
-__all__ = ["random_bytes", "Signer", "Verifier", "KeyPair"]
+__all__ = ["random_bytes", "Signer", "Verifier", "KeyPair", "verify_detached"]
 
 SEED_SIZE = _sodium.crypto_sign_SEEDBYTES  # 32
 VERIFY_KEY_SIZE = _sodium.crypto_sign_PUBLICKEYBYTES  # 32
@@ -28,6 +28,18 @@ PUBLIC_KEY_SIZE = _sodium.crypto_box_PUBLICKEYBYTES  # 32
 def random_bytes(n: int) -> bytes:
     """``n`` bytes from the operating system's CSPRNG (via libsodium)."""
     return nacl.utils.random(n)
+
+
+def verify_detached(key: bytes, message: bytes, signature: bytes) -> bool:
+    """True iff ``signature`` is ``key``'s valid signature of ``message``; never raises."""
+    if len(signature) != SIGNATURE_SIZE or len(key) != VERIFY_KEY_SIZE:
+        return False
+    try:
+        _sodium.crypto_sign_open(signature + message, key)
+    except (nacl.exceptions.BadSignatureError, nacl.exceptions.CryptoError,
+            TypeError, ValueError):  # fmt: skip
+        return False
+    return True
 
 
 def _require_bytes(value: bytes, size: int, what: str) -> bytes:
@@ -88,14 +100,7 @@ class Verifier:
 
     def verify(self, message: bytes, signature: bytes) -> bool:
         """True iff ``signature`` is a valid signature of ``message``; never raises."""
-        if len(signature) != SIGNATURE_SIZE:
-            return False
-        try:
-            _sodium.crypto_sign_open(signature + message, self.verify_key)
-        except (nacl.exceptions.BadSignatureError, nacl.exceptions.CryptoError,
-                TypeError, ValueError):  # fmt: skip
-            return False
-        return True
+        return verify_detached(self.verify_key, message, signature)
 
     def __bytes__(self) -> bytes:
         return self.verify_key

@@ -213,6 +213,7 @@ def open_node(opts: Mapping[str, Any], node: str) -> Node:
         config=road_config(opts, node),
         buffer_size=buffer_size,
         policy=key_policy(opts) if node == "master" else minion_key_policy(opts),
+        crypto_threads=int(opts.get("raet_crypto_threads") or 0),
     ).open()
     for problem in stack.problems:
         log.error("keep: %s (skipped; that key is refused until the file is fixed or "

@@ -17,9 +17,8 @@ from typing import Any
 
 from raetsalt.drivers.uxd import UxdSocket
 from raetsalt.errors import DaemonNotRunning, DaemonUnavailable
-from raetsalt.lane.engine import Lane, YardMessage, yard_file_name
-from raetsalt.manor import MANOR, manor_path
-from raetsalt.paths import lane_name_for
+from raetsalt.lane.engine import Lane, YardMessage
+from raetsalt.paths import MANOR, lane_name_for, manor_path, yard_file_name
 
 
 class CommandClient:

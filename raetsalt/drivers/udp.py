@@ -59,8 +59,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any, Literal
 
+from raetsalt.crypto.jobs import CryptoJob
 from raetsalt.drivers.batching import Datagram, DatagramIO
 from raetsalt.drivers.clock import Clock, monotonic
+from raetsalt.drivers.cryptopool import MIN_BATCH, CryptoPool
 from raetsalt.drivers.keepwriter import KeepWriter, writer_for
 from raetsalt.engine.config import RoadConfig
 from raetsalt.engine.events import Event, KeepEvent, MessageReceived
@@ -89,6 +91,8 @@ MAX_DRAIN_BYTES = 256 * 1024
 """Bytes read per wake-up before timers, sends and events get their turn: acks and
 replies go out (and messages reach the application) within a quarter megabyte of input,
 not after a whole socket buffer of bulk data."""
+CRYPTO_BATCH = 64
+"""Datagrams read before their handshake crypto goes to the crypto threads (with them)."""
 
 Address = tuple[str, int]
 Accept = Literal["anyone", "dialed", "connected"]
@@ -198,6 +202,7 @@ class RoadStack:
         batching: Mapping[str, bool] | None = None,
         policy: KeyPolicy | None = None,
         accept: Accept = "anyone",
+        crypto_threads: int = 0,
     ) -> None:
         self._keep_arg = keep
         self.accept: Accept = accept
@@ -237,6 +242,10 @@ class RoadStack:
         self._io: DatagramIO
         self._failures = Throttle(60.0)
         self.policy = policy
+        self.crypto_threads = crypto_threads
+        """Threads checking handshake signatures and agreeing box keys for a batch of
+        datagrams before the road takes them (``engine/precrypt.py``); 0: the road does."""
+        self._crypto: CryptoPool | None = None
         self.keep: Keep | None = None
         self.writer: KeepWriter[KeepWrite] | None = None
         self.problems: list[str] = []
@@ -288,6 +297,8 @@ class RoadStack:
                     self._events.append(event)
             keep.commit(first)
             self.keep, self.writer, self._road = keep, writer_for(keep), road
+            if self.crypto_threads:
+                self._crypto = CryptoPool(self.crypto_threads)
             self._selector = selectors.DefaultSelector()
             self._selector.register(sock, selectors.EVENT_READ)
             self._registered[self._selector] = None
@@ -346,6 +357,9 @@ class RoadStack:
         if self.writer is not None:
             self.writer.close()
             self.writer = None
+        if self._crypto is not None:
+            self._crypto.close()
+            self._crypto = None
         self._road = None
 
     def __enter__(self) -> RoadStack:
@@ -657,6 +671,9 @@ class RoadStack:
                 failed(exc, source)
                 return True
 
+        if self._crypto is not None:
+            self._drain_batched(road, handle, train)
+            return
         budget = MAX_DRAIN_BYTES
         # A backlog left after a full drain makes the road answer new handshakes "busy"
         # until a drain empties the socket (raetsalt.engine.busy).
@@ -686,6 +703,66 @@ class RoadStack:
                 admission.loaded = False
                 return
         admission.loaded = True
+
+    def _drain_batched(self, road: Road, handle: Callable[[bytes, Address], None],
+                       train: Callable[[memoryview, int, Address], bool]) -> None:
+        """``_read``'s drain with crypto threads: datagrams are taken in batches of up to
+        ``CRYPTO_BATCH`` (a GRO socket reads one per system call), each batch's handshake
+        crypto done first (``_receive_batch``); a native train still goes to the road at
+        once, after the datagrams read before it."""
+        poll = self._poll
+        batch: list[tuple[bytes, Address]] = []
+
+        def collect(data: bytes, source: Address) -> None:
+            batch.append((data, source))
+
+        def in_order(data: memoryview, segment: int, source: Address) -> bool:
+            if batch:
+                self._receive_batch(batch, road, handle)
+            return train(data, segment, source)
+
+        budget = MAX_DRAIN_BYTES
+        admission = road.admission
+        loaded = True
+        try:
+            for _ in range(self.max_drain):
+                got = self._io.receive(self._rxbuf, collect, budget, in_order)
+                budget -= got
+                if len(batch) >= CRYPTO_BATCH:
+                    self._receive_batch(batch, road, handle)
+                if (poll is not None and not poll.poll(0)) or (not got and poll is None):
+                    loaded = False
+                    return
+                if budget <= 0:
+                    return
+        finally:
+            if batch:
+                self._receive_batch(batch, road, handle)
+            admission.loaded = loaded
+
+    def _receive_batch(self, batch: list[tuple[bytes, Address]], road: Road,
+                       handle: Callable[[bytes, Address], None]) -> None:
+        """The datagrams of ``batch`` to the road in order (the list is emptied), their
+        handshake crypto done first on the crypto threads and this one together."""
+        assert self._crypto is not None
+        jobs: list[CryptoJob] = []
+        try:
+            for data, source in batch:
+                jobs.extend(road.crypto_jobs(data, source))
+        except Exception as exc:  # noqa: BLE001 - a bug: the road does the crypto itself
+            self.stats["engine_error"] += 1
+            log.debug("crypto jobs: %s", exc, exc_info=True)
+            jobs = []
+        if len(jobs) >= MIN_BATCH:
+            road.take_crypto(jobs, self._crypto.perform(jobs))
+            self.stats["crypto_batches"] += 1
+        else:
+            jobs = []
+        for data, source in batch:
+            handle(data, source)
+        batch.clear()
+        if jobs:
+            road.take_crypto([], [])
 
     def _flush(self, now: float, road: Road) -> None:
         txq = self._txq

@@ -79,6 +79,7 @@ class AllowInitiator(_AllowBase):
         # box(., ., L_r, s_i) for the hello; the same shared key opens the cookie.
         self.hello_box = SessionBox(self.short.secret, remote.long_public)
         self.their_short: bytes | None = None
+        self.session: SessionBox | None = None
         self.native = False
 
     def start(self, now: float) -> None:
@@ -86,14 +87,19 @@ class AllowInitiator(_AllowBase):
         sealed = self.hello_box.encrypt(layout.HELLO_PLAIN, nonce)
         self._send(PacketKind.HELLO, layout.pack_hello(self.short.public, sealed, nonce), now)
 
+    def open_cookie(self, packet: Packet) -> layout.CookieStuff:
+        """What a cookie packet's box holds (BadPacket if it does not open); changes
+        nothing (``engine/precrypt.py`` reads the responder's short key from it)."""
+        cookie = layout.unpack_cookie_untrusted(packet.coat)
+        return layout.unpack_cookie_stuff_untrusted(
+            self.hello_box.decrypt_untrusted(cookie.box, cookie.nonce)
+        )
+
     def _on_cookie(self, packet: Packet, now: float) -> None:
         if self.their_short is not None:
             return
         remote, port = self.remote, self.port
-        cookie = layout.unpack_cookie_untrusted(packet.coat)
-        stuff = layout.unpack_cookie_stuff_untrusted(
-            self.hello_box.decrypt_untrusted(cookie.box, cookie.nonce)
-        )
+        stuff = self.open_cookie(packet)
         if stuff.near_uid != remote.fuid or stuff.far_uid != remote.uid:
             raise BadPacket("allow cookie names other estate ids", DropReason.IDS)
         self.their_short = stuff.short_public
@@ -107,7 +113,8 @@ class AllowInitiator(_AllowBase):
             port.local.long_keys.public, vouch, vouch_nonce, fqdn
         )
         nonce = random_bytes(NONCE)
-        sealed = SessionBox(self.short.secret, self.their_short).encrypt(inner, nonce)
+        self.session = port.precomputed.box(self.short.secret, self.their_short)
+        sealed = self.session.encrypt(inner, nonce)
         self._send(
             PacketKind.INITIATE,
             layout.pack_initiate(self.short.public, stuff.oreo, sealed, nonce),
@@ -115,7 +122,7 @@ class AllowInitiator(_AllowBase):
         )
 
     def _on_ack(self, packet: Packet, now: float) -> None:
-        if self.their_short is None:
+        if self.session is None:
             return
         header = self.header(PacketKind.ACK, body_kind=BodyKind.RAW, foot_kind=FootKind.NACL)
         self.port.transmit(header, b"", self.address)
@@ -123,7 +130,7 @@ class AllowInitiator(_AllowBase):
         remote = self.remote
         self.port.on_allowed(
             remote,
-            SessionBox(self.short.secret, self.their_short),
+            self.session,  # the initiate's (one key agreement, not two)
             now,
             native=self.native,
             initiator=True,
@@ -189,7 +196,7 @@ class AllowCorrespondent(_AllowBase):
 
     def start(self, packet: Packet, now: float) -> None:
         hello = layout.unpack_hello_untrusted(packet.coat)
-        long_box = SessionBox(self.port.local.long_keys.secret, hello.short_public)
+        long_box = self.port.precomputed.box(self.port.local.long_keys.secret, hello.short_public)
         if (
             hello.plain != layout.HELLO_PLAIN
             or long_box.decrypt_untrusted(hello.box, hello.nonce) != layout.HELLO_PLAIN
@@ -220,7 +227,7 @@ class AllowCorrespondent(_AllowBase):
             raise BadPacket(
                 "allow initiate does not match the hello and cookie", DropReason.BODY
             )
-        session = SessionBox(self.short.secret, self.their_short)
+        session = port.precomputed.box(self.short.secret, self.their_short)
         stuff = layout.unpack_initiate_stuff_untrusted(
             session.decrypt_untrusted(initiate.box, initiate.nonce)
         )

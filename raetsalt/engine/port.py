@@ -36,6 +36,7 @@ from raetsalt.wire.header import Header
 
 if TYPE_CHECKING:
     from raetsalt.crypto import SessionBox
+    from raetsalt.engine.precrypt import Precomputed
     from raetsalt.wire.packet import Packet
 
 
@@ -49,6 +50,8 @@ class RoadPort(Protocol):
     system's CSPRNG, or the seeded generator a test gives the road."""
     reassembly: ReassemblyBudget
     """What unfinished incoming messages may hold, per remote and in all."""
+    precomputed: Precomputed
+    """Signature checks and box keys a driver computed ahead (``engine/precrypt.py``)."""
 
     @property
     def local(self) -> LocalEstate: ...

@@ -45,6 +45,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from raetsalt.crypto import SessionBox
+from raetsalt.crypto.jobs import Answer, CryptoJob
 from raetsalt.drops import DropReason
 from raetsalt.engine.allow import AllowCorrespondent, AllowInitiator
 from raetsalt.engine.busy import Admission, screen_untrusted
@@ -75,6 +76,8 @@ from raetsalt.engine.message import (
 from raetsalt.engine.native.alive import announced_period, probe_at, start_alive
 from raetsalt.engine.native.channel import Channel, Datagram
 from raetsalt.engine.native.frames import MAGIC, is_native, parse_prefix_untrusted
+from raetsalt.engine.precrypt import Precomputed
+from raetsalt.engine.prework import jobs_for
 from raetsalt.engine.reassembly import ReassemblyBudget
 from raetsalt.engine.recall import Recall
 from raetsalt.engine.remote import (
@@ -166,6 +169,7 @@ class Road:
         self._events: deque[Event] = deque()
         self._housekeeping: dict[int, _Housekeeping] = {}
         self._long_boxes: dict[bytes, SessionBox] = {}
+        self.precomputed = Precomputed(self.stats)
         self._dirty: dict[SessionChannel, None] = {}
         self._persisted: dict[str, RemoteRecord] = {}
         self._next_mid = 0
@@ -261,6 +265,18 @@ class Road:
                 self._dispatch(packet, address, now)
         except BadPacket as exc:
             self._drop_bad(exc, address)
+
+    def crypto_jobs(self, data: bytes, address: Address) -> list[CryptoJob]:
+        """The signature checks and key agreements ``receive_datagram(data, address)``
+        would do now, for a driver to compute off the loop (``raetsalt.engine.precrypt``)."""
+        return jobs_for(data, address, remotes=self.remotes, local=self._local,
+                        long_boxes=self._long_boxes, admission=self.admission,
+                        max_size=self.config.max_packet_size)
+
+    def take_crypto(self, jobs: list[CryptoJob], answers: list[Answer]) -> None:
+        """Answers of ``crypto_jobs`` (``answers[i]`` is ``jobs[i]``'s) for the datagrams
+        received next; they replace the last ones given (``[], []``: none)."""
+        self.precomputed.take(jobs, answers)
 
     def receive_train(self, data: memoryview, segment: int, address: Address, now: float) -> bool:
         """A GRO train (datagrams of ``segment`` bytes, the last may be shorter) taken as
@@ -479,7 +495,7 @@ class Road:
     def long_box(self, remote: Remote) -> SessionBox:
         box = self._long_boxes.get(remote.long_public)
         if box is None:
-            box = self._long_boxes[remote.long_public] = SessionBox(
+            box = self._long_boxes[remote.long_public] = self.precomputed.box(
                 self._local.long_keys.secret, remote.long_public
             )
         return box
@@ -873,7 +889,7 @@ class Road:
             if isinstance(txn, MessageReceiver) and txn.lazy:
                 txn.receive_unverified(packet, address, now)
                 return
-        if not remote.verifier.verify(packet.signed_bytes(), packet.foot):
+        if not self.precomputed.verify(remote.verifier, packet.signed_bytes(), packet.foot):
             raise BadPacket("signature does not verify", DropReason.SIGNATURE)
         # Authenticated from here on (though perhaps replayed, and from anywhere).
         remote.last_rx = now
@@ -902,7 +918,9 @@ class Road:
         its own, answer ``unjoined`` so that it joins again.  True if answered."""
         header = packet.header
         verifier = self.guard.departed(header.destination_uid, now)
-        if verifier is None or not verifier.verify(packet.signed_bytes(), packet.foot):
+        if verifier is None or not self.precomputed.verify(
+            verifier, packet.signed_bytes(), packet.foot
+        ):
             return False
         if header.flags & Flag.CF or header.packet_kind in _NACK_KINDS:
             return True

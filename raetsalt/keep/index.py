@@ -35,11 +35,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 INDEX_NAME = "keys.index.json"
 FORMAT = 1
@@ -95,17 +94,25 @@ def stamp(dirpath: Path) -> Stamp:
     return values
 
 
-def read_index(dirpath: Path) -> KeyIndex | None:
-    """The index, if it is there, well-formed and still matches both directories."""
+def _current(dirpath: Path) -> dict[str, Any] | None:
+    """The index's JSON object if it is there, of this format and stamp."""
     try:
         before = stamp(dirpath)
         with open(dirpath / INDEX_NAME, "rb") as handle:
             data = json.loads(handle.read())
     except (OSError, ValueError):
         return None
+    if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("stamp") != before:
+        return None
+    return data
+
+
+def read_index(dirpath: Path) -> KeyIndex | None:
+    """The index, if it is there, well-formed and still matches both directories."""
+    data = _current(dirpath)
+    if data is None:
+        return None
     try:
-        if data["format"] != FORMAT or data["stamp"] != before:
-            return None
         roles: dict[str, tuple[str, str, str]] = {}
         for role, (acceptance, verhex, pubhex) in data["roles"].items():
             # One pass, no call per entry: 10,000 of them are read for every listing.
@@ -123,6 +130,44 @@ def read_index(dirpath: Path) -> KeyIndex | None:
         return None
 
 
+class KeyIds(NamedTuple):
+    """The ids only, as a listing shows them: every role by its stored acceptance word,
+    the roles with denied keys, the broken roles and the problems (in their keys' order,
+    as ``KeepState.problems``)."""
+
+    roles: dict[str, list[str]]
+    denied: list[str]
+    broken: list[str]
+    problems: list[str]
+
+
+def read_ids(dirpath: Path) -> KeyIds | None:
+    """What ``read_index`` reads, grouped by id and state without the keys: the same
+    checks, none of the 10,000 tuples a listing would throw away."""
+    data = _current(dirpath)
+    if data is None:
+        return None
+    try:
+        by_word: dict[str, list[str]] = {}
+        for role, (acceptance, verhex, pubhex) in data["roles"].items():
+            if not (type(acceptance) is str and type(verhex) is str  # noqa: E721
+                    and type(pubhex) is str and type(role) is str):  # noqa: E721
+                return None
+            ids = by_word.get(acceptance)
+            if ids is None:
+                ids = by_word[acceptance] = []
+            ids.append(role)
+        denied = [_str(r) for r, v in data["denied"].items() if [_pair(p) for p in v]]
+        return KeyIds(
+            roles=by_word,
+            denied=denied,
+            broken=list({_str(r): _str(v) for r, v in data["broken"].items()}),
+            problems=[_str(v) for _, v in sorted(data["problems"].items(), key=_str_key)],
+        )
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
 def current_stamp(dirpath: Path) -> Stamp | None:
     """``stamp`` if the index file is there (None otherwise, or on an error)."""
     try:
@@ -135,7 +180,7 @@ def write_index(dirpath: Path, index: KeyIndex) -> Stamp | None:
     """Replace the index with ``index``, stamped with the directories as they are now;
     the stamp.  Best effort (it is a cache): an error leaves no index (None)."""
     path = dirpath / INDEX_NAME
-    tmp = dirpath / f".{INDEX_NAME}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    tmp = dirpath / f".{INDEX_NAME}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
     try:
         stamped = stamp(dirpath)
         data = json.dumps({
@@ -176,6 +221,10 @@ def _str(value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError("not a string")
     return value
+
+
+def _str_key(item: tuple[Any, Any]) -> str:
+    return _str(item[0])
 
 
 def _pair(value: Any) -> tuple[str, str]:

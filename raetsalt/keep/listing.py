@@ -80,6 +80,23 @@ def snapshot(keep: FileKeep, skipped: Callable[[str], None] = lambda _: None
     return entries
 
 
+def listed_ids(keep: FileKeep, statuses: Sequence[str],
+               skipped: Callable[[str], None] = lambda _: None) -> dict[str, list[str]]:
+    """``id_lists(snapshot(keep, skipped), statuses)`` without making an entry per key
+    (the keys are not shown): a listing of 10,000 minions reads one index."""
+    ids = keep.key_ids()
+    for problem in ids.problems:
+        skipped(f"skipped: {problem}")
+    found = {
+        ACC: ids.roles.get(Acceptance.ACCEPTED.value, []),
+        PRE: ids.roles.get(Acceptance.PENDING.value, []),
+        REJ: ids.roles.get(Acceptance.REJECTED.value, []),
+        DEN: ids.denied,
+        BAD: ids.broken,
+    }
+    return {s: sort_ids(found[s]) for s in statuses}
+
+
 def sort_ids(ids: Iterable[str]) -> list[str]:
     # salt.utils.data.sorted_ignorecase, with the exact order as a tie-break
     return sorted(set(ids), key=lambda s: (s.lower(), s))

@@ -6,7 +6,6 @@ implementations (``FileKeep``, ``MemoryKeep``).
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass, field
 from enum import Enum
@@ -295,6 +294,8 @@ def fingerprint(hexkey: str, hash_type: str = "sha256") -> str:
         raw = bytes.fromhex(hexkey)
     except (TypeError, ValueError) as exc:
         raise LocalError(f"key is not hex: {hexkey!r}") from exc
+    import hashlib  # on first use: OpenSSL's load is a listing's start-up cost
+
     digest = hashlib.new(hash_type, raw).hexdigest()
     return ":".join(digest[i : i + 2] for i in range(0, len(digest), 2))
 

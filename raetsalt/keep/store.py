@@ -49,7 +49,6 @@ import fcntl
 import functools
 import json
 import os
-import secrets
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -58,9 +57,11 @@ from typing import Any
 from raetsalt.errors import KeepError, LocalError
 from raetsalt.keep.index import (
     INDEX_NAME,
+    KeyIds,
     KeyIndex,
     Stamp,
     current_stamp,
+    read_ids,
     read_index,
     remove_index,
     write_index,
@@ -463,6 +464,15 @@ class _BaseKeep:
         state = KeepState()
         self._load_documents(state, (_ROLE, _DENIED))
         return state
+
+    def key_ids(self) -> KeyIds:
+        """The ids of ``load_keys`` by state, without their keys: what a listing shows."""
+        state = self.load_keys()
+        roles: dict[str, list[str]] = {}
+        for record in state.roles:
+            roles.setdefault(record.acceptance.value, []).append(record.role)
+        return KeyIds(roles=roles, denied=[r for r, pairs in state.denied.items() if pairs],
+                      broken=list(state.broken), problems=list(state.problems))
 
     def _load_documents(
         self, state: KeepState, kinds: tuple[str, ...], keyed: dict[str, str] | None = None
@@ -876,6 +886,14 @@ class FileKeep(_BaseKeep):
         state = _keys_of(index)
         return super().load_keys() if state is None else state
 
+    def key_ids(self) -> KeyIds:
+        """``_BaseKeep.key_ids`` from the index when it is current (one JSON parse, no
+        record made); otherwise from ``load_keys``, which writes an index if it can."""
+        ids = read_ids(self.dirpath)
+        if ids is not None and all(word in _ACCEPTANCES for word in ids.roles):
+            return ids
+        return super().key_ids()
+
     @contextlib.contextmanager
     def _try_lock(self) -> Iterator[bool]:
         """The keep's lock if it is free now (True), else nothing (False)."""
@@ -906,7 +924,7 @@ class FileKeep(_BaseKeep):
     def _stage(self, path: Path, doc: Doc, *, sync: bool) -> Path:
         """Write ``doc`` to a new temp file beside ``path`` (fsync-ed when ``sync``)."""
         data = (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
         try:
             # O_EXCL + mode 0600 at creation: the private keys are never readable by others,
             # not even for a moment, whatever the umask.

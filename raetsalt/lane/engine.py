@@ -55,15 +55,10 @@ from raetsalt.lane.page import (
     paginate,
     parse_head_untrusted,
 )
+from raetsalt.paths import SOCKET_SUFFIX, yard_file_name
 
-SOCKET_SUFFIX = ".uxd"
 PAGE_OVERHEAD = 128
 """Bytes a held page is charged beyond its section (object header, dict slot)."""
-
-
-def yard_file_name(lane_name: str, yard_name: str) -> str:
-    """The socket file name of a yard: ``<lane>.<yard>.uxd`` (raet's layout)."""
-    return f"{lane_name}.{yard_name}{SOCKET_SUFFIX}"
 
 
 def names_from_path(path: str) -> tuple[str, str] | None:

@@ -5,32 +5,17 @@ already are not called; and no working session is torn down."""
 
 from __future__ import annotations
 
+from helpers.fleet import QUIET, fleet
+
 from raetsalt.engine.events import Allowed, Joined, TransactionFailed
 from raetsalt.engine.native.frames import is_native
 from raetsalt.engine.recall import WINDOW_MIN, WINDOW_START, Recall
 from raetsalt.keep.store import MemoryKeep
 from raetsalt.testing.fakenet import Conditions, FakeNet
-from raetsalt.testing.pair import MAIN_HA, Pair, Peer, make_peer, road_pair
+from raetsalt.testing.pair import MAIN_HA, Peer, make_peer
 from raetsalt.testing.tap import Tap
 from raetsalt.wire.enums import PacketKind, TransactionKind
 from raetsalt.wire.packet import parse_packet_untrusted
-
-QUIET = {"presence_period": 30.0}
-"""Minions that would not probe their main for 30 s: only the call-back brings them."""
-
-
-def _fleet(count: int) -> tuple[Pair, list[Peer]]:
-    pair = road_pair(minion_config=QUIET, main_config={"handshake_rate": 0.0, **QUIET})
-    assert pair.connect()
-    minions = []
-    for index in range(count):
-        ha = (f"10.0.2.{index}", 4510)
-        peer = make_peer(MemoryKeep(), ha, f"minion{index}", seed=index, **QUIET)
-        pair.net.attach(ha, peer.road)
-        peer.road.connect(MAIN_HA, pair.net.now)
-        minions.append(peer)
-    assert pair.until(lambda: all(p.of(Allowed) for p in minions), timeout=60.0)
-    return pair, [pair.minion, *minions]
 
 
 def _allowed(peer: Peer) -> int:
@@ -38,7 +23,7 @@ def _allowed(peer: Peer) -> int:
 
 
 def test_a_restarted_main_calls_its_minions_back_within_its_window_and_rate() -> None:
-    pair, minions = _fleet(40)
+    pair, minions = fleet(40)
     before = [_allowed(p) for p in minions]
     joins = [len(p.of(Joined)) for p in minions]
     window, rate = 4, 20.0
@@ -68,7 +53,7 @@ def test_a_restarted_main_calls_its_minions_back_within_its_window_and_rate() ->
 
 
 def test_answered_calls_widen_the_window_and_unanswered_ones_narrow_it() -> None:
-    pair, minions = _fleet(60)
+    pair, minions = fleet(60)
     pair.restart_main(recall_window=64, **QUIET)
     main = pair.main.road
     recall = main.recall
@@ -79,7 +64,7 @@ def test_answered_calls_widen_the_window_and_unanswered_ones_narrow_it() -> None
     assert main.stats["recall_window_halved"] == 0
     # Minions too slow to answer within an allow's time-out (4 s): the window halves,
     # at most once a second, down to its least; the calls go on.
-    pair, minions = _fleet(60)
+    pair, minions = fleet(60)
     pair.net.conditions = Conditions(latency=2.5)
     pair.restart_main(recall_window=64, **QUIET)
     main = pair.main.road
@@ -98,7 +83,7 @@ def test_answered_calls_widen_the_window_and_unanswered_ones_narrow_it() -> None
 
 
 def test_a_backlog_does_not_stop_the_calls() -> None:
-    pair, minions = _fleet(6)
+    pair, minions = fleet(6)
     before = [_allowed(p) for p in minions]
     pair.restart_main(recall_window=2, **QUIET)
     main = pair.main.road
@@ -109,7 +94,7 @@ def test_a_backlog_does_not_stop_the_calls() -> None:
 
 
 def test_a_gone_minion_costs_one_allow_and_no_retry() -> None:
-    pair, minions = _fleet(3)
+    pair, minions = fleet(3)
     gone = minions[-1]
     pair.net.detach(gone.road.ha)  # switched off
     pair.restart_main(recall_window=8, **QUIET)
@@ -126,7 +111,7 @@ def test_a_gone_minion_costs_one_allow_and_no_retry() -> None:
 
 
 def test_a_minion_back_already_is_not_called_and_no_session_is_torn_down() -> None:
-    pair, minions = _fleet(2)
+    pair, minions = fleet(2)
     # The minions found the main on their own before its first timer (window 0 = off, then
     # on): the recall skips them, and the sessions they made stay.
     pair.restart_main(recall_window=0, presence_period=1.0)
@@ -151,7 +136,7 @@ def test_a_minion_main_or_a_fresh_main_calls_nobody() -> None:
     fresh = make_peer(MemoryKeep(), MAIN_HA, "main", main=True)
     net.attach(MAIN_HA, fresh.road)
     assert fresh.road.recall is None
-    pair, _ = _fleet(1)
+    pair, _ = fleet(1)
     pair.restart_minion(**QUIET)
     assert pair.minion.road.recall is None  # a minion's main is not its to call back
     pair.restart_main(recall_window=0, **QUIET)
@@ -168,7 +153,7 @@ SLOW_CALLS = {"recall_window": 1, "handshake_rate": 2.0, "handshake_burst": 1.0,
 
 
 def test_a_minion_that_asks_first_is_called_next_and_not_told_unallowed() -> None:
-    pair, minions = _fleet(29)
+    pair, minions = fleet(29)
     pair.restart_main(**SLOW_CALLS)
     main = pair.main.road
     tap = Tap(main)
@@ -189,7 +174,7 @@ def test_a_minion_that_asks_first_is_called_next_and_not_told_unallowed() -> Non
 
 
 def test_a_replayed_alive_from_another_address_moves_nothing_and_costs_what_it_did() -> None:
-    pair, minions = _fleet(5)
+    pair, minions = fleet(5)
     last = minions[-1]
     tap = Tap(last.road)
     pair.net.attach(last.road.ha, tap)

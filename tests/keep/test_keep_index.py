@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from raetsalt.errors import KeepError
-from raetsalt.keep.index import INDEX_NAME, read_index
+from raetsalt.keep.index import INDEX_NAME, read_ids, read_index
+from raetsalt.keep.listing import BAD, STATUSES, id_lists, listed_ids, snapshot
 from raetsalt.keep.policy import Action
 from raetsalt.keep.records import (
     Acceptance,
@@ -37,6 +38,15 @@ def _documents(keep: FileKeep) -> KeepState:
 def _view(state: KeepState) -> tuple[object, ...]:
     return (sorted((r.role, r.acceptance, r.verhex, r.pubhex) for r in state.roles),
             sorted(state.denied.items()), sorted(state.broken.items()), sorted(state.problems))
+
+
+def _listings_agree(keep: FileKeep) -> None:
+    """The ids-only listing says what the listing of every entry says, problems too."""
+    said: list[str] = []
+    full = id_lists(snapshot(keep, said.append), (*STATUSES, BAD))
+    said_ids: list[str] = []
+    assert listed_ids(keep, (*STATUSES, BAD), said_ids.append) == full
+    assert said_ids == said
 
 
 def _indexed(keep: FileKeep) -> KeepState:
@@ -69,6 +79,8 @@ def test_every_way_of_changing_keys_keeps_the_index_equal_to_the_documents(
         else:
             keep.remove_denied(role)
         assert _view(_indexed(keep)) == _view(_documents(keep)), step
+        assert read_ids(keep.dirpath) is not None
+        _listings_agree(keep)
 
 
 def test_a_file_replaced_or_removed_behind_the_keeps_back_is_seen(tmp_path: Path) -> None:
@@ -124,6 +136,9 @@ def test_a_damaged_index_is_ignored(tmp_path: Path, damage: bytes) -> None:
     keep = FileKeep(tmp_path / "keep", durable=False)
     keep.save_role(RoleRecord("web1", Acceptance.ACCEPTED, _hex(1, "a"), _hex(1, "b")))
     (keep.dirpath / INDEX_NAME).write_bytes(damage)
+    assert read_ids(keep.dirpath) is None
+    assert listed_ids(keep, STATUSES)["minions"] == ["web1"]
+    (keep.dirpath / INDEX_NAME).write_bytes(damage)
     assert _view(keep.load_keys()) == _view(_documents(keep))
 
 
@@ -136,6 +151,8 @@ def test_an_index_with_a_wrong_value_inside_a_current_stamp_is_ignored(
     path = keep.dirpath / INDEX_NAME
     data = json.loads(path.read_text())
     data["roles"]["web1"][field] = value
+    path.write_text(json.dumps(data))
+    assert listed_ids(keep, STATUSES)["minions"] == ["web1"]
     path.write_text(json.dumps(data))
     assert [r.acceptance for r in keep.load_keys().roles] == [Acceptance.ACCEPTED]
 
@@ -169,6 +186,8 @@ def test_unreadable_documents_are_reported_from_the_index_as_from_the_files(
     first = keep.load_keys()  # from the documents; writes the index
     assert "web2" in first.broken and read_index(keep.dirpath) is not None
     assert _view(keep.load_keys()) == _view(first)
+    _listings_agree(keep)
+    assert listed_ids(keep, (BAD,)) == {BAD: ["web2"]}
     keep.delete_role("web2")  # the operator's fix
     assert _view(_indexed(keep)) == _view(_documents(keep))
     assert not keep.load_keys().broken and not keep.load_keys().problems
