@@ -34,7 +34,7 @@ from raetsalt.keep.policy import Action
 from raetsalt.keep.records import Acceptance, KeyRef, KeyState
 from raetsalt.log import Throttle
 from raetsalt.store.pgconfig import describe
-from raetsalt.store.pgwriter import connect, connect_creating, first_line
+from raetsalt.store.pgwriter import connect, connect_ready, first_line
 from raetsalt.store.sharedkeys import (
     SharedKey,
     decided,
@@ -223,7 +223,7 @@ class ClusterKeys:
             conn.close()
 
     def _connect(self) -> psycopg.Connection[Any]:
-        conn = connect_creating(self.params, CREATE)
+        conn = connect_ready(self.params, CREATE, autocommit=True)
         try:
             self._write(conn)  # ours first: they are newer than what is stored
             conn.execute(f"LISTEN {CHANNEL}")

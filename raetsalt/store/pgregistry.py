@@ -29,7 +29,7 @@ import psycopg
 from raetsalt.drivers.clock import monotonic
 from raetsalt.log import Throttle
 from raetsalt.store.pgconfig import describe
-from raetsalt.store.pgwriter import connect_creating, first_line
+from raetsalt.store.pgwriter import connect_ready, first_line
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ class MinionRegistry:
             conn.close()
 
     def _connect(self) -> psycopg.Connection[Any]:
-        conn = connect_creating(self.params, CREATE)
+        conn = connect_ready(self.params, CREATE, autocommit=True)
         if not self.connected and self.stats["failures"]:
             log.info("cluster %s: the minion registry %s is reachable again",
                      self.cluster_id, describe(self.params))

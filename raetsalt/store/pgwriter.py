@@ -368,21 +368,6 @@ class PgWriter:
             log.error("%s (%d time(s))", message, times)
 
 
-def connect_creating(params: Mapping[str, Any], statements: Sequence[str]
-                     ) -> psycopg.Connection[Any]:
-    """An autocommit connection on which ``statements`` (a table's creation) ran in one
-    transaction; closed again if they fail."""
-    conn = connect(params, autocommit=True)
-    try:
-        with conn.transaction():
-            for statement in statements:
-                conn.execute(statement)
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
 def first_line(exc: BaseException) -> str:
     """What a database error says, on one line (for the log)."""
     text = str(exc).strip()
