@@ -418,7 +418,9 @@ def _several_masters(root: Path, procs: dict[str, subprocess.Popen[bytes]]) -> N
     for name in ("east", "west"):
         confdir = root / name
         confdir.mkdir()
-        ports[name] = _start_plain_master(name, confdir, procs)
+        ports[name], bus = _launch_master(
+            name, name, confdir, procs, "raet_alive_period: 1.0\nauto_accept: true\n")
+        bus.destroy()
     print("    (east and west accept new keys themselves here: auto_accept: true)")
     listed = ", ".join(f"'127.0.0.1:{ports[name]}'" for name in ("east", "west"))
     for name, kind in FLEET_MINIONS.items():
@@ -449,22 +451,6 @@ def _several_masters(root: Path, procs: dict[str, subprocess.Popen[bytes]]) -> N
            "minion4 did not move to west", timeout=60)
     print(f"    (minion4 answered from west {time.monotonic() - moved:.1f} s after the kill)")
     show("raetsalt", west, "*", "test.ping")
-
-
-def _start_plain_master(name: str, confdir: Path,
-                        procs: dict[str, subprocess.Popen[bytes]]) -> int:
-    """A master on a port of its own that accepts new keys itself; its port."""
-    for _attempt in range(5):
-        port = unused_port()
-        (confdir / "master").write_text(
-            f"id: {name}\nroot_dir: {confdir}\ninterface: 127.0.0.1\nraet_port: {port}\n"
-            "raet_alive_period: 1.0\nauto_accept: true\n")
-        procs[name] = _daemon("master", confdir)
-        bus = _connect_bus(load_node_config(confdir, "master")["sock_dir"], procs[name])
-        if bus is not None:
-            bus.destroy()
-            return port
-    raise SystemExit(f"demo: the master {name} did not start (see its log file)")
 
 
 def _write_tree(root: Path, files: dict[str, str]) -> None:
@@ -526,19 +512,28 @@ def _daemon(node: str, confdir: Path) -> subprocess.Popen[bytes]:
 
 def _start_master(master_dir: Path, srv: Path, procs: dict[str, subprocess.Popen[bytes]],
                   extra: str) -> tuple[int, MasterEvent]:
-    """Write the master's config with a port and start it; while it exits at once (its
-    port was taken in the meantime: "address already in use"), again with another."""
+    """The story's master: its file and pillar roots, the access rules and ``extra``."""
+    return _launch_master("master", "themaster", master_dir, procs, (
+        f"raet_alive_period: 2.0\nfile_roots: {{base: [{srv}/salt]}}\n"
+        f"pillar_roots: {{base: [{srv}/pillar]}}\n{PEER_CONFIG}{extra}"))
+
+
+def _launch_master(key: str, name: str, confdir: Path,
+                   procs: dict[str, subprocess.Popen[bytes]], config: str
+                   ) -> tuple[int, MasterEvent]:
+    """Write master ``name``'s config with a port and start it as ``procs[key]``; while
+    it exits at once (its port was taken in the meantime: "address already in use"),
+    again with another."""
     for _attempt in range(5):
         port = unused_port()
-        (master_dir / "master").write_text(
-            f"id: themaster\nroot_dir: {master_dir}\ninterface: 127.0.0.1\nraet_port: {port}\n"
-            f"raet_alive_period: 2.0\nfile_roots: {{base: [{srv}/salt]}}\n"
-            f"pillar_roots: {{base: [{srv}/pillar]}}\n{PEER_CONFIG}{extra}")
-        procs["master"] = _daemon("master", master_dir)
-        bus = _connect_bus(load_node_config(master_dir, "master")["sock_dir"], procs["master"])
+        (confdir / "master").write_text(
+            f"id: {name}\nroot_dir: {confdir}\ninterface: 127.0.0.1\nraet_port: {port}\n"
+            f"{config}")
+        procs[key] = _daemon("master", confdir)
+        bus = _connect_bus(load_node_config(confdir, "master")["sock_dir"], procs[key])
         if bus is not None:
             return port, bus
-    raise SystemExit("demo: the master did not start (see its log file)")
+    raise SystemExit(f"demo: the master {name} did not start (see its log file)")
 
 
 def _connect_bus(sock_dir: str, master: subprocess.Popen[bytes]) -> MasterEvent | None:

@@ -611,7 +611,7 @@ def _run(args: argparse.Namespace, out: _Out) -> int:
         return with_cluster(opts, entries)
 
     if action == "list":
-        if opts.get("cluster_id") and opts.get("cluster_store"):
+        if in_cluster(opts):
             out.data(id_lists(cluster(snapshot(keep, _stale)), statuses))
         else:  # one master: the ids straight from the key index
             out.data(listed_ids(keep, statuses, _stale))
@@ -637,7 +637,7 @@ def _run(args: argparse.Namespace, out: _Out) -> int:
         return EXIT_OK
     master = Master.connect(opts)
     try:
-        if master is None and opts.get("cluster_id") and opts.get("cluster_store"):
+        if master is None and in_cluster(opts):
             cluster = _local_only  # the cluster's other keys go through a running master
         return run_change(keep, action, match, statuses, yes=args.yes, out=out,
                           hash_type=hash_type, master=master, cluster=cluster)
@@ -650,12 +650,18 @@ def _local_only(entries: list[KeyEntry]) -> list[KeyEntry]:
     return entries
 
 
+def in_cluster(opts: Mapping[str, Any]) -> bool:
+    """A master of a cluster whose shared store this tool can read (``cluster_id`` and
+    ``cluster_store``)."""
+    return bool(opts.get("cluster_id") and opts.get("cluster_store"))
+
+
 def with_cluster(opts: Mapping[str, Any], entries: list[KeyEntry]) -> list[KeyEntry]:
     """The keys of this master's keep and, in a cluster (``cluster_id`` with
     ``cluster_store``), the ids accepted or rejected on the other masters that this one
     has not seen (a store that cannot be read is said on stderr: the local keys are
     listed)."""
-    if not (opts.get("cluster_id") and opts.get("cluster_store")):
+    if not in_cluster(opts):
         return entries
     try:
         import psycopg

@@ -130,6 +130,10 @@ class _Housekeeping:
         self.road.service_remote(self.remote, now)
 
 
+_REFUSED_DETAIL = {DropReason.FOREIGN_SOURCE: "not an address this estate dialed",
+                   DropReason.NOT_PEER: "not a configured peer"}
+
+
 class Road:
     """The engine of one estate on the road.  See the module docstring for the calls.
 
@@ -243,12 +247,9 @@ class Road:
     def receive_datagram(self, data: bytes, address: Address, now: float) -> None:
         """Process one datagram; never raises for anything the datagram contains."""
         self.stats["rx"] += 1
-        sources = self.sources
-        if sources is not None and address not in sources:
-            self.drop(DropReason.FOREIGN_SOURCE, address, "not an address this estate dialed")
-            return
-        if self.admit is not None and not self.admit(address):
-            self.drop(DropReason.NOT_PEER, address, "not a configured peer")
+        refused = self._refused_source(address)
+        if refused is not None:
+            self.drop(refused, address, _REFUSED_DETAIL[refused])
             return
         if address not in self.guard.trusted:
             self.guard.received(address, len(data))
@@ -284,8 +285,7 @@ class Road:
         remote = self.remotes.get(int.from_bytes(data[2:6], "big")) if data[:2] == MAGIC else None
         if remote is None or remote.channel is None or address not in self.guard.trusted:
             return False
-        if ((self.sources is not None and address not in self.sources)
-                or (self.admit is not None and not self.admit(address))):
+        if self._refused_source(address) is not None:
             return False  # each datagram is dropped (and counted) by ``receive_datagram``
         heard = remote.channel.receive_train(data, segment, address, now, self.receive_datagram)
         if heard and remote.alive is not True:
@@ -323,6 +323,14 @@ class Road:
         return self._events.popleft() if self._events else None
 
     # -- commands -------------------------------------------------------------------------
+
+    def _refused_source(self, address: Address) -> DropReason | None:
+        """Why datagrams from ``address`` are not read at all (pipeline step 0), or None."""
+        if self.sources is not None and address not in self.sources:
+            return DropReason.FOREIGN_SOURCE
+        if self.admit is not None and not self.admit(address):
+            return DropReason.NOT_PEER
+        return None
 
     def restrict_sources(self, sources: frozenset[Address] | None) -> None:
         """Take datagrams only from ``sources`` (None: from anyone).  An estate that
