@@ -10,9 +10,18 @@ handler with the unsent datagrams, which retries later; a destination with nobod
 (ENOENT, ECONNREFUSED) is reported as failed; anything else is counted and dropped.
 
 Access control is the file system's: a yard's socket file is mode 0600 (0660 with a
-group), and the node's socket directory 0700 (0750 with a group).  Clients ``connect`` to
-the manor, which makes the kernel deliver to them only datagrams from the manor and lets
-a sender wait for room (``send_waiting``) instead of spinning.
+group), and the node's socket directory 0700 (0750 with a group).
+
+A client of a manor (``connect_to``) takes datagrams only from the manor's socket (the
+others are dropped and counted as ``foreign_source``), and its own socket is *not*
+connected: Linux skips the receiver's queue limit (``net.unix.max_dgram_qlen``) for a
+sender the receiver is connected to, so a connected client that stops reading would
+hold the manor's datagrams until the manor's whole send buffer is spent, and the manor
+could then send to nobody.  Unconnected, a client that stops reading fills only its own
+queue and the manor backs off for it alone.  To wait for room in the manor's queue
+(``send_waiting``) without spinning, the client keeps a second, unbound socket connected
+to the manor only to be polled: the kernel reports it writable when the manor's queue
+has room.
 """
 
 from __future__ import annotations
@@ -106,8 +115,6 @@ class UxdSocket:
                 if group is not None:
                     os.chown(path, -1, group)
                 os.chmod(path, 0o660 if group is not None else 0o600)
-                if connect_to is not None:
-                    sock.connect(check_socket_path(connect_to, sock_dir))
             except BaseException:
                 os.unlink(path)
                 raise
@@ -116,13 +123,31 @@ class UxdSocket:
             sock.close()
             raise
         self.sock = sock
-        self.connected_to = connect_to
+        self.connected_to: str | None = None
+        """The manor this client talks to (its socket is not connected: module docstring)."""
+        self._probe: socket.socket | None = None
+        self._peer_names: dict[str, bool] = {}
+        """Source path -> whether it names the manor's socket (bounded)."""
+        if connect_to is not None:
+            manor = check_socket_path(connect_to, sock_dir)
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            try:
+                probe.connect(manor)  # raises as a connect did: nobody serves it
+                probe.setblocking(False)
+            except BaseException:
+                probe.close()
+                self.close()
+                raise
+            self.connected_to, self._probe = manor, probe
 
     def fileno(self) -> int:
         return self.sock.fileno()
 
     def close(self) -> None:
         """Close the socket and remove its file."""
+        if self._probe is not None:
+            self._probe.close()
+            self._probe = None
         if self.sock.fileno() >= 0:
             self.sock.close()
             try:
@@ -133,6 +158,7 @@ class UxdSocket:
     def receive_into(self, handler: DatagramHandler, now: float, limit: int = 512) -> int:
         """Hand up to ``limit`` waiting datagrams to ``handler``; returns how many."""
         recvfrom = self.sock.recvfrom
+        manor = self.connected_to
         count = 0
         while count < limit:
             try:
@@ -141,9 +167,27 @@ class UxdSocket:
             except (BlockingIOError, InterruptedError):
                 break
             count += 1
+            if manor is not None and address != manor and not self._is_manor(address):
+                self.stats["foreign_source"] += 1
+                continue
             # Unbound senders show up as '' or None; abstract addresses as bytes.
             handler.receive_datagram(data, address if isinstance(address, str) else None, now)
         return count
+
+    def _is_manor(self, address: object) -> bool:
+        """Whether a source path other than ``connected_to``'s text names the same socket
+        file (another spelling of the same directory); remembered per path."""
+        if not isinstance(address, str) or not address or self.connected_to is None:
+            return False
+        known = self._peer_names.get(address)
+        if known is None:
+            try:
+                known = os.path.samefile(address, self.connected_to)
+            except OSError:
+                known = False
+            if len(self._peer_names) < 64:
+                self._peer_names[address] = known
+        return known
 
     def send_all(
         self, datagrams: list[tuple[bytes, str]], handler: DatagramHandler, now: float
@@ -182,19 +226,23 @@ class UxdSocket:
             handler.send_failed(path, now)
 
     def send_waiting(self, data: bytes, timeout: float | None) -> bool:
-        """Send on a connected socket, waiting up to ``timeout`` s for room (None: forever).
+        """Send to the manor (``connect_to``), waiting up to ``timeout`` s for room in its
+        queue (None: forever).
 
-        Returns False on timeout.  Raises OSError when the peer is gone.
+        Returns False on timeout.  Raises OSError when the manor is gone.
         """
+        manor, probe = self.connected_to, self._probe
+        if manor is None or probe is None:
+            raise LocalError("send_waiting needs a socket made with connect_to")
         try:
-            self.sock.send(data)
+            self.sock.sendto(data, manor)
             return True
         except BlockingIOError:
             pass
-        # For a connected AF_UNIX datagram socket the kernel reports writability only when
-        # the peer's queue has room, so this waits for the peer instead of spinning.
+        # The probe is connected to the manor: the kernel reports it writable only when the
+        # manor's queue has room, so this waits for the manor instead of spinning.
         poller = select.poll()
-        poller.register(self.sock.fileno(), select.POLLOUT)
+        poller.register(probe.fileno(), select.POLLOUT)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             remaining_ms = None
@@ -203,7 +251,7 @@ class UxdSocket:
             if not poller.poll(remaining_ms) and remaining_ms is not None:
                 return False
             try:
-                self.sock.send(data)
+                self.sock.sendto(data, manor)
                 return True
             except BlockingIOError:
                 continue

@@ -83,6 +83,31 @@ def test_listener_that_stops_reading_does_not_block_emitter(
     assert roundtrip(sock_dir, "still-serving") is not None
 
 
+def test_a_client_that_stops_reading_does_not_starve_the_others(
+    procs: list[Proc], short_dir: str
+) -> None:
+    """A real subscriber (``MasterEvent``, as a script or the REST API holds one) that
+    subscribes and then never reads.  Linux lets a sender queue datagrams without limit
+    to a socket connected to it, so when clients connected to the manor one such client
+    held the manor's datagrams until its whole send buffer was spent, and then nobody
+    got anything: the master stalled for every client.  Its queue is its own now."""
+    sock_dir = os.path.join(short_dir, "s")
+    start_bus(procs, "master", sock_dir)
+    with MasterEvent(sock_dir) as stalled, MasterEvent(sock_dir) as healthy, \
+            SaltEvent("master", sock_dir) as emitter:
+        assert stalled.connect_pub(5) and healthy.connect_pub(5)
+        # 4,000 events of 4 KiB: 16 MiB, beyond any send buffer Linux grants the manor.
+        pad = "x" * 4096
+        for n in range(4000):
+            assert emitter.fire_event({"n": n, "pad": pad}, "flood")
+            if n % 100 == 99:  # the healthy one keeps up; the stalled one never reads
+                while healthy.get_event(no_block=True, tag="flood") is not None:
+                    pass
+        assert emitter.fire_event({"last": True}, "done")
+        assert healthy.get_event(wait=10, tag="done") is not None
+        assert roundtrip(sock_dir, "still-serving") is not None
+
+
 def test_other_user_cannot_reach_the_bus(procs: list[Proc], short_dir: str) -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root to switch to a second uid")
