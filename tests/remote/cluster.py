@@ -124,3 +124,9 @@ def run_as(user: str, home: str, main: Callable[[list[str]], int], argv: list[st
         stderr = err.read().decode()
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status), stdout, stderr
+
+
+def daemon_logs(lines: int = 40, **daemons: Daemon) -> str:
+    """The last ``lines`` log lines of each daemon, named, for a failure's message."""
+    return "\n".join(f"--- {name}:\n" + "\n".join(daemon.drain()[-lines:])
+                     for name, daemon in daemons.items())

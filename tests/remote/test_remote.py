@@ -21,7 +21,7 @@ from daemons.helpers import Daemon, World, make_world
 
 from raetsalt.config import load_node_config
 from raetsalt.event import MasterEvent
-from remote.cluster import ALIVE, json_docs, started_cluster, wait_event
+from remote.cluster import ALIVE, daemon_logs, json_docs, started_cluster, wait_event
 
 pytestmark = pytest.mark.integration
 
@@ -271,13 +271,18 @@ def test_returns_survive_a_master_restart(cluster: Cluster) -> None:
     first = done.stdout.splitlines()[0]
     assert first.startswith("Executing job with jid ")
     jid = first.rsplit(" ", 1)[1]
-    assert cluster.master.terminate() == 0
+    old = cluster.master
+    assert old.terminate() == 0
     cluster.master = cluster.world.start("master", cluster.master_conf)
     cluster.master.expect("serving on")
-    assert cluster.run_json("jobs.lookup_jid", jid) == dict.fromkeys(GRAINS, "kept")
-    listed = cluster.run_json("jobs.list_jobs", "search_function=test.echo")
-    assert listed[jid]["Target"] == "*" and listed[jid]["Function"] == "test.echo"
-    cluster.master.expect_each([f"minion {m} connected" for m in GRAINS], timeout=10.0)
+    try:
+        assert cluster.run_json("jobs.lookup_jid", jid) == dict.fromkeys(GRAINS, "kept")
+        listed = cluster.run_json("jobs.list_jobs", "search_function=test.echo")
+        assert listed[jid]["Target"] == "*" and listed[jid]["Function"] == "test.echo"
+        cluster.master.expect_each([f"minion {m} connected" for m in GRAINS], timeout=10.0)
+    except AssertionError as exc:  # what the daemons said, to tell why
+        raise AssertionError(f"{exc}\n{daemon_logs(old=old, new=cluster.master, **cluster.minions)}"
+                             ) from None
     cluster.bus.destroy()
     cluster.bus = MasterEvent(load_node_config(cluster.master_conf, "master")["sock_dir"])
 
