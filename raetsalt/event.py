@@ -10,7 +10,7 @@ Use it as Salt's ``salt.utils.event``::
     raetsalt.event.SaltEvent('master', '/var/run/raetsalt/master').fire_event({'a': 1}, 'mytag')
 
 Each client is a yard on the node's lane (``<sock_dir>/<lane>.ev<random>.uxd``) whose
-socket is connected to the manor yard; the manor serves the bus (``raetsalt.manor``).
+socket takes datagrams only from the manor yard, which serves the bus (``raetsalt.manor``).
 Without daemons, host a bus with::
 
     python -m raetsalt.event serve --node minion|master --sock-dir DIR [--id ID]

@@ -1,7 +1,7 @@
 """The command-line side of the command protocol: a client yard on a daemon's lane.
 
 ``CommandClient('master', sock_dir)`` (or ``'minion'`` with the minion's id) binds a yard
-``cl<8 hex>`` next to the daemon's manor, connected to it, sends requests
+``cl<8 hex>`` next to the daemon's manor, talking only with it, sends requests
 (``request(share, **fields)`` returns the ``req`` it chose) and reads the replies
 (``receive(timeout)``).  Everything stays on the host: no network, and the daemon learns
 who is asking from the owner of this yard's socket file.

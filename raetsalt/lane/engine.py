@@ -268,7 +268,7 @@ class Lane:
     ) -> list[bytes]:
         """The pages of one message for yard ``destination``, queued nowhere.
 
-        For a sender that puts them on its socket at once itself (a client connected to
+        For a sender that puts them on its socket at once itself (a client of
         its manor), so the message costs no queue or ``datagrams_to_send`` round.  Raises
         like ``send``.
         """
