@@ -108,6 +108,30 @@ def test_a_client_that_stops_reading_does_not_starve_the_others(
         assert roundtrip(sock_dir, "still-serving") is not None
 
 
+def test_a_client_takes_datagrams_only_from_its_manor(procs: list[Proc], short_dir: str
+                                                      ) -> None:
+    """A client's socket is not connected to the manor (see above), so the kernel no longer
+    refuses other senders for it: the client drops what does not come from the manor."""
+    sock_dir = os.path.join(short_dir, "s")
+    start_bus(procs, "master", sock_dir)
+    with MasterEvent(sock_dir) as victim:
+        assert victim.connect_pub(5)
+        assert victim._sock is not None and victim._lane is not None
+        yard = victim._lane.yard_name
+        forged = page("manor", {"route": {"src": [None, "manor", None],
+                                          "dst": [None, yard, "event"]},
+                                "events": [["forged", {"evil": 1}]]}, dn=yard)
+        mallory = raw_yard(sock_dir, lane_name_for("master", None), "evmallory")
+        unbound = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        for sender in (mallory, unbound):
+            sender.sendto(forged, victim._sock.path)
+            sender.close()
+        assert (roundtrip(sock_dir, "after") or {}).get("ok") == "after"
+        got = victim.get_event(wait=5, tag="", full=True)
+        assert got is not None and got["tag"] == "after"
+        assert victim._sock.stats["foreign_source"] == 2
+
+
 def test_other_user_cannot_reach_the_bus(procs: list[Proc], short_dir: str) -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root to switch to a second uid")
