@@ -16,6 +16,8 @@ import pytest
 from helpers.ports import HeldPort
 from helpers.waiting import wait_for
 
+from raetsalt.config import load_node_config
+from raetsalt.event import MasterEvent, SaltEvent
 from raetsalt.keep.records import Acceptance
 from raetsalt.testing.forge import join_request
 from raetsalt.wire.enums import TransactionKind
@@ -214,3 +216,24 @@ def test_a_minion_says_at_the_default_level_that_its_master_does_not_answer(
     lines = minion.drain()
     lost = next((i for i, entry in enumerate(lines) if "lost the master" in entry), len(lines))
     assert sum("cannot reach" in entry for entry in lines[:lost]) == 1
+
+
+def test_a_bus_listener_that_never_reads_does_not_silence_the_master(world: World) -> None:
+    """A local user who may listen to the master's bus subscribes and never reads while
+    others fire 16 MiB of events.  When clients connected their socket to the manor, Linux
+    let the master queue to that one listener without limit: once the master's send
+    buffer was spent it could send nothing to anyone, and root's commands went
+    unanswered.  Now the listener's own queue fills and the master serves the others."""
+    confdir = world.master_dir()
+    master = world.start("master", confdir)
+    master.expect("serving on")
+    sock_dir = load_node_config(confdir, "master")["sock_dir"]
+    with MasterEvent(sock_dir) as stalled, SaltEvent("master", sock_dir) as emitter:
+        assert stalled.connect_pub(5)
+        pad = "x" * 4096
+        for n in range(4000):
+            assert emitter.fire_event({"n": n, "pad": pad}, "flood")
+        done = world.cli("run", confdir, "manage.up", "--out", "json")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert json.loads(done.stdout) == []
+    assert not any("Traceback" in line for line in master.drain())
