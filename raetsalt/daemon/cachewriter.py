@@ -94,11 +94,8 @@ class QueuedJobCache(JobCache):
 
     def commit(self, entries: list[Entry]) -> None:
         """The writer's batch (``KeepWriter`` calls it, in its thread)."""
-        latest: dict[tuple[str, str], bytes] = {}
-        for jid, name, text in entries:
-            latest[(jid, name)] = text  # a file saved twice in one batch: the last wins
-        super().commit([(jid, name, text) for (jid, name), text in latest.items()])
-        self._written([(jid, name, text) for (jid, name), text in latest.items()])
+        super().commit(entries)  # a file saved twice in one batch: the last text wins
+        self._written(entries)
 
     def _written(self, entries: list[Entry]) -> None:
         """``entries`` are on disk: readers find them there now (unless saved again)."""

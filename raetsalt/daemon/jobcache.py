@@ -76,11 +76,16 @@ class JobCache:
         system is synced, all are renamed into place, and it is synced again.  A crash
         leaves each file old or new, never torn; a temporary name starts with a dot, so
         readers never see one.  One writer per cache (the master's) is assumed: the
-        temporary name is the file's, dotted (no random names to make)."""
+        temporary name is the file's, dotted (no random names to make).  A file given
+        twice in one batch (a job's record saved again, as each sub-batch of a batch adds
+        its minions) is written once, with the last text."""
+        latest: dict[tuple[str, str], bytes] = {}
+        for jid, name, text in entries:
+            latest[(jid, name)] = text
         staged: list[tuple[str, Path]] = []
         made: set[str] = set()
         try:
-            for jid, name, text in entries:
+            for (jid, name), text in latest.items():
                 directory = self._dir(jid)
                 if jid not in made:
                     directory.mkdir(mode=0o700, exist_ok=True)

@@ -70,6 +70,43 @@ def test_each_pass_hands_over_a_batch_without_waiting_and_the_child_reports_it(
     assert on_disk.get_returns(JID)["m0000"] == {"return": False, "retcode": 1}
 
 
+def test_a_record_saved_twice_in_one_batch_does_not_stop_the_writer(
+        cache: QueuedJobCache, tmp_path: Path) -> None:
+    """A batch's record is saved again as each sub-batch adds its minions; when both
+    saves reached the child in one batch, it staged the same temporary file twice, the
+    second rename failed (ENOENT), and it retried that batch for ever: nothing after it
+    reached the disk, and a master restart lost every return since."""
+    writer = cache.writer
+    assert isinstance(writer, ProcessWriter)
+    cache.save_load(JID, {"fun": "test.ping", "minions": ["a"]})
+    writer.commit_now()  # starts the child
+    assert writer._proc is not None
+    writer._proc.send_signal(signal.SIGSTOP)  # both saves wait in the pipe together
+    try:
+        cache.save_load(JID, {"fun": "test.ping", "minions": ["a", "b"]})
+        writer.commit_now()
+        cache.save_load(JID, {"fun": "test.ping", "minions": ["a", "b", "c"]})
+        cache.save_return(JID, "c", {"return": True, "retcode": 0})
+        writer.commit_now()
+    finally:
+        writer._proc.send_signal(signal.SIGCONT)
+    assert cache.flush(30)
+    on_disk = JobCache(tmp_path / "jobs")
+    assert on_disk.get_load(JID) == {"fun": "test.ping", "minions": ["a", "b", "c"],
+                                     "jid": JID}
+    assert on_disk.get_returns(JID) == {"c": {"return": True, "retcode": 0}}
+
+
+def test_the_same_file_twice_in_one_commit_is_written_once_with_the_last_text(
+        tmp_path: Path) -> None:
+    cache = JobCache(tmp_path / "jobs")
+    cache.commit([(JID, "m.json", b'{"return": 1}'), (JID, ".load.json", b"{}"),
+                  (JID, "m.json", b'{"return": 2}')])
+    assert cache.get_returns(JID) == {"m": {"return": 2}}
+    assert sorted(p.name for p in (tmp_path / "jobs" / JID).iterdir()) == [".load.json",
+                                                                         "m.json"]
+
+
 def test_a_giant_return_goes_through_and_an_idle_writer_starts_no_process(
         cache: QueuedJobCache, tmp_path: Path) -> None:
     writer = cache.writer
