@@ -9,12 +9,11 @@ answer with ``ToMaster`` (the return) or ``ToClient`` (the ``raetsalt-call`` rep
 After every (re)connection, and whenever its grains change, the minion says hello to the
 master with its grains (``on_connected``, ``set_grains``); its first hello to each master
 also carries the time its daemon started, so that every master fires one and the same
-``salt/minion/<id>/start``.  After every (re)connection it
-also asks for the master's clock (``ask_clock``): the answer bounds how far the master's
-clock is from the minion's (``MasterClock``).  A publication
-whose deadline has passed is dropped, never run late (``raetsalt.protocol``,
-"Job deadlines"): each drop is counted in ``MinionJobs.dropped`` and logged (at most one
-line per ``DROP_LOG_INTERVAL``).
+``salt/minion/<id>/start``.  After every (re)connection it also asks for the master's
+clock (``ask_clock``): the answer bounds how far the master's clock is from the
+minion's (``MasterClock``).  A publication whose deadline has passed is dropped, never
+run late (``raetsalt.protocol``, "Job deadlines"): each drop is counted in
+``MinionJobs.dropped`` and logged (at most one line per ``DROP_LOG_INTERVAL``).
 
 ``execute`` runs one job in the current process and builds Salt's return:
 ``{return, retcode, success}``; a failure is ``success: False`` with ``out: 'nested'`` and
