@@ -70,9 +70,14 @@ strings become the ``__kwarg__`` mapping), and its ``user`` is the minion id.
 Road: master <-> minion (authenticated estates)
 -----------------------------------------------
 =====================  ======================================================================
-minion ``minion_hello`` ``{grains, start}``: after every (re)connection and whenever its
-                       grains change.  ``start`` is true on the first hello of a minion
-                       process; the master then fires ``salt/minion/<id>/start``.
+minion ``minion_hello`` ``{grains, start[, start_time, utc_offset]}``: after every
+                       (re)connection and whenever its grains change.  ``start`` is
+                       true on the first hello of a minion process to each master,
+                       with ``start_time`` (when the daemon started, Unix seconds)
+                       and ``utc_offset`` (its zone, seconds east of UTC); the master
+                       then fires ``salt/minion/<id>/start`` built from them (the
+                       same event on every master), or from its own clock when they
+                       are missing or implausible.
 minion ``clock_req``    ``{}``: asks for the master's clock, after every (re)connection
                        (see "Job deadlines").
 master ``clock``        ``{time}``: the answer to a clock_req: the master's wall clock

@@ -115,8 +115,12 @@ class MinionAdapter:
         """Salt's loader (``raetsalt.saltbridge``), or None: native functions only."""
         native_dirs = (opts.get("module_dirs") or ()) if self.bridge is None else ()
         self.loader = loader if loader is not None else Loader(native_dirs)
+        started = utcnow()
+        offset = started.astimezone().utcoffset()
         self.jobs = MinionJobs(str(opts["id"]), grains if grains is not None
-                               else load_grains(opts), estate=node.stack.road.name)
+                               else load_grains(opts), estate=node.stack.road.name,
+                               started=started.timestamp(),
+                               utc_offset=int(offset.total_seconds()) if offset else 0)
         self.relay = PeerRelay(node.stack.road.name)
         self.mine = MineClock(opts)
         """When ``mine.update`` runs (``raetsalt.services.mineclock``)."""
@@ -220,17 +224,17 @@ class MinionAdapter:
         for event in events:
             if isinstance(event, Allowed) and event.remote == master:
                 actions.extend(self.jobs.ask_clock(self.utcnow().timestamp()))
-                actions.extend(self._connected())
+                actions.extend(self._connected(master))
             elif isinstance(event, Allowed) and event.remote in others:
                 # another master served at once: its own hello (clock from the main one)
-                actions.extend(ToMaster(a.body, event.remote) if isinstance(a, ToMaster)
-                               else a for a in self._connected())
+                actions.extend(self._connected(event.remote))
         return actions
 
     def greet_master(self) -> list[MinionAction]:
         """The node serves another master whose session is already up (a failback):
         what a connection does (clock request, hello with the grains)."""
-        return [*self.jobs.ask_clock(self.utcnow().timestamp()), *self._connected()]
+        return [*self.jobs.ask_clock(self.utcnow().timestamp()),
+                *self._connected(self._master_name())]
 
     def poll(self, now: float) -> list[MinionAction]:
         """Time and the job processes: finished jobs become returns to the master and
@@ -304,11 +308,12 @@ class MinionAdapter:
 
     # -- internals ------------------------------------------------------------------------
 
-    def _connected(self) -> list[MinionAction]:
+    def _connected(self, master: str | None) -> list[MinionAction]:
         if self.bridge is not None and self.bridge.holds_hello():
             self.bridge.hello_due = True  # the hello carries Salt's grains once loaded
+            self.jobs.hold_hello(master)
             return []
-        return list(self.jobs.on_connected())
+        return list(self.jobs.on_connected(master))
 
     def _master_name(self) -> str | None:
         uid = self.node.master

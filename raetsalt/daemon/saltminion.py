@@ -153,7 +153,7 @@ class MinionBridge:
             log.warning("Salt's loader has not reported grains within %g s: saying hello "
                         "with raetsalt's own", HELLO_WAIT)
             self.hello_due = False
-            actions.extend(jobs.on_connected())
+            actions.extend(jobs.release_hellos())
         while self._sock is not None:
             try:
                 message = control.receive(self._sock)
@@ -273,7 +273,7 @@ class MinionBridge:
                 log.error("Salt's loader cannot be used: %s", reason)
         if self.hello_due and (self.ready or not self.active):
             self.hello_due = False
-            actions.extend(jobs.on_connected())
+            actions.extend(jobs.release_hellos())
         return actions
 
     def _send_job(self, jid: str, payload: dict[str, Any], write_fd: int) -> None:
@@ -310,7 +310,7 @@ class MinionBridge:
             self._schedule_restart()
         if self.hello_due and not self.active:
             self.hello_due = False
-            actions.extend(jobs.on_connected())
+            actions.extend(jobs.release_hellos())
         return actions
 
     def _schedule_restart(self) -> None:

@@ -20,10 +20,11 @@ the client is told at once which expected minions are not connected.
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from enum import StrEnum
 from typing import Any
 
@@ -79,6 +80,52 @@ class PeerGrant:
     runner: bool
     body: Mapping[str, Any]
     decision: acl.Decision
+
+
+class HelloDrop(StrEnum):
+    """What of a minion's hello was not taken (``MasterJobs.stats``)."""
+
+    START_TIME = "hello_bad_start_time"  # not a plausible time: the master's own is used
+    UTC_OFFSET = "hello_bad_utc_offset"  # not a time zone offset: the start time in UTC
+
+
+START_AHEAD = 3600.0
+"""Seconds a minion's start time may be ahead of the master's clock (clock skew)."""
+START_BEHIND = 400 * 86400.0
+"""Seconds a minion's start time may be behind the master's clock (its uptime, when it
+greets a master for the first time long after it started: a failover)."""
+MAX_UTC_OFFSET = 18 * 3600
+"""The largest time zone offset a minion may report (ISO 8601's bound), seconds."""
+
+
+def start_time_untrusted(value: Any, now: float) -> float | None:
+    """A hello's ``start_time`` (Unix seconds) when it is a number within
+    [``now - START_BEHIND``, ``now + START_AHEAD``], else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, int) and abs(value) > 2**53:
+        return None
+    start = float(value)
+    if not math.isfinite(start) or not now - START_BEHIND <= start <= now + START_AHEAD:
+        return None
+    return start
+
+
+def utc_offset_untrusted(value: Any) -> int | None:
+    """A hello's ``utc_offset`` (seconds east of UTC, whole minutes as time zones are),
+    else None."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    if abs(value) > MAX_UTC_OFFSET or value % 60:
+        return None
+    return value
+
+
+def _shown(value: Any) -> str:
+    """A bad value for a log line: a number as it is, anything else by its type."""
+    if isinstance(value, float) or (isinstance(value, int) and abs(value) < 2**64):
+        return repr(value)
+    return type(value).__name__
 
 
 class ReturnDrop(StrEnum):
@@ -242,18 +289,40 @@ class MasterJobs:
                     log.warning("grains of %s not cached: %s", minion, exc)
         if body.get("start") is not True:
             return []
-        now = self.utcnow()
         tag = f"salt/minion/{minion}/start"
-        started = now.astimezone().strftime("%a %b %d %H:%M:%S %Y")
+        when = self._start_time(minion, body)
         data = {
             "id": minion,
             "cmd": "_minion_event",
             "pretag": None,
             "tag": tag,
-            "data": f"Minion {minion} started at {started}",
-            "_stamp": salt_stamp(now),
+            "data": f"Minion {minion} started at {when.ctime()}",
+            "_stamp": salt_stamp(when),
         }
         return [Fire(tag, data)]
+
+    def _start_time(self, minion: str, body: Mapping[str, Any]) -> datetime:
+        """When the minion's daemon started, in its own time zone, from its hello (every
+        master a minion greets then fires the same start event); the master's clock (in
+        its own zone) when the hello has no start time or a bad one (counted, logged)."""
+        now = self.utcnow()
+        raw = body.get("start_time")
+        if raw is None:
+            return now.astimezone()  # a minion from before start times
+        start = start_time_untrusted(raw, now.timestamp())
+        if start is None:
+            self.stats[HelloDrop.START_TIME] += 1
+            times = self._quota_log.note(HelloDrop.START_TIME, now.timestamp())
+            if times:
+                log.warning("the start time in the hello of %s is not believable (%s): "
+                            "its start event has this master's time (%d since the last "
+                            "report)", clip(minion), _shown(raw), times)
+            return now.astimezone()
+        offset = utc_offset_untrusted(body.get("utc_offset", 0))
+        if offset is None:
+            self.stats[HelloDrop.UTC_OFFSET] += 1
+            offset = 0
+        return datetime.fromtimestamp(start, timezone(timedelta(seconds=offset)))
 
     def on_clock_req(self, minion: str) -> list[Action]:
         """The master's clock for ``minion`` (the answer to its ``clock_req``), so that it

@@ -7,12 +7,13 @@ is ignored, as in Salt), the daemon starts the job in its own process
 (``raetsalt.daemon.executor``) and reports back ``on_started``/``on_finished``, which
 answer with ``ToMaster`` (the return) or ``ToClient`` (the ``raetsalt-call`` reply).
 After every (re)connection, and whenever its grains change, the minion says hello to the
-master with its grains (``on_connected``, ``set_grains``).  After every (re)connection it
-also asks for the master's clock (``ask_clock``): the answer bounds how far the master's
-clock is from the minion's (``MasterClock``).  A publication
-whose deadline has passed is dropped, never run late (``raetsalt.protocol``,
-"Job deadlines"): each drop is counted in ``MinionJobs.dropped`` and logged (at most one
-line per ``DROP_LOG_INTERVAL``).
+master with its grains (``on_connected``, ``set_grains``); its first hello to each master
+also carries the time its daemon started, so that every master fires one and the same
+``salt/minion/<id>/start``.  After every (re)connection it also asks for the master's
+clock (``ask_clock``): the answer bounds how far the master's clock is from the
+minion's (``MasterClock``).  A publication whose deadline has passed is dropped, never
+run late (``raetsalt.protocol``, "Job deadlines"): each drop is counted in
+``MinionJobs.dropped`` and logged (at most one line per ``DROP_LOG_INTERVAL``).
 
 ``execute`` runs one job in the current process and builds Salt's return:
 ``{return, retcode, success}``; a failure is ``success: False`` with ``out: 'nested'`` and
@@ -68,6 +69,8 @@ CLOCK_PROBES = 3
 CLOCK_DRIFT = 1e-4
 """How fast (s/s) two clocks may drift apart: an old estimate widens by this much."""
 DROP_LOG_INTERVAL = 10.0
+MAX_MASTERS_GREETED = 256
+"""Masters remembered as greeted (the first hello says the minion started)."""
 
 
 class JobDrop(StrEnum):
@@ -264,8 +267,8 @@ class MinionJobs:
     :param estate: its road estate name (for routes).
     """
 
-    def __init__(self, minion_id: str, grains: dict[str, Any], *, estate: str | None = None
-                 ) -> None:
+    def __init__(self, minion_id: str, grains: dict[str, Any], *, estate: str | None = None,
+                 started: float | None = None, utc_offset: int = 0) -> None:
         self.minion_id = minion_id
         self.grains = grains
         self.pillar: dict[str, Any] = {}
@@ -275,7 +278,15 @@ class MinionJobs:
         self.dropped: Counter[JobDrop] = Counter()
         self.clock: MasterClock | None = None
         """The master's clock as far as it is known (kept across reconnections)."""
-        self._started = False
+        self.started = started
+        """When this minion's daemon started (Unix seconds), told each master in the
+        first hello so that every master fires the same start event; None: not told."""
+        self.utc_offset = utc_offset
+        """This minion's time zone then (seconds east of UTC): the start event's text."""
+        self._greeted: dict[str | None, None] = {}
+        """The masters that had their first hello (None: the one master, unnamed)."""
+        self._hellos_held: dict[str | None, None] = {}
+        """The masters whose hello waits for Salt's grains (``hold_hello``)."""
         self._asked_at: float | None = None
         """When the clock_req now waiting for its answer left (wall clock)."""
         self._probes = 0
@@ -288,11 +299,28 @@ class MinionJobs:
 
     # -- master ---------------------------------------------------------------------------
 
-    def on_connected(self) -> list[Action]:
-        """The session with the master is (again) up: report the grains."""
-        start = not self._started
-        self._started = True
-        return [ToMaster(self._hello(start))]
+    def on_connected(self, master: str | None = None) -> list[Action]:
+        """The session with ``master`` (its estate name; None: the one master) is (again)
+        up: report the grains.  The first hello to each master in this daemon's life says
+        the minion started, and when (the master fires ``salt/minion/<id>/start``)."""
+        start = master not in self._greeted
+        if start:
+            self._greeted[master] = None
+            while len(self._greeted) > MAX_MASTERS_GREETED:
+                del self._greeted[next(iter(self._greeted))]
+        return [ToMaster(self._hello(start), master)]
+
+    def hold_hello(self, master: str | None) -> None:
+        """The session with ``master`` is up but its hello waits (for Salt's grains)."""
+        self._hellos_held[master] = None
+        while len(self._hellos_held) > MAX_MASTERS_GREETED:
+            del self._hellos_held[next(iter(self._hellos_held))]
+
+    def release_hellos(self) -> list[Action]:
+        """The hellos held by ``hold_hello`` (the one master's when none was held)."""
+        held = list(self._hellos_held) or [None]
+        self._hellos_held.clear()
+        return [action for master in held for action in self.on_connected(master)]
 
     def ask_clock(self, now_wall: float) -> list[Action]:
         """The session with the master is (again) up: ask for its clock (``now_wall`` is
@@ -325,7 +353,7 @@ class MinionJobs:
         if grains == self.grains:
             return []
         self.grains = grains
-        return [ToMaster(self._hello(False))] if self._started else []
+        return [ToMaster(self._hello(False))] if self._greeted else []
 
     def on_publish(self, body: Mapping[str, Any], now: float, now_wall: float
                    ) -> list[Action]:
@@ -495,6 +523,10 @@ class MinionJobs:
                 if job.pid is not None]
 
     def _hello(self, start: bool) -> dict[str, Any]:
+        if start and self.started is not None:
+            return p.road_message(self.estate, None, p.SHARE_HELLO, grains=self.grains,
+                                  start=True, start_time=self.started,
+                                  utc_offset=self.utc_offset)
         return p.road_message(self.estate, None, p.SHARE_HELLO, grains=self.grains, start=start)
 
 

@@ -109,6 +109,18 @@ def test_a_first_hello_with_bytes_grain_names_does_not_stop_the_master(
     no_traceback(cluster)
 
 
+def test_hellos_with_impossible_start_times_get_the_masters_time(cluster: Cluster) -> None:
+    times = ["1e999", "-1e999", "1e300", "4611686018427387904", "-1", "'soon'", "[1.0]",
+             "{b'x': 1}", "True"]
+    rogue_sends(cluster, "[" + ", ".join(
+        f"{{'__share': 'minion_hello', 'start': True, 'grains': {{'id': 'rogue'}}, "
+        f"'start_time': {t}, 'utc_offset': 1000000000000}}" for t in times) + "]")
+    still_serving(cluster)
+    cluster.master.expect("the start time in the hello of 'rogue' is not believable (inf)",
+                          timeout=30)
+    no_traceback(cluster)
+
+
 def test_a_peer_publish_with_a_bytes_key_argument(cluster: Cluster) -> None:
     rogue_sends(cluster, "[{'__share': 'peer_publish', 'rid': 'r1', 'tgt': 'minion1',"
                          " 'tgt_type': 'glob', 'fun': 'test.ping', 'arg': [{b'k4': 1}]}]")
