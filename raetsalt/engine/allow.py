@@ -170,13 +170,16 @@ class AllowInitiator(_AllowBase):
     def _adoption_over(self) -> None:
         """An adoption that did not complete: the next attempt is a join."""
         if self.adopting:
-            self.remote.adopt = False
-            self.remote.link = Link.UNJOINED
-            self.remote.fuid = 0  # (an id from a cookie: that estate forgets it)
+            # Back to a first contact: an unsigned join, as with any new estate (that
+            # estate may not hold the keys we took for it).
+            remote = self.remote
+            remote.adopt = remote.signs_joins = False
+            remote.link = Link.UNJOINED
+            remote.fuid = 0  # (an id from a cookie: that estate forgets it)
 
     def _on_unjoined(self, packet: Packet, now: float) -> None:
         self.finish()
-        self.remote.adopt = False
+        self._adoption_over()
         self.port.on_unjoined(self.remote, now)
 
     def _on_refused(self, packet: Packet, now: float) -> None:

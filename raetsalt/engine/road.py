@@ -18,7 +18,9 @@ Receive pipeline (docs/raet-wire.md §7; stricter than raet's):
 2. join packets (plaintext by design) go to the join handlers; a correspondent is found
    by (source address, ids), so one address cannot steer another's join;
 3. every other packet must be signed, name a known remote by ``de`` and verify with that
-   remote's key; unsigned or forged packets are dropped without a reply;
+   remote's key; unsigned or forged packets are dropped without a reply (the one
+   exception, on a cluster master: an adoption hello, ``de = 0``, which names the
+   accepted key it is signed with: ``raetsalt.engine.adopt``);
 4. for remotely initiated packets the session id must not be older than the remote's
    current one; a newer one starts a new remote session;
 5. the packet goes to its transaction, or starts a correspondent (a table keyed by

@@ -27,14 +27,16 @@ ATTACKER = ("10.0.0.66", 4510)
 
 
 class Cluster:
-    def __init__(self, seed: int, *, mb_keep: MemoryKeep | None = None) -> None:
+    def __init__(self, seed: int, *, mb_keep: MemoryKeep | None = None,
+                 shared_keys: bool = True) -> None:
         self.net = FakeNet(Conditions(), seed=seed)
         keep_a = MemoryKeep()
         self.ma = make_peer(keep_a, MA, "ma", main=True, seed=seed + 1)
         record = keep_a.load_local()
         assert record is not None
         keep_b = mb_keep or MemoryKeep()
-        keep_b.save_local(replace(record, name="mb", role="mb", ha=MB, puid=1, epoch=0))
+        if shared_keys:
+            keep_b.save_local(replace(record, name="mb", role="mb", ha=MB, puid=1, epoch=0))
         self.mb = make_peer(keep_b, MB, "mb", main=True, seed=seed + 3, auto=AutoMode.NEVER)
         self.minion = make_peer(MemoryKeep(), MINION, "minion", seed=seed + 2)
         for ha, peer in ((MA, self.ma), (MB, self.mb), (MINION, self.minion)):
@@ -220,3 +222,16 @@ def test_a_hello_replayed_after_the_move_leaves_the_session_alone() -> None:
     assert cluster.mb.road.stats["adopted"] == 1
     cluster.mb.road.send_message("minion", {"job": "still here"}, cluster.net.now)
     assert cluster.until(lambda: {"job": "still here"} in cluster.minion.received())
+
+
+def test_a_master_without_the_cluster_keys_is_joined() -> None:
+    """The next master has keys of its own: the hello's box does not open there (dropped,
+    unanswered), the adoption times out and the minion joins it as a new estate (an
+    unsigned first contact), its key accepted through the cluster's store."""
+    cluster = Cluster(seed=8, shared_keys=False)
+    ma_uid = cluster.joined_to_ma()
+    cluster.share_minion_key()
+    uid = cluster.move_to_mb(ma_uid)
+    assert cluster.until(lambda: cluster.minion.road.remote(uid).allowed)
+    assert cluster.mb.road.stats["drop_decrypt"] >= 1 and cluster.mb.road.stats["adopted"] == 0
+    assert cluster.mb.of(Joined) and cluster.minion.road.remote(uid).name == "mb"
