@@ -7,6 +7,7 @@ cluster accepted through ``Road.adopt_key`` (a dict here, PostgreSQL on a daemon
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from raetsalt.crypto import KeyPair, Signer, random_bytes
@@ -50,8 +51,8 @@ class Cluster:
         found = self.accepted.get(verhex)
         return Acceptance.ACCEPTED if found == (role, pubhex) else None
 
-    def until(self, done: object, timeout: float = 60.0) -> bool:
-        return self.net.run_until(done, timeout=timeout)  # type: ignore[arg-type]
+    def until(self, done: Callable[[], bool], timeout: float = 60.0) -> bool:
+        return self.net.run_until(done, timeout=timeout)
 
     def joined_to_ma(self) -> int:
         uid = self.minion.road.connect(MA, self.net.now)
@@ -66,6 +67,21 @@ class Cluster:
     def move_to_mb(self, like: int) -> int:
         self.net.detach(MA)
         return self.minion.road.connect(MB, self.net.now, like=like)
+
+
+def capture_to_mb(cluster: Cluster) -> list[bytes]:
+    """Every datagram the minion sends to ``MB`` from now on (filled as it sends)."""
+    sent: list[bytes] = []
+    road = cluster.minion.road
+    original = road.datagrams_to_send
+
+    def capture(now: float) -> list[tuple[bytes | bytearray, tuple[str, int]]]:
+        out = original(now)
+        sent.extend(bytes(d) for d, to in out if to == MB)
+        return out  # type: ignore[return-value]
+
+    road.datagrams_to_send = capture  # type: ignore[method-assign]
+    return sent
 
 
 def allowed_on(peer: Peer, name: str) -> bool:
@@ -168,16 +184,8 @@ def test_a_replayed_adoption_hello_leaves_nothing_behind() -> None:
     cluster = Cluster(seed=6)
     ma_uid = cluster.joined_to_ma()
     cluster.share_minion_key()
-    sent: list[bytes] = []
+    sent = capture_to_mb(cluster)
     road = cluster.minion.road
-    original = road.datagrams_to_send
-
-    def capture(now: float) -> list[tuple[bytes | bytearray, tuple[str, int]]]:
-        out = original(now)
-        sent.extend(bytes(d) for d, to in out if to == MB)
-        return out  # type: ignore[return-value]
-
-    road.datagrams_to_send = capture  # type: ignore[method-assign]
     cluster.net.detach(MB)  # the minion's hello goes nowhere
     uid = cluster.move_to_mb(ma_uid)
     cluster.until(lambda: bool(sent), timeout=5)
@@ -199,16 +207,8 @@ def test_a_hello_replayed_after_the_move_leaves_the_session_alone() -> None:
     cluster = Cluster(seed=7)
     ma_uid = cluster.joined_to_ma()
     cluster.share_minion_key()
-    sent: list[bytes] = []
+    sent = capture_to_mb(cluster)
     road = cluster.minion.road
-    original = road.datagrams_to_send
-
-    def capture(now: float) -> list[tuple[bytes | bytearray, tuple[str, int]]]:
-        out = original(now)
-        sent.extend(bytes(d) for d, to in out if to == MB)
-        return out  # type: ignore[return-value]
-
-    road.datagrams_to_send = capture  # type: ignore[method-assign]
     uid = cluster.move_to_mb(ma_uid)
     assert cluster.until(lambda: road.remote(uid).allowed)
     attacker = RawHost()
