@@ -33,8 +33,9 @@ initiator whose adoption did not complete (time-out, ``unjoined``, refused) join
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from raetsalt.crypto import Verifier
 from raetsalt.drops import DropReason
@@ -45,8 +46,10 @@ from raetsalt.wire import allow as layout
 from raetsalt.wire.enums import Flag, PacketKind, TransactionKind
 
 if TYPE_CHECKING:
+    from raetsalt.engine.config import RoadConfig
+    from raetsalt.engine.keybook import KeyBook
+    from raetsalt.engine.precrypt import Precomputed
     from raetsalt.engine.remote import Address, Remote
-    from raetsalt.engine.road import Road
     from raetsalt.wire.header import Header
     from raetsalt.wire.packet import Packet
 
@@ -54,6 +57,23 @@ AdoptKey = Callable[[str], "tuple[str, str] | None"]
 """verify key (hex) -> (role, Curve25519 public key hex) of a key the cluster accepted."""
 
 _HEX = re.compile(rb"[0-9a-f]{64}\Z")
+
+
+class Host(Protocol):
+    """What an adoption needs of the road (``Road`` is one; the imports run one way)."""
+
+    config: RoadConfig
+    keys: KeyBook
+    remotes_by_name: dict[str, Remote]
+    precomputed: Precomputed
+    stats: Counter[str]
+
+    def drop(self, reason: DropReason, address: Address, detail: str) -> None: ...
+
+    def reply_stale(self, packet: Packet, address: Address,
+                    kind: PacketKind = PacketKind.NACK, *, copy_wait: bool = False) -> None: ...
+
+    def new_remote(self, name: str, ha: Address) -> Remote: ...
 
 
 def is_adoption_hello(packet: Packet) -> bool:
@@ -74,7 +94,7 @@ def is_adoption_refusal(header: Header) -> bool:
             and bool(header.flags & Flag.CF))
 
 
-def _refuse(road: Road, why: str, packet: Packet, address: Address, *,
+def _refuse(road: Host, why: str, packet: Packet, address: Address, *,
             answer: bool) -> None:
     road.stats[f"adopt_{why}"] += 1
     road.drop(DropReason.REFUSED, address, f"adoption refused: {why}")
@@ -82,7 +102,7 @@ def _refuse(road: Road, why: str, packet: Packet, address: Address, *,
         road.reply_stale(packet, address, PacketKind.UNJOINED)
 
 
-def adoption_remote(road: Road, adopt_key: AdoptKey, packet: Packet,
+def adoption_remote(road: Host, adopt_key: AdoptKey, packet: Packet,
                     address: Address) -> Remote | None:
     """The remote an adoption hello authenticates (made now if new), or None (refused:
     counted, and answered as the module docstring says)."""
