@@ -6,7 +6,8 @@ another master joins here without a re-accept), the operator's decisions made he
 to the cluster (``publish``, called by the key commands), and the decisions made on the
 other masters are applied to this road as they arrive (``poll``): a pending key accepted
 elsewhere lets its minion in here at once, a key deleted or rejected elsewhere ends that
-minion's session here.
+minion's session here.  A minion the cluster accepted that moves here from another master
+starts its session with the allow alone (the road's ``adopt_key``: ``engine.adopt``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class ClusterKeyLink:
         self.keys = ClusterKeys(params, str(cluster_id), str(opts["id"]))
         road = node.stack.road
         road.keys.policy = dataclasses.replace(road.keys.policy, shared=self.keys.verdict)
+        road.adopt_key = self.keys.accepted_key  # a minion moving here needs no join
 
     def register(self, selector: selectors.BaseSelector, data: Any = None) -> None:
         selector.register(self.keys.fileno(), selectors.EVENT_READ, data)

@@ -117,6 +117,9 @@ class MasterSwitch:
                     self.failures[uid] = self.failures.get(uid, 0) + 1
                 case Joined(remote=name) | Allowed(remote=name) if name in by_name:
                     self.failures[by_name[name]] = 0
+                    if isinstance(event, Allowed) and event.adopted:
+                        log.info("master %s: session started by an allow alone (a master "
+                                 "of the cluster this minion joined before: no join)", name)
                 case _:
                     pass
 
@@ -175,12 +178,24 @@ class MasterSwitch:
         except (LocalError, ValueError) as exc:
             log.warning("master %s: %s", master, exc)
             return None
-        uid = self.node.stack.connect(ha)
+        uid = self.node.stack.connect(ha, like=self._cluster_model(ha))
         self.uids[master] = uid
         self.failures[uid] = 0
         self.was_up.discard(uid)
         self.last_up.pop(uid, None)
         return uid
+
+    def _cluster_model(self, ha: tuple[str, int]) -> int | None:
+        """In a cluster, a master we joined (all present the cluster's keys): the road
+        may then start with the master at ``ha`` by an allow alone (``engine.adopt``)."""
+        if not self.opts.get("cluster_id"):
+            return None
+        road = self.node.stack.road
+        for uid in [self.node.master, *self.uids.values()]:
+            remote = road.remotes.get(uid) if uid is not None else None
+            if remote is not None and remote.joined and remote.fuid and remote.ha != ha:
+                return uid
+        return None
 
     def _perform(self, actions: list[Action]) -> None:
         for action in actions:

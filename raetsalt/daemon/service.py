@@ -586,7 +586,9 @@ class MasterWatch:
             elif isinstance(event, Allowed):
                 if event.remote not in self.connected:
                     self.connected.add(event.remote)
-                    log.info("minion %s connected (%s profile)", event.remote, event.profile)
+                    log.info("minion %s connected (%s profile%s)", event.remote, event.profile,
+                             ", moved here from another master of the cluster without a "
+                             "join" if event.adopted else "")
             elif isinstance(event, PresenceChanged):
                 if event.alive and event.remote not in self.alive:
                     self.alive.add(event.remote)

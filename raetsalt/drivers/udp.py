@@ -386,10 +386,11 @@ class RoadStack:
 
     # -- commands (each sends what it produced at once) ------------------------------------
 
-    def connect(self, ha: Address, *, name: str | None = None) -> int:
+    def connect(self, ha: Address, *, name: str | None = None, like: int | None = None
+                ) -> int:
         """Keep a session with the estate at ``ha`` (join, allow, re-establish); returns
-        its uid.  A host name is resolved once, here, in the socket's family.  ``name``:
-        see ``Road.connect``."""
+        its uid.  A host name is resolved once, here, in the socket's family.  ``name``
+        and ``like``: see ``Road.connect``."""
         _family, addr = resolve(ha, self.family)
         road = self.road
         if self.accept == "connected":
@@ -398,7 +399,7 @@ class RoadStack:
             except OSError as exc:
                 raise LocalError(f"cannot reach {format_ha(addr)}: {exc.strerror or exc}"
                                  ) from exc
-        uid = road.connect(addr, self.clock(), name=name)
+        uid = road.connect(addr, self.clock(), name=name, like=like)
         if self.accept != "anyone":
             if self.accept == "connected":
                 self.dialed.clear()

@@ -27,8 +27,10 @@ from raetsalt.crypto import KeyPair, SessionBox, random_bytes
 from raetsalt.drops import DropReason
 from raetsalt.engine.events import TransactionFailed
 from raetsalt.engine.native.frames import FQDN_MARK, OREO_MARK
+from raetsalt.engine.remote import Link
 from raetsalt.engine.transaction import Transaction
 from raetsalt.errors import BadPacket
+from raetsalt.keep.records import name_problem
 from raetsalt.wire import allow as layout
 from raetsalt.wire.enums import BodyKind, FootKind, PacketKind, TransactionKind
 from raetsalt.wire.header import Header
@@ -62,8 +64,12 @@ class _AllowBase(Transaction):
             self.port.transmit(self.last[0], self.last[1], self.address)
             self.restart_redo(now)
 
+    def _adoption_over(self) -> None:
+        """(The initiator of an adoption joins next.)"""
+
     def on_timeout(self, now: float) -> None:
         self.finish()
+        self._adoption_over()
         self.port.emit(TransactionFailed(self.remote.name, "allow", "timeout"))
         self.port.on_connect_failed(self.remote, now)
 
@@ -81,11 +87,16 @@ class AllowInitiator(_AllowBase):
         self.their_short: bytes | None = None
         self.session: SessionBox | None = None
         self.native = False
+        self.adopting = remote.adopt and remote.fuid == 0
+        """An adoption hello: the remote has no id of ours yet (``engine.adopt``)."""
 
     def start(self, now: float) -> None:
         nonce = random_bytes(NONCE)
         sealed = self.hello_box.encrypt(layout.HELLO_PLAIN, nonce)
-        self._send(PacketKind.HELLO, layout.pack_hello(self.short.public, sealed, nonce), now)
+        plain = (self.port.local.signer.verify_key.hex().encode("ascii") if self.adopting
+                 else layout.HELLO_PLAIN)
+        self._send(PacketKind.HELLO,
+                   layout.pack_hello(self.short.public, sealed, nonce, plain), now)
 
     def open_cookie(self, packet: Packet) -> layout.CookieStuff:
         """What a cookie packet's box holds (BadPacket if it does not open); changes
@@ -100,12 +111,17 @@ class AllowInitiator(_AllowBase):
             return
         remote, port = self.remote, self.port
         stuff = self.open_cookie(packet)
+        if self.adopting and stuff.far_uid == remote.uid and stuff.near_uid != 0:
+            # The remote's id for us comes in the box only the cluster key opens.
+            remote.fuid = self.destination_uid = stuff.near_uid
         if stuff.near_uid != remote.fuid or stuff.far_uid != remote.uid:
             raise BadPacket("allow cookie names other estate ids", DropReason.IDS)
         self.their_short = stuff.short_public
         # The responder offers the native profile inside the cookie box; we accept inside
         # the initiate box.  Neither mark can be changed without breaking a box.
         self.native = port.config.native and stuff.oreo.startswith(OREO_MARK)
+        if self.adopting and not self.native:
+            raise BadPacket("adoption cookie without the native offer", DropReason.BODY)
         fqdn = FQDN_MARK if self.native else remote.ha[0].encode("ascii", "replace")
         vouch_nonce = random_bytes(NONCE)
         vouch = port.long_box(remote).encrypt(self.short.public, vouch_nonce)
@@ -128,6 +144,8 @@ class AllowInitiator(_AllowBase):
         self.port.transmit(header, b"", self.address)
         self.finish()
         remote = self.remote
+        if self.adopting:
+            self._take_name(packet.coat)
         self.port.on_allowed(
             remote,
             self.session,  # the initiate's (one key agreement, not two)
@@ -137,14 +155,36 @@ class AllowInitiator(_AllowBase):
             ha=remote.ha,
             fuid=remote.fuid,
             rsid=remote.rsid,
+            adopted=self.adopting,
         )
+
+    def _take_name(self, coat: bytes) -> None:
+        """The name the adopting estate gave in its ack (signed with the key we know),
+        unless it is not a valid name or another remote holds it."""
+        name = coat.decode("ascii", "replace")
+        if name_problem(name) is None and self.port.name_holder(name) in (None, self.remote):
+            self.port.rename(self.remote, name)
+        else:
+            self.port.stats["adopt_name_ignored"] += 1
+
+    def _adoption_over(self) -> None:
+        """An adoption that did not complete: the next attempt is a join."""
+        if self.adopting:
+            # Back to a first contact: an unsigned join, as with any new estate (that
+            # estate may not hold the keys we took for it).
+            remote = self.remote
+            remote.adopt = remote.signs_joins = False
+            remote.link = Link.UNJOINED
+            remote.fuid = 0  # (an id from a cookie: that estate forgets it)
 
     def _on_unjoined(self, packet: Packet, now: float) -> None:
         self.finish()
+        self._adoption_over()
         self.port.on_unjoined(self.remote, now)
 
     def _on_refused(self, packet: Packet, now: float) -> None:
         self.finish()
+        self._adoption_over()
         reason = PacketKind(packet.header.packet_kind).name.lower()
         self.port.emit(TransactionFailed(self.remote.name, "allow", reason))
         self.port.on_connect_failed(self.remote, now)
@@ -178,6 +218,7 @@ class AllowCorrespondent(_AllowBase):
         fuid: int,
         reply_to: Address,
         now: float,
+        adopted: bool = False,
     ) -> None:
         super().__init__(
             port,
@@ -193,18 +234,24 @@ class AllowCorrespondent(_AllowBase):
         self.their_short = b""
         self.oreo = b""
         self.acked = False
+        self.adopted = adopted
+        """Started by an adoption hello (``engine.adopt``): the remote exists for it."""
 
     def start(self, packet: Packet, now: float) -> None:
         hello = layout.unpack_hello_untrusted(packet.coat)
         long_box = self.port.precomputed.box(self.port.local.long_keys.secret, hello.short_public)
+        plain = (self.remote.verify_key.hex().encode("ascii") if self.adopted
+                 else layout.HELLO_PLAIN)
         if (
-            hello.plain != layout.HELLO_PLAIN
+            hello.plain != plain
             or long_box.decrypt_untrusted(hello.box, hello.nonce) != layout.HELLO_PLAIN
         ):
             raise BadPacket(
                 "allow hello does not open to the agreed plain text", DropReason.DECRYPT
             )
         self.their_short = hello.short_public
+        if self.adopted and not self.port.config.native:
+            raise BadPacket("adoption hello on a raet road", DropReason.BODY)
         offer = OREO_MARK if self.port.config.native else b""
         self.oreo = offer + random_bytes(NONCE - len(offer))
         stuff = layout.pack_cookie_stuff(
@@ -241,8 +288,12 @@ class AllowCorrespondent(_AllowBase):
                 "allow vouch does not vouch for the short-term key", DropReason.DECRYPT
             )
         native = self.oreo.startswith(OREO_MARK) and stuff.fqdn.startswith(FQDN_MARK)
+        if self.adopted and not native:
+            raise BadPacket("adoption initiate without the native mark", DropReason.BODY)
         self.acked = True
-        self._send(PacketKind.ACK, b"", now)
+        # An adopting initiator learns our name here (it joined another estate of ours).
+        name = port.local.name.encode("ascii") if self.adopted else b""
+        self._send(PacketKind.ACK, name, now)
         port.on_allowed(
             remote,
             session,
@@ -252,6 +303,7 @@ class AllowCorrespondent(_AllowBase):
             ha=self.address,
             fuid=self.destination_uid,
             rsid=self.sid,
+            adopted=self.adopted,
         )
 
     def _on_ack(self, packet: Packet, now: float) -> None:
@@ -260,6 +312,8 @@ class AllowCorrespondent(_AllowBase):
 
     def _on_refused(self, packet: Packet, now: float) -> None:
         self.finish()
+        if self.adopted and not self.acked:
+            self.port.on_adoption_failed(self.remote)
 
     handlers = {
         PacketKind.HELLO: _on_hello,
@@ -276,3 +330,5 @@ class AllowCorrespondent(_AllowBase):
             self.finish()
         else:
             super().on_timeout(now)
+            if self.adopted:
+                self.port.on_adoption_failed(self.remote)

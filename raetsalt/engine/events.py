@@ -95,6 +95,8 @@ class Allowed(Event):
     remote: str
     profile: str
     """Which wire profile the session uses: ``"raet"`` or ``"native"``."""
+    adopted: bool = False
+    """Started without a join, between estates of one cluster (``engine.adopt``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,12 +9,12 @@ against a stub port, and every call back into the road is one of these:
   ``long_box``), ``drop`` (count a datagram found bad late), ``want_flush``,
   ``announced_period`` (the presence hint a native channel sends);
 * join bookkeeping: ``name_holder``, ``decide_key`` (the key policy over the road's
-  records), ``adopt_identity``, ``forget_join``, ``register_lazy`` / ``forget_lazy``,
+  records), ``adopt_identity``, ``rename``, ``forget_join``, ``register_lazy`` / ``forget_lazy``,
   ``remote_changed`` (persist the remote if it changed);
 * life-cycle hooks, named after the protocol event that calls them: ``on_joined``,
   ``on_allowed``, ``on_unjoined``, ``on_unallowed``, ``on_alive_timeout``,
   ``on_connect_failed``, ``on_message_finished``, ``on_renew``, ``on_estate_moved``,
-  ``on_path_validated``.
+  ``on_path_validated``, ``on_adoption_failed``.
 """
 
 from __future__ import annotations
@@ -127,9 +127,10 @@ class RoadPort(Protocol):
         ha: Address,
         fuid: int,
         rsid: int,
+        adopted: bool = False,
     ) -> None:
         """An allow completed: ``session`` is the new session, authenticated from
-        ``ha`` (the path is validated there)."""
+        ``ha`` (the path is validated there); ``adopted``: no join before it."""
 
     def on_unjoined(self, remote: Remote, now: float) -> None: ...
 
@@ -142,6 +143,12 @@ class RoadPort(Protocol):
         its presence or retry times changed."""
 
     def on_connect_failed(self, remote: Remote, now: float) -> None: ...
+
+    def rename(self, remote: Remote, name: str) -> None:
+        """``remote`` is known as ``name`` from now on (a valid name no other holds)."""
+
+    def on_adoption_failed(self, remote: Remote) -> None:
+        """The allow an adoption hello started did not complete (``engine.adopt``)."""
 
     def on_message_finished(self, remote: Remote, now: float) -> None: ...
 

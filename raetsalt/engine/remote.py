@@ -175,6 +175,11 @@ class Remote:
     signs_joins: bool = False
     """A raetsalt estate (an authenticated allow showed the native marks): our join
     requests to it are signed, and its join replies must be (``raetsalt.engine.join``)."""
+    adopt: bool = False
+    """Our first allow with this remote may be an adoption hello (it holds the same
+    identity as an estate we are joined with: ``raetsalt.engine.adopt``)."""
+    adopted: bool = False
+    """Not joined here: made by an adoption hello, forgotten if its allow fails."""
     busy_honoured: bool = False
     """Our last join attempt ended on an unsigned ``BUSY`` (``raetsalt.engine.busy``)."""
     trusted: bool = False

@@ -18,7 +18,9 @@ Receive pipeline (docs/raet-wire.md §7; stricter than raet's):
 2. join packets (plaintext by design) go to the join handlers; a correspondent is found
    by (source address, ids), so one address cannot steer another's join;
 3. every other packet must be signed, name a known remote by ``de`` and verify with that
-   remote's key; unsigned or forged packets are dropped without a reply;
+   remote's key; unsigned or forged packets are dropped without a reply (the one
+   exception, on a cluster master: an adoption hello, ``de = 0``, which names the
+   accepted key it is signed with: ``raetsalt.engine.adopt``);
 4. for remotely initiated packets the session id must not be older than the remote's
    current one; a newer one starts a new remote session;
 5. the packet goes to its transaction, or starts a correspondent (a table keyed by
@@ -47,6 +49,12 @@ from typing import Any
 from raetsalt.crypto import SessionBox
 from raetsalt.crypto.jobs import Answer, CryptoJob
 from raetsalt.drops import DropReason
+from raetsalt.engine.adopt import (
+    AdoptKey,
+    adoption_remote,
+    is_adoption_hello,
+    is_adoption_refusal,
+)
 from raetsalt.engine.allow import AllowCorrespondent, AllowInitiator
 from raetsalt.engine.busy import Admission, screen_untrusted
 from raetsalt.engine.config import RoadConfig
@@ -94,7 +102,7 @@ from raetsalt.engine.timers import Timed, TimerQueue, backoff
 from raetsalt.engine.transaction import mirrored_header
 from raetsalt.errors import BadPacket, LocalError
 from raetsalt.keep.policy import KeyDecision, KeyPolicy
-from raetsalt.keep.records import KeepState, KeyRef, LocalRecord, RemoteRecord
+from raetsalt.keep.records import KeepState, KeyRef, LocalRecord, RemoteRecord, name_problem
 from raetsalt.wire.body import decode_body_untrusted, encode_body, encode_message
 from raetsalt.wire.enums import BodyKind, CoatKind, Flag, FootKind, PacketKind, TransactionKind
 from raetsalt.wire.header import Header
@@ -201,6 +209,9 @@ class Road:
         """Only datagrams from addresses this admits are read (None: all); the others
         are dropped and counted (``not_peer``) before any work: the masters' own road
         admits its ``cluster_peers``."""
+        self.adopt_key: AdoptKey | None = None
+        """A cluster master's lookup of the keys its cluster accepted: set, an adoption
+        hello may start a session without a join (``raetsalt.engine.adopt``)."""
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -339,7 +350,9 @@ class Road:
         is answered with nothing, and costs no key work)."""
         self.sources = sources
 
-    def connect(self, ha: Address, now: float, *, name: str | None = None) -> int:
+    def connect(
+        self, ha: Address, now: float, *, name: str | None = None, like: int | None = None
+    ) -> int:
         """Keep a session with the estate at ``ha`` (usually a main): join, allow, and
         re-establish it by itself after failures or restarts.  Returns the remote's uid.
 
@@ -347,6 +360,11 @@ class Road:
         by that name at once (messages queue until the session is up).  If the join
         reveals another name, the remote is renamed to it (and if that name is an estate
         we knew at another address, with the same keys, this one takes it over).
+
+        ``like``: a remote we are joined with that holds the same identity as the estate
+        at ``ha`` (another master of its cluster).  If we never joined the estate at
+        ``ha``, the session starts with an adoption allow, no join (``engine.adopt``);
+        should that not complete, it joins.
         """
         remote = self.remotes_by_name.get(name) if name else None
         if remote is None:
@@ -360,6 +378,16 @@ class Road:
         # Always re-join on (re)connect: the other side may have restarted.
         self._lose_session(remote)
         remote.link = Link.UNJOINED
+        model = self.remotes.get(like) if like is not None else None
+        if (model is not None and model is not remote and model.joined and remote.fuid == 0
+                and model.verifier is not None and self.config.native):
+            remote.role, remote.main, remote.kind = model.role, model.main, model.kind
+            remote.set_keys(model.verify_key, model.long_public)
+            remote.signs_joins, remote.adopt, remote.link = True, True, Link.JOINED
+            if name_problem(remote.name) is not None:  # (the address: not a keep name)
+                self.rename(remote, "at-{}-{}".format(ha[0].replace(":", "-"), ha[1]))
+            if remote.sid == 0:
+                self._bump_sid(remote)
         remote.retry_at = now
         self.service_remote(remote, now)
         return remote.uid
@@ -387,8 +415,9 @@ class Road:
 
     def allow(self, uid: int, now: float) -> None:
         remote = self.remotes[uid]
-        if not remote.joined or remote.fuid == 0:
-            # No id of ours there (renewed, or joined by it): an allow would carry de 0.
+        if not remote.joined or (remote.fuid == 0 and not remote.adopt):
+            # No id of ours there (renewed, or joined by it): an allow would carry de 0
+            # (which only an adoption hello may: ``engine.adopt``).
             self.join(uid, now)
             return
         if remote.in_progress(TransactionKind.ALLOW) is not None:
@@ -540,13 +569,16 @@ class Road:
             raise BadPacket("too many keys pending", DropReason.PENDING_LIMIT)
         return decision
 
-    def adopt_identity(self, remote: Remote, join: JoinBody, *, fuid: int) -> None:
-        if join.name != remote.name:
+    def rename(self, remote: Remote, name: str) -> None:
+        if name != remote.name:
             self.remotes_by_name.pop(remote.name, None)
             if self._persisted.pop(remote.name, None) is not None:
                 self.emit(RemoteRemoved(remote.name))  # its record lives under the old name
-            remote.name = join.name
+            remote.name = name
             self.remotes_by_name[remote.name] = remote
+
+    def adopt_identity(self, remote: Remote, join: JoinBody, *, fuid: int) -> None:
+        self.rename(remote, join.name)
         remote.role, remote.main, remote.kind, remote.fuid = join.role, join.main, join.kind, fuid
         remote.set_keys(bytes.fromhex(join.verhex), bytes.fromhex(join.pubhex))
 
@@ -614,6 +646,7 @@ class Road:
         ha: Address,
         fuid: int,
         rsid: int,
+        adopted: bool = False,
     ) -> None:
         if remote.channel is not None:
             remote.outbox.extendleft(reversed(remote.channel.unfinished()))
@@ -635,6 +668,7 @@ class Road:
                 now=now,
             )
         remote.session = session
+        remote.adopt = remote.adopted = False
         if self.config.native:
             remote.signs_joins = native  # it showed (or not) that it is ours, authenticated
         remote.link = Link.ALLOWED
@@ -654,7 +688,9 @@ class Road:
         remote.outbox.extendleft(reversed(requeue))
         self.remote_changed(remote)
         self._set_alive(remote, True)
-        self.emit(Allowed(remote.name, remote.profile))
+        if adopted:
+            self.stats["adopted"] += 1
+        self.emit(Allowed(remote.name, remote.profile, adopted))
         self._pump(remote, now)
         self._rearm(remote, now)
 
@@ -693,6 +729,12 @@ class Road:
         # Jitter spreads reconnects so a thousand minions do not hit a restarted main at once.
         remote.retry_at = now + remote.retry_delay * self.rng.uniform(0.5, 1.0)
         self._rearm(remote, now)
+
+    def on_adoption_failed(self, remote: Remote) -> None:
+        self.stats["adopt_failed"] += 1
+        if (remote.adopted and not remote.allowed and self.remotes.get(remote.uid) is remote
+                and remote.in_progress(TransactionKind.ALLOW) is None):
+            self._remove(remote)  # made by hellos alone, none completed: nothing proved it
 
     def on_message_finished(self, remote: Remote, now: float) -> None:
         remote.sender = None
@@ -878,7 +920,14 @@ class Road:
             return
         if header.foot_kind != FootKind.NACL:
             raise BadPacket("unsigned packet", DropReason.UNSIGNED)
-        if not (header.source_uid and header.destination_uid and header.session_id):
+        if self.adopt_key is not None and is_adoption_hello(packet):
+            self._start_adoption(self.adopt_key, packet, address, now)
+            return
+        if not (
+            (header.source_uid or is_adoption_refusal(header))
+            and header.destination_uid
+            and header.session_id
+        ):
             raise BadPacket("zero estate or session id", DropReason.IDS)
         remote = self.remotes.get(header.destination_uid)
         if remote is None or remote.verifier is None:
@@ -1000,6 +1049,28 @@ class Road:
             ) or isinstance(other, AllowInitiator):
                 other.finish()  # a newer, valid hello supersedes an unfinished handshake
         remote.transactions[txn.key] = txn
+
+    def _start_adoption(
+        self, adopt_key: AdoptKey, packet: Packet, address: Address, now: float
+    ) -> None:
+        remote = adoption_remote(self, adopt_key, packet, address)
+        if remote is None:
+            return
+        header = packet.header
+        txn = AllowCorrespondent(self, remote, sid=header.session_id,
+                                 tid=header.transaction_id, fuid=header.source_uid,
+                                 reply_to=address, now=now, adopted=True)
+        try:
+            txn.start(packet, now)
+        except BadPacket:
+            self.on_adoption_failed(remote)
+            raise
+        for other in list(remote.transactions.values()):
+            if (isinstance(other, AllowCorrespondent) and other.address == address) or \
+                    isinstance(other, AllowInitiator):
+                other.finish()  # a newer, valid hello supersedes an unfinished handshake
+        remote.transactions[txn.key] = txn
+        self._rearm(remote, now)
 
     def _handshaking(self, remote: Remote) -> bool:
         return any(

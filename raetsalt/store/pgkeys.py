@@ -37,6 +37,7 @@ from raetsalt.store.pgconfig import describe
 from raetsalt.store.pgwriter import connect, connect_ready, first_line
 from raetsalt.store.sharedkeys import (
     SharedKey,
+    accepted_key,
     decided,
     foreign,
     from_payload,
@@ -96,6 +97,8 @@ class ClusterKeys:
         self.origin = origin
         self.clock = clock
         self.book: dict[str, SharedKey] = {}
+        self.by_verify: dict[str, str] = {}
+        """verify key -> id of each decision heard (``accepted_key``)."""
         self.stats: Counter[str] = Counter()
         self.connected = False
         self._lock = threading.Condition()
@@ -119,6 +122,12 @@ class ClusterKeys:
         """The key policy's ``shared`` hook."""
         with self._lock:
             return verdict(self.book, role, verhex, pubhex)
+
+    def accepted_key(self, verhex: str) -> tuple[str, str] | None:
+        """The road's ``adopt_key`` hook: the id and public key the cluster accepted
+        with this verify key (``raetsalt.engine.adopt``)."""
+        with self._lock:
+            return accepted_key(self.book, self.by_verify, verhex)
 
     def holds(self, ref: KeyRef) -> bool:
         """The cluster's last decision is ``ref`` (an id accepted or rejected on another
@@ -145,6 +154,7 @@ class ClusterKeys:
             return
         with self._lock:
             self.book[shared.role] = shared
+            self.by_verify[shared.verhex] = shared.role
             if len(self._outbox) < MAX_QUEUED:
                 self._outbox.append(shared)
             else:
@@ -265,6 +275,7 @@ class ClusterKeys:
             if self.book.get(shared.role) == shared:
                 return
             self.book[shared.role] = shared
+            self.by_verify[shared.verhex] = shared.role
             self._inbox.append(shared)
             self.stats["heard"] += 1
         try:

@@ -66,6 +66,17 @@ def verdict(book: Mapping[str, SharedKey], role: str, verhex: str,
     return None  # deleted: undecided again
 
 
+def accepted_key(book: Mapping[str, SharedKey], by_verify: Mapping[str, str],
+                 verhex: str) -> tuple[str, str] | None:
+    """The id and Curve25519 key (hex) the cluster accepted with this verify key, or
+    None (``by_verify``: verify key -> id, possibly stale: the book decides)."""
+    role = by_verify.get(verhex)
+    shared = None if role is None else book.get(role)
+    if shared is None or shared.state != "accepted" or shared.verhex != verhex:
+        return None
+    return shared.role, shared.pubhex
+
+
 def local_action(shared: SharedKey, local: RoleRecord | None) -> tuple[str, KeyRef] | None:
     """The operator action that makes this master's record agree with ``shared``."""
     if local is None or (local.verhex, local.pubhex) != (shared.verhex, shared.pubhex):

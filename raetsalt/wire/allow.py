@@ -134,12 +134,15 @@ def _require_size(body: bytes, size: int, what: str) -> None:
         raise BadPacket(f"{what} body is {len(body)} bytes, not {size}", DropReason.BODY)
 
 
-def pack_hello(short_public: bytes, box80: bytes, nonce: bytes) -> bytes:
-    """The 200-byte hello body (``HELLO_PLAIN`` is filled in)."""
+def pack_hello(short_public: bytes, box80: bytes, nonce: bytes,
+               plain: bytes = HELLO_PLAIN) -> bytes:
+    """The 200-byte hello body (``plain``: raet's ``HELLO_PLAIN``, or the initiator's
+    verify key in hex for a native adoption hello, ``raetsalt.engine.adopt``)."""
     _check(short_public, 32, "short-term public key")
     _check(box80, 80, "hello box")
     _check(nonce, 24, "nonce")
-    return _HELLO.pack(HELLO_PLAIN, short_public, box80, nonce)
+    _check(plain, 64, "hello plain")
+    return _HELLO.pack(plain, short_public, box80, nonce)
 
 
 def unpack_hello_untrusted(body: bytes) -> Hello:

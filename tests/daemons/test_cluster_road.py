@@ -93,6 +93,11 @@ class Cluster:
         names = {f"127.0.0.1:{self.ports[n]}": n for n in NAMES}
         return names[rendezvous_order(minion_id, list(names))[0]]
 
+    def next_choice(self, minion_id: str, lost: str) -> str:
+        names = {f"127.0.0.1:{self.ports[n]}": n for n in NAMES}
+        return next(names[m] for m in rendezvous_order(minion_id, list(names))
+                    if names[m] != lost)
+
     def salt(self, master: str, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "raetsalt.cli.salt", "-c",
                                str(self.root / master), *args],
@@ -353,7 +358,13 @@ def test_a_minion_moves_to_its_next_master_and_the_fleet_stays_whole(cluster: Cl
     masters.pop(victim)
     cluster.daemons.pop(victim).stop()  # SIGKILL
     moved = [i for i in ids if cluster.first_choice(i) == victim]
-    for i in moved:  # the same master key everywhere: accepted, no new key to pin
-        minions[i].expect("connected to the master m", timeout=60)
+    for i in moved:
+        # The same master key everywhere, the minion's key in the cluster's store: the
+        # session with the next master starts with the allow, no join (nor a re-accept).
+        new = cluster.next_choice(i, victim)
+        minions[i].expect(f"master {new}: session started by an allow alone", timeout=60)
+        minions[i].expect(f"connected to the master {new}", timeout=60)
+        line = masters[new].expect(f"minion {i} connected", timeout=30)
+        assert "moved here from another master of the cluster without a join" in line
     for name in masters:  # a job published after the loss, from each survivor
         assert cluster.ping_all(name, set(ids)) == dict.fromkeys(ids, True), name

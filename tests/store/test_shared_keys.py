@@ -15,6 +15,7 @@ from raetsalt.keep.records import Acceptance, KeyRef, KeyState, RoleRecord
 from raetsalt.store.pgkeys import CHANNEL, ClusterKeys
 from raetsalt.store.sharedkeys import (
     SharedKey,
+    accepted_key,
     decided,
     from_payload,
     local_action,
@@ -104,3 +105,16 @@ def test_two_masters_hear_each_other(postgres: Postgres) -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_a_verify_key_finds_only_what_the_cluster_accepted_with_it() -> None:
+    """The adoption lookup: the id and public key of an accepted decision on this very
+    verify key; a rejected or deleted one, another key under the id, or an index entry
+    the book no longer backs, finds nothing."""
+    v1, p1, v2 = "1" * 64, "2" * 64, "3" * 64
+    book = {"m1": SharedKey("m1", "accepted", v1, p1)}
+    assert accepted_key(book, {v1: "m1"}, v1) == ("m1", p1)
+    assert accepted_key(book, {v1: "m1"}, v2) is None
+    assert accepted_key(book, {v2: "m1"}, v2) is None  # the index is stale: m1 has v1
+    for state in ("rejected", "deleted"):
+        assert accepted_key({"m1": SharedKey("m1", state, v1, p1)}, {v1: "m1"}, v1) is None
