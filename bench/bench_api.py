@@ -5,7 +5,11 @@ as a command, ``/events`` events/s to one SSE client, and the CPU of 100 idle SS
 clients.
 
     .venv/bin/python bench/bench_api.py [--requests 300] [--runs 3] [--cli 10]
-                                        [--events 20000] [--idle 10]
+                                        [--events 20000] [--idle 10] [--pings-only]
+
+``--pings-only``: the test.ping figures alone (one client per path, then 1, 2 and 4
+concurrent HTTP clients against one command-socket client, interleaved: requests/s, p50
+and p95), without the command, runner, ``/events`` and idle figures.
 
 The three paths run interleaved, ten requests each in turn, so that the machine's load
 weighs on them alike; each of ``--runs`` runs gives a rate and a p50 per path, and the
@@ -164,6 +168,50 @@ def welcome(site: Site, seconds: float) -> float:
     return done / (time.monotonic() - started)
 
 
+CONCURRENT = (("http x1", "http", 1), ("http x2", "http", 2), ("http x4", "http", 4),
+              ("cmdsock x1", "cmdsock", 1))
+
+
+def clients_pinging(site: Site, token: str, path: str, clients: int, each: int
+                    ) -> tuple[float, list[float]]:
+    """``clients`` threads, each sending ``each`` pings over ``path`` back to back: the
+    wall time and every request's latency."""
+    times: list[list[float]] = [[] for _ in range(clients)]
+
+    def worker(index: int) -> None:
+        times[index] = PINGS[path](site, token, each)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - started, [t for each_times in times for t in each_times]
+
+
+def p95_ms(times: list[float]) -> float:
+    return statistics.quantiles(times, n=20)[-1] * 1000
+
+
+def concurrency(site: Site, token: str, requests: int, runs: int
+                ) -> list[dict[str, tuple[float, float, float]]]:
+    """Per run and label of ``CONCURRENT``: requests/s, p50 and p95 (ms); the labels take
+    turns, 40 requests per client at a time."""
+    out = []
+    for _ in range(runs):
+        wall: dict[str, float] = dict.fromkeys((c[0] for c in CONCURRENT), 0.0)
+        lat: dict[str, list[float]] = {c[0]: [] for c in CONCURRENT}
+        for _ in range(max(1, requests // 40)):
+            for label, path, clients in CONCURRENT:
+                seconds, times = clients_pinging(site, token, path, clients, 40)
+                wall[label] += seconds
+                lat[label] += times
+        out.append({label: (len(lat[label]) / wall[label], p50_ms(lat[label]),
+                            p95_ms(lat[label])) for label in wall})
+    return out
+
+
 def concurrent_http(site: Site, token: str, clients: int, seconds: float) -> float:
     done = [0] * clients
     stop = time.monotonic() + seconds
@@ -280,6 +328,8 @@ def main() -> int:
                         help="raetsalt '*' test.ping commands timed (0: none)")
     parser.add_argument("--events", type=int, default=20000)
     parser.add_argument("--idle", type=float, default=10.0)
+    parser.add_argument("--pings-only", action="store_true",
+                        help="only the test.ping figures (module docstring)")
     args = parser.parse_args()
     results: dict[str, Any] = {}
     with started_site(MINIONS, BENCH_API) as site:
@@ -305,6 +355,8 @@ def _measure(site: Site, args: argparse.Namespace, results: dict[str, Any]) -> i
         runs.append({path: (len(t) / sum(t), p50_ms(t)) for path, t in times.items()})
     results["ping_runs"] = runs
     print(json.dumps({"ping_runs": runs}), flush=True)
+    if args.pings_only:
+        return _pings_only(site, token, args, runs, results)
     results["cli_p50_ms"] = p50_ms(cli_pings(site, args.cli)) if args.cli else None
     runner_http, runner_lane = [], []
     for _ in range(args.requests // 10):
@@ -326,14 +378,7 @@ def _measure(site: Site, args: argparse.Namespace, results: dict[str, Any]) -> i
     base, loaded = idle_cpu(site, token, 100, args.idle)
     results["idle_cpu_no_clients_pct"] = base * 100
     results["idle_cpu_100_sse_clients_pct"] = loaded * 100
-    print(f"local test.ping on {MINIONS} minions, one client in sequence, median of "
-          f"{args.runs} runs of {args.requests} requests per path [lowest-highest]:")
-    for path in PATHS:
-        rates = [run[path][0] for run in runs]
-        p50s = [run[path][1] for run in runs]
-        print(f"  {path:8s} {spread(rates, '7.1f')} req/s   p50 {spread(p50s, '6.2f')} ms")
-    gaps = [run["http"][1] - run["cmdsock"][1] for run in runs]
-    print(f"  HTTP - command socket p50: {spread(gaps, '+.2f')} ms")
+    _print_pings(args, runs)
     if results["cli_p50_ms"] is not None:
         print(f"raetsalt '*' test.ping (a process each time): p50 "
               f"{results['cli_p50_ms']:.0f} ms over {args.cli} runs")
@@ -347,6 +392,37 @@ def _measure(site: Site, args: argparse.Namespace, results: dict[str, Any]) -> i
           f"({results['sse_events_received']} of {args.events} fired)")
     print(f"raetsalt-api CPU, idle: {results['idle_cpu_no_clients_pct']:.2f} % of a core; "
           f"with 100 idle SSE clients: {results['idle_cpu_100_sse_clients_pct']:.2f} %")
+    print(json.dumps(results))
+    return 0
+
+
+def _print_pings(args: argparse.Namespace, runs: list[dict[str, tuple[float, float]]]
+                 ) -> None:
+    print(f"local test.ping on {MINIONS} minions, one client in sequence, median of "
+          f"{args.runs} runs of {args.requests} requests per path [lowest-highest]:")
+    for path in PATHS:
+        rates = [run[path][0] for run in runs]
+        p50s = [run[path][1] for run in runs]
+        print(f"  {path:8s} {spread(rates, '7.1f')} req/s   p50 {spread(p50s, '6.2f')} ms")
+    gaps = [run["http"][1] - run["cmdsock"][1] for run in runs]
+    print(f"  HTTP - command socket p50: {spread(gaps, '+.2f')} ms")
+
+
+def _pings_only(site: Site, token: str, args: argparse.Namespace,
+                runs: list[dict[str, tuple[float, float]]], results: dict[str, Any]) -> int:
+    conc = concurrency(site, token, args.requests, args.runs)
+    results["concurrency_runs"] = conc
+    _print_pings(args, runs)
+    print(f"concurrent clients, each 40 pings at a time in turn, median of {args.runs} runs "
+          f"of {args.requests} requests per line [lowest-highest]:")
+    for label, _path, _clients in CONCURRENT:
+        rates = [run[label][0] for run in conc]
+        p50s = [run[label][1] for run in conc]
+        p95s = [run[label][2] for run in conc]
+        print(f"  {label:10s} {spread(rates, '7.1f')} req/s   p50 {spread(p50s, '6.2f')} ms"
+              f"   p95 {spread(p95s, '6.2f')} ms")
+    print("  (requests where a minion did not return within the 10 s timeout: "
+          + ", ".join(f"{path} {INCOMPLETE[path]}" for path in PATHS) + ")")
     print(json.dumps(results))
     return 0
 
