@@ -32,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -181,13 +182,19 @@ def clients_pinging(site: Site, token: str, path: str, clients: int, each: int
     def worker(index: int) -> None:
         times[index] = PINGS[path](site, token, each)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
+    seconds = in_threads(worker, clients)
+    return seconds, [t for each_times in times for t in each_times]
+
+
+def in_threads(worker: Callable[[int], None], count: int) -> float:
+    """Run ``worker(0)`` ... ``worker(count - 1)`` in threads at once: the wall time."""
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(count)]
     started = time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    return time.perf_counter() - started, [t for each_times in times for t in each_times]
+    return time.perf_counter() - started
 
 
 def p95_ms(times: list[float]) -> float:
@@ -230,13 +237,7 @@ def concurrent_http(site: Site, token: str, clients: int, seconds: float) -> flo
             done[index] += 1
         conn.close()
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
-    started = time.monotonic()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return sum(done) / (time.monotonic() - started)
+    return sum(done) / in_threads(worker, clients)
 
 
 def open_stream(site: Site, token: str) -> socket.socket:
