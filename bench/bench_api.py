@@ -6,6 +6,10 @@ clients.
 
     .venv/bin/python bench/bench_api.py [--requests 300] [--runs 3] [--cli 10]
                                         [--events 20000] [--idle 10] [--pings-only]
+                                        [--base DIR]
+
+``--base DIR``: the concurrent figures below for the code in DIR (another version's
+checkout, compiled modules built) and this one, side by side, taking turns.
 
 ``--pings-only``: the test.ping figures alone (one client per path, then 1, 2 and 4
 concurrent HTTP clients against one command-socket client, interleaved: requests/s, p50
@@ -30,9 +34,11 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -201,21 +207,24 @@ def p95_ms(times: list[float]) -> float:
     return statistics.quantiles(times, n=20)[-1] * 1000
 
 
-def concurrency(site: Site, token: str, requests: int, runs: int
+def concurrency(sites: dict[str, tuple[Site, str]], requests: int, runs: int
                 ) -> list[dict[str, tuple[float, float, float]]]:
-    """Per run and label of ``CONCURRENT``: requests/s, p50 and p95 (ms); the labels take
-    turns, 40 requests per client at a time."""
+    """Per run and ``<site name><label of CONCURRENT>``: requests/s, p50 and p95 (ms);
+    the labels and the sites (``{name: (site, token)}``) take turns, 40 requests per
+    client at a time."""
     out = []
+    keys = [(name, *c) for c in CONCURRENT for name in sites]
     for _ in range(runs):
-        wall: dict[str, float] = dict.fromkeys((c[0] for c in CONCURRENT), 0.0)
-        lat: dict[str, list[float]] = {c[0]: [] for c in CONCURRENT}
+        wall: dict[str, float] = {name + label: 0.0 for name, label, _p, _c in keys}
+        lat: dict[str, list[float]] = {key: [] for key in wall}
         for _ in range(max(1, requests // 40)):
-            for label, path, clients in CONCURRENT:
+            for name, label, path, clients in keys:
+                site, token = sites[name]
                 seconds, times = clients_pinging(site, token, path, clients, 40)
-                wall[label] += seconds
-                lat[label] += times
-        out.append({label: (len(lat[label]) / wall[label], p50_ms(lat[label]),
-                            p95_ms(lat[label])) for label in wall})
+                wall[name + label] += seconds
+                lat[name + label] += times
+        out.append({key: (len(lat[key]) / wall[key], p50_ms(lat[key]), p95_ms(lat[key]))
+                    for key in wall})
     return out
 
 
@@ -331,7 +340,11 @@ def main() -> int:
     parser.add_argument("--idle", type=float, default=10.0)
     parser.add_argument("--pings-only", action="store_true",
                         help="only the test.ping figures (module docstring)")
+    parser.add_argument("--base", default=None,
+                        help="a checkout of another version: compare (``compare``)")
     args = parser.parse_args()
+    if args.base:
+        return compare(args)
     results: dict[str, Any] = {}
     with started_site(MINIONS, BENCH_API) as site:
         try:
@@ -411,20 +424,59 @@ def _print_pings(args: argparse.Namespace, runs: list[dict[str, tuple[float, flo
 
 def _pings_only(site: Site, token: str, args: argparse.Namespace,
                 runs: list[dict[str, tuple[float, float]]], results: dict[str, Any]) -> int:
-    conc = concurrency(site, token, args.requests, args.runs)
+    conc = concurrency({"": (site, token)}, args.requests, args.runs)
     results["concurrency_runs"] = conc
     _print_pings(args, runs)
-    print(f"concurrent clients, each 40 pings at a time in turn, median of {args.runs} runs "
-          f"of {args.requests} requests per line [lowest-highest]:")
-    for label, _path, _clients in CONCURRENT:
-        rates = [run[label][0] for run in conc]
-        p50s = [run[label][1] for run in conc]
-        p95s = [run[label][2] for run in conc]
-        print(f"  {label:10s} {spread(rates, '7.1f')} req/s   p50 {spread(p50s, '6.2f')} ms"
-              f"   p95 {spread(p95s, '6.2f')} ms")
+    _print_concurrency(args, conc, [""])
     print("  (requests where a minion did not return within the 10 s timeout: "
           + ", ".join(f"{path} {INCOMPLETE[path]}" for path in PATHS) + ")")
     print(json.dumps(results))
+    return 0
+
+
+def _print_concurrency(args: argparse.Namespace,
+                       conc: list[dict[str, tuple[float, float, float]]],
+                       names: list[str]) -> None:
+    print(f"concurrent clients, each 40 pings at a time in turn, median of {args.runs} runs "
+          f"of {args.requests} requests per line [lowest-highest]:")
+    for label, _path, _clients in CONCURRENT:
+        for name in names:
+            key = name + label
+            rates = [run[key][0] for run in conc]
+            p50s = [run[key][1] for run in conc]
+            p95s = [run[key][2] for run in conc]
+            print(f"  {key:15s} {spread(rates, '7.1f')} req/s   p50 {spread(p50s, '6.2f')} "
+                  f"ms   p95 {spread(p95s, '6.2f')} ms")
+        if len(names) == 2:
+            ratios = [run[names[1] + label][0] / run[names[0] + label][0] for run in conc]
+            print(f"  {'':15s} {names[1].strip()} / {names[0].strip()} requests/s: "
+                  f"{spread(ratios, '.2f')}")
+
+
+def compare(args: argparse.Namespace) -> int:
+    """``--base DIR``: the concurrency figures of the code in ``DIR`` (a checkout of
+    another version, its compiled modules built) and of this one, each on its own master,
+    minions and API at the same time, taking turns."""
+    os.chdir(tempfile.gettempdir())  # ``python -m`` daemons import from their cwd first
+    with ExitStack() as stack:
+        saved = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = os.path.abspath(args.base)
+        try:
+            base = stack.enter_context(started_site(MINIONS, BENCH_API))
+        finally:
+            if saved is None:
+                del os.environ["PYTHONPATH"]
+            else:
+                os.environ["PYTHONPATH"] = saved
+        this = stack.enter_context(started_site(MINIONS, BENCH_API))
+        sites = {"base ": (base, base.login()), "this ": (this, this.login())}
+        for site, token in sites.values():
+            for ping in PINGS.values():
+                ping(site, token, 20)  # warm up every path
+        conc = concurrency(sites, args.requests, args.runs)
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+    _print_concurrency(args, conc, list(sites))
+    print(json.dumps({"concurrency_runs": conc}))
     return 0
 
 
