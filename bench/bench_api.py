@@ -246,7 +246,8 @@ def concurrent_http(site: Site, token: str, clients: int, seconds: float) -> flo
             done[index] += 1
         conn.close()
 
-    return sum(done) / in_threads(worker, clients)
+    seconds = in_threads(worker, clients)
+    return sum(done) / seconds
 
 
 def open_stream(site: Site, token: str) -> socket.socket:
