@@ -5,7 +5,15 @@ as a command, ``/events`` events/s to one SSE client, and the CPU of 100 idle SS
 clients.
 
     .venv/bin/python bench/bench_api.py [--requests 300] [--runs 3] [--cli 10]
-                                        [--events 20000] [--idle 10]
+                                        [--events 20000] [--idle 10] [--pings-only]
+                                        [--base DIR]
+
+``--base DIR``: the concurrent figures below for the code in DIR (another version's
+checkout, compiled modules built) and this one, side by side, taking turns.
+
+``--pings-only``: the test.ping figures alone (one client per path, then 1, 2 and 4
+concurrent HTTP clients against one command-socket client, interleaved: requests/s, p50
+and p95), without the command, runner, ``/events`` and idle figures.
 
 The three paths run interleaved, ten requests each in turn, so that the machine's load
 weighs on them alike; each of ``--runs`` runs gives a rate and a p50 per path, and the
@@ -26,8 +34,11 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +175,59 @@ def welcome(site: Site, seconds: float) -> float:
     return done / (time.monotonic() - started)
 
 
+CONCURRENT = (("http x1", "http", 1), ("http x2", "http", 2), ("http x4", "http", 4),
+              ("cmdsock x1", "cmdsock", 1))
+
+
+def clients_pinging(site: Site, token: str, path: str, clients: int, each: int
+                    ) -> tuple[float, list[float]]:
+    """``clients`` threads, each sending ``each`` pings over ``path`` back to back: the
+    wall time and every request's latency."""
+    times: list[list[float]] = [[] for _ in range(clients)]
+
+    def worker(index: int) -> None:
+        times[index] = PINGS[path](site, token, each)
+
+    seconds = in_threads(worker, clients)
+    return seconds, [t for each_times in times for t in each_times]
+
+
+def in_threads(worker: Callable[[int], None], count: int) -> float:
+    """Run ``worker(0)`` ... ``worker(count - 1)`` in threads at once: the wall time."""
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(count)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - started
+
+
+def p95_ms(times: list[float]) -> float:
+    return statistics.quantiles(times, n=20)[-1] * 1000
+
+
+def concurrency(sites: dict[str, tuple[Site, str]], requests: int, runs: int
+                ) -> list[dict[str, tuple[float, float, float]]]:
+    """Per run and ``<site name><label of CONCURRENT>``: requests/s, p50 and p95 (ms);
+    the labels and the sites (``{name: (site, token)}``) take turns, 40 requests per
+    client at a time."""
+    out = []
+    keys = [(name, *c) for c in CONCURRENT for name in sites]
+    for _ in range(runs):
+        wall: dict[str, float] = {name + label: 0.0 for name, label, _p, _c in keys}
+        lat: dict[str, list[float]] = {key: [] for key in wall}
+        for _ in range(max(1, requests // 40)):
+            for name, label, path, clients in keys:
+                site, token = sites[name]
+                seconds, times = clients_pinging(site, token, path, clients, 40)
+                wall[name + label] += seconds
+                lat[name + label] += times
+        out.append({key: (len(lat[key]) / wall[key], p50_ms(lat[key]), p95_ms(lat[key]))
+                    for key in wall})
+    return out
+
+
 def concurrent_http(site: Site, token: str, clients: int, seconds: float) -> float:
     done = [0] * clients
     stop = time.monotonic() + seconds
@@ -182,13 +246,8 @@ def concurrent_http(site: Site, token: str, clients: int, seconds: float) -> flo
             done[index] += 1
         conn.close()
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
-    started = time.monotonic()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return sum(done) / (time.monotonic() - started)
+    seconds = in_threads(worker, clients)
+    return sum(done) / seconds
 
 
 def open_stream(site: Site, token: str) -> socket.socket:
@@ -280,7 +339,13 @@ def main() -> int:
                         help="raetsalt '*' test.ping commands timed (0: none)")
     parser.add_argument("--events", type=int, default=20000)
     parser.add_argument("--idle", type=float, default=10.0)
+    parser.add_argument("--pings-only", action="store_true",
+                        help="only the test.ping figures (module docstring)")
+    parser.add_argument("--base", default=None,
+                        help="a checkout of another version: compare (``compare``)")
     args = parser.parse_args()
+    if args.base:
+        return compare(args)
     results: dict[str, Any] = {}
     with started_site(MINIONS, BENCH_API) as site:
         try:
@@ -305,6 +370,8 @@ def _measure(site: Site, args: argparse.Namespace, results: dict[str, Any]) -> i
         runs.append({path: (len(t) / sum(t), p50_ms(t)) for path, t in times.items()})
     results["ping_runs"] = runs
     print(json.dumps({"ping_runs": runs}), flush=True)
+    if args.pings_only:
+        return _pings_only(site, token, args, runs, results)
     results["cli_p50_ms"] = p50_ms(cli_pings(site, args.cli)) if args.cli else None
     runner_http, runner_lane = [], []
     for _ in range(args.requests // 10):
@@ -326,14 +393,7 @@ def _measure(site: Site, args: argparse.Namespace, results: dict[str, Any]) -> i
     base, loaded = idle_cpu(site, token, 100, args.idle)
     results["idle_cpu_no_clients_pct"] = base * 100
     results["idle_cpu_100_sse_clients_pct"] = loaded * 100
-    print(f"local test.ping on {MINIONS} minions, one client in sequence, median of "
-          f"{args.runs} runs of {args.requests} requests per path [lowest-highest]:")
-    for path in PATHS:
-        rates = [run[path][0] for run in runs]
-        p50s = [run[path][1] for run in runs]
-        print(f"  {path:8s} {spread(rates, '7.1f')} req/s   p50 {spread(p50s, '6.2f')} ms")
-    gaps = [run["http"][1] - run["cmdsock"][1] for run in runs]
-    print(f"  HTTP - command socket p50: {spread(gaps, '+.2f')} ms")
+    _print_pings(args, runs)
     if results["cli_p50_ms"] is not None:
         print(f"raetsalt '*' test.ping (a process each time): p50 "
               f"{results['cli_p50_ms']:.0f} ms over {args.cli} runs")
@@ -348,6 +408,76 @@ def _measure(site: Site, args: argparse.Namespace, results: dict[str, Any]) -> i
     print(f"raetsalt-api CPU, idle: {results['idle_cpu_no_clients_pct']:.2f} % of a core; "
           f"with 100 idle SSE clients: {results['idle_cpu_100_sse_clients_pct']:.2f} %")
     print(json.dumps(results))
+    return 0
+
+
+def _print_pings(args: argparse.Namespace, runs: list[dict[str, tuple[float, float]]]
+                 ) -> None:
+    print(f"local test.ping on {MINIONS} minions, one client in sequence, median of "
+          f"{args.runs} runs of {args.requests} requests per path [lowest-highest]:")
+    for path in PATHS:
+        rates = [run[path][0] for run in runs]
+        p50s = [run[path][1] for run in runs]
+        print(f"  {path:8s} {spread(rates, '7.1f')} req/s   p50 {spread(p50s, '6.2f')} ms")
+    gaps = [run["http"][1] - run["cmdsock"][1] for run in runs]
+    print(f"  HTTP - command socket p50: {spread(gaps, '+.2f')} ms")
+
+
+def _pings_only(site: Site, token: str, args: argparse.Namespace,
+                runs: list[dict[str, tuple[float, float]]], results: dict[str, Any]) -> int:
+    conc = concurrency({"": (site, token)}, args.requests, args.runs)
+    results["concurrency_runs"] = conc
+    _print_pings(args, runs)
+    _print_concurrency(args, conc, [""])
+    print("  (requests where a minion did not return within the 10 s timeout: "
+          + ", ".join(f"{path} {INCOMPLETE[path]}" for path in PATHS) + ")")
+    print(json.dumps(results))
+    return 0
+
+
+def _print_concurrency(args: argparse.Namespace,
+                       conc: list[dict[str, tuple[float, float, float]]],
+                       names: list[str]) -> None:
+    print(f"concurrent clients, each 40 pings at a time in turn, median of {args.runs} runs "
+          f"of {args.requests} requests per line [lowest-highest]:")
+    for label, _path, _clients in CONCURRENT:
+        for name in names:
+            key = name + label
+            rates = [run[key][0] for run in conc]
+            p50s = [run[key][1] for run in conc]
+            p95s = [run[key][2] for run in conc]
+            print(f"  {key:15s} {spread(rates, '7.1f')} req/s   p50 {spread(p50s, '6.2f')} "
+                  f"ms   p95 {spread(p95s, '6.2f')} ms")
+        if len(names) == 2:
+            ratios = [run[names[1] + label][0] / run[names[0] + label][0] for run in conc]
+            print(f"  {'':15s} {names[1].strip()} / {names[0].strip()} requests/s: "
+                  f"{spread(ratios, '.2f')}")
+
+
+def compare(args: argparse.Namespace) -> int:
+    """``--base DIR``: the concurrency figures of the code in ``DIR`` (a checkout of
+    another version, its compiled modules built) and of this one, each on its own master,
+    minions and API at the same time, taking turns."""
+    os.chdir(tempfile.gettempdir())  # ``python -m`` daemons import from their cwd first
+    with ExitStack() as stack:
+        saved = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = os.path.abspath(args.base)
+        try:
+            base = stack.enter_context(started_site(MINIONS, BENCH_API))
+        finally:
+            if saved is None:
+                del os.environ["PYTHONPATH"]
+            else:
+                os.environ["PYTHONPATH"] = saved
+        this = stack.enter_context(started_site(MINIONS, BENCH_API))
+        sites = {"base ": (base, base.login()), "this ": (this, this.login())}
+        for site, token in sites.values():
+            for ping in PINGS.values():
+                ping(site, token, 20)  # warm up every path
+        conc = concurrency(sites, args.requests, args.runs)
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+    _print_concurrency(args, conc, list(sites))
+    print(json.dumps({"concurrency_runs": conc}))
     return 0
 
 

@@ -41,6 +41,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _no_access_line() -> None:
+    """The access log of a manager whose logger is above INFO: nothing to write."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -80,6 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for manager in (cherrypy.log, *(app.log for app in cherrypy.tree.apps.values())):
         manager.access_log.setLevel(level)
         manager.error_log.setLevel(level)
+        if not manager.access_log.isEnabledFor(logging.INFO):
+            # CherryPy formats each request's access line before the logger drops it
+            manager.access = _no_access_line
     if hasattr(cherrypy.engine, "signal_handler"):
         cherrypy.engine.signal_handler.subscribe()
     hub.start()

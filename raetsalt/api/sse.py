@@ -1,11 +1,16 @@
 """``GET /events``: the master's bus as Server-Sent Events, to any number of clients.
 
 One thread reads the bus (a ``SaltEvent`` on the master's lane) and hands each event,
-encoded once, to every client's queue.  A queue holds at most ``sse_queue`` events: a
-client that does not keep up is dropped (its stream ends; counted in ``dropped``), so a
-slow reader never makes the API buffer without bound nor holds the bus back.  The
-stream of a client whose token expires or is removed ends at its next event or
-keep-alive (a comment line every ``KEEPALIVE`` seconds of silence).
+encoded once, to every client's queue.  It is subscribed to the bus only while a client
+is connected: without one, the master does not send it every job's events (a lane
+datagram and a wake-up of this process for each).  A new client's stream starts
+(``retry:``) once the subscription is confirmed, so it misses no event fired after.
+
+A queue holds at most ``sse_queue`` events: a client that does not keep up is dropped
+(its stream ends; counted in ``dropped``), so a slow reader never makes the API buffer
+without bound nor holds the bus back.  The stream of a client whose token expires or is
+removed ends at its next event or keep-alive (a comment line every ``KEEPALIVE`` seconds
+of silence).
 
 Each event is written as rest_cherrypy writes it::
 
@@ -32,6 +37,9 @@ log = logging.getLogger("raetsalt.api")
 KEEPALIVE = 15.0
 BATCH = 256
 """Events written to a client at most per write."""
+ATTACH_WAIT = 5.0
+"""Longest wait of a new stream for the bus subscription (the bus may be down: the
+stream then starts anyway, and gets events once the hub is subscribed)."""
 _CLOSED = b""
 
 
@@ -49,7 +57,12 @@ class EventHub:
         self.queue_size = queue_size
         self.max_clients = max_clients
         self._lock = threading.Lock()
+        self._wanted = threading.Condition(self._lock)
+        """Notified when the first subscriber comes (or the hub stops)."""
         self._subscribers: set[Subscriber] = set()
+        self._attached = threading.Event()
+        """Set while the bus thread is subscribed; cleared (under ``_lock``) when it
+        leaves the bus because no subscriber is left."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.events = 0
@@ -67,6 +80,7 @@ class EventHub:
     def stop(self) -> None:
         self._stop.set()
         with self._lock:
+            self._wanted.notify_all()
             subscribers = list(self._subscribers)
         for sub in subscribers:
             self._close(sub)
@@ -78,6 +92,7 @@ class EventHub:
                 return None
             sub = Subscriber(self.queue_size)
             self._subscribers.add(sub)
+            self._wanted.notify_all()
             return sub
 
     def unsubscribe(self, sub: Subscriber) -> None:
@@ -123,20 +138,38 @@ class EventHub:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            with self._lock:
+                while not self._subscribers and not self._stop.is_set():
+                    self._wanted.wait()
+            if self._stop.is_set():
+                return
             try:
                 with SaltEvent("master", self.sock_dir, listen=True) as bus:
-                    while not self._stop.is_set():
+                    self._attached.set()
+                    while not self._stop.is_set() and self._wanted_still():
                         event = bus.get_event(wait=1.0, full=True)
                         if event is not None:
                             self.publish(str(event.get("tag", "")), event.get("data"))
             except (OSError, RaetSaltError) as exc:
+                self._attached.clear()
                 log.warning("events: the master's bus is unreachable (%s); retrying", exc)
                 self._stop.wait(1.0)
+
+    def _wanted_still(self) -> bool:
+        """Whether a subscriber is left; if not, the hub leaves the bus (``_attached``
+        cleared under the lock that ``subscribe`` takes, so a newcomer waits for the
+        next subscription)."""
+        with self._lock:
+            if self._subscribers:
+                return True
+            self._attached.clear()
+            return False
 
     def stream(self, sub: Subscriber, still_valid: Callable[[], bool]) -> Iterator[bytes]:
         """The bytes of one client's stream, until it is dropped, closed or its token
         is no longer valid."""
         try:
+            self._attached.wait(ATTACH_WAIT)
             yield b"retry: 400\n\n"
             while True:
                 try:

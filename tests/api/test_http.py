@@ -8,7 +8,9 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
@@ -390,6 +392,69 @@ def test_events_stream_the_bus(site: Site, token: str) -> None:
         assert event["tag"] == "api/test/one" and event["data"]["n"] == 1
     finally:
         sock.close()
+
+
+def test_concurrent_clients_publishing_back_to_back_all_get_complete_answers(
+        site: Site, token: str) -> None:
+    """4 clients x 300 ``local`` publications, back to back on keep-alive connections,
+    while an event stream is read (the API's hub is on the bus) and another bus
+    subscriber never reads: every answer is 200 with both minions' returns.  Each
+    carries 4 KiB (``test.echo``), so the job events the stalled subscriber is sent
+    (about 18 MiB) outgrow any send buffer Linux grants the master."""
+    clients, each = 4, 300
+    stalled = _bus(site)  # subscribed, never read: its lane socket fills
+    stream, _head = _open_stream(site, {"X-Auth-Token": token})
+    stream.settimeout(0.2)
+    done = threading.Event()
+    streamed = [0]
+
+    def drain() -> None:
+        while not done.is_set():
+            try:
+                chunk = stream.recv(1 << 16)
+            except TimeoutError:
+                continue
+            if not chunk:
+                return
+            streamed[0] += chunk.count(b"tag: salt/job/")
+
+    pad = "x" * 4096
+    body = json.dumps([{"client": "local", "tgt": "*", "fun": "test.echo", "arg": [pad]}])
+    headers = {"X-Auth-Token": token, "Content-Type": "application/json",
+               "Accept": "application/json"}
+    outcomes: list[Counter[str]] = [Counter() for _ in range(clients)]
+
+    def client(index: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", site.api.port, timeout=120)
+        try:
+            for _ in range(each):
+                conn.request("POST", "/", body, headers)
+                response = conn.getresponse()
+                answer = response.read()
+                if (response.status == 200 and json.loads(answer)["return"]
+                        == [{"minion1": pad, "minion2": pad}]):
+                    outcomes[index]["complete"] += 1
+                else:  # the first incomplete answer ends this client: it failed
+                    outcomes[index][f"{response.status} {answer[:120]!r}"] += 1
+                    return
+        finally:
+            conn.close()
+
+    reader = threading.Thread(target=drain)
+    workers = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    reader.start()
+    try:
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    finally:
+        done.set()
+        reader.join()
+        stream.close()
+        stalled.destroy()
+    assert outcomes == [Counter(complete=each)] * clients
+    assert streamed[0] > 0  # the hub was on the bus all along
 
 
 def test_events_with_the_login_cookie(site: Site) -> None:
