@@ -47,10 +47,11 @@ import pwd
 import re
 import secrets
 import shutil
+import socket
 import tempfile
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -158,6 +159,11 @@ class RequestServer:
         self._cache_lock = threading.Lock()
         self._known: OrderedDict[str, None] = OrderedDict()
         self._early: OrderedDict[str, list[tuple[str, dict[str, Any]]]] = OrderedDict()
+        self._done: deque[tuple[list[bytes], Any]] = deque()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._calls: Any = None  # raetsalt.saltbridge.lowcalls.LowCalls, on first use
 
     # -- the thread -----------------------------------------------------------------------
 
@@ -167,6 +173,7 @@ class RequestServer:
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.lane.fileno(), zmq.POLLIN)
+        poller.register(self._wake_r.fileno(), zmq.POLLIN)
         while not stop.is_set():
             ready = dict(poller.poll(POLL_MS))
             if self.sock in ready:
@@ -179,6 +186,8 @@ class RequestServer:
             if self.lane.fileno() in ready or self.lane.pending():
                 for body in self.lane.receive(0):
                     self._answer(body)
+            if self._wake_r.fileno() in ready or self._done:
+                self._answer_calls()
             now = time.monotonic()
             self._expire(now)
             if now >= self._next_clean:
@@ -204,12 +213,16 @@ class RequestServer:
             self._drop("bad_request", str(exc))
             self._send(identity, "bad load")
             return
-        if load.get("cmd") != "publish":
-            self._drop("not_publish", clip(load.get("cmd")))
+        cmd = load.get("cmd")
+        if cmd in ("runner", "wheel"):
+            self._call(identity, str(cmd), load)
+            return
+        if cmd != "publish":
+            self._drop("not_served", clip(cmd))
             self._send(identity, {"error": {
                 "name": "SaltInvocationError",
-                "message": "the raetsalt master serves only 'publish' to Salt's local "
-                           "clients (runners and wheel: raetsalt-run, raetsalt-key)"}})
+                "message": "the raetsalt master serves 'publish', 'runner' and 'wheel' to "
+                           "Salt's local clients"}})
             return
         if len(self._waiting) >= MAX_IN_FLIGHT:
             self._drop("busy")
@@ -242,8 +255,57 @@ class RequestServer:
             return
         self._waiting[req] = _Waiting(identity, load, time.monotonic(), bool(credentials))
 
-    def _credentials(self, load: Mapping[str, Any]) -> dict[str, Any] | None:
-        kwargs = load.get("kwargs")
+    # -- runner and wheel ---------------------------------------------------------------------
+
+    def _call(self, identity: list[bytes], cmd: str, load: dict[str, Any]) -> None:
+        from raetsalt.saltbridge.lowcalls import auth_error
+
+        credentials = self._credentials(load, load)
+        if credentials is None:
+            self._drop("unauthenticated")
+            self._send(identity, auth_error("token" if "token" in load else
+                                            "eauth" if "eauth" in load else "user"))
+            return
+        if self._calls is None:
+            from raetsalt.saltbridge.lowcalls import LowCalls
+
+            self._calls = LowCalls(self.opts, self._call_done)
+        user = self._key_user(load) if not credentials else ""
+        if not self._calls.submit(identity, cmd, load, credentials, user):
+            self._drop("busy_calls")
+            self._send(identity, "the raetsalt master is busy; try again")
+
+    def _call_done(self, identity: list[bytes], answer: Any) -> None:
+        """A worker's answer (any thread): handed to the channel's thread."""
+        self._done.append((identity, answer))
+        try:
+            self._wake_w.send(b"\0")
+        except OSError:
+            pass  # the wake-up pipe is full: the thread is already woken
+
+    def _answer_calls(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except OSError:
+            pass
+        while self._done:
+            identity, answer = self._done.popleft()
+            self._send(identity, answer)
+
+    def _key_user(self, load: Mapping[str, Any]) -> str:
+        key = str(load.get("key") or "")
+        for user, known in self.keys.items():
+            if hmac.compare_digest(key.encode(), known.encode()):
+                return user
+        return ""
+
+    def _credentials(self, load: Mapping[str, Any],
+                     place: Any = None) -> dict[str, Any] | None:
+        """The credentials of a request: ``{}`` for a known key, the eauth/token fields
+        (taken from ``place``: publish has them in ``kwargs``, runner and wheel at the
+        top), or None."""
+        kwargs = load.get("kwargs") if place is None else place
         if isinstance(kwargs, dict) and any(k in kwargs for k in _CREDENTIALS):
             picked = {k: kwargs[k] for k in _CREDENTIALS if k in kwargs}
             if not all(isinstance(v, str) for v in picked.values()):
@@ -391,6 +453,10 @@ class RequestServer:
                         reason, f": {clip(detail, 200, bare=True)}" if detail else "", count)
 
     def close(self) -> None:
+        if self._calls is not None:
+            self._calls.close()
+        self._wake_r.close()
+        self._wake_w.close()
         self.sock.close()
         self._ctx.term()
         self.lane.close()

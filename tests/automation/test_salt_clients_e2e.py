@@ -68,7 +68,44 @@ except salt.exceptions.AuthenticationError as exc:
     out["badpw"] = "AuthenticationError"
 out["alice"] = local.cmd("*", "test.ping", eauth="file", username="alice",
                          password="alicepw", timeout=30)
+opts = local.opts
 local.destroy()
+
+# Salt's RunnerClient and WheelClient, unmodified, with eauth.
+import salt.runner, salt.wheel
+alice = {"username": "alice", "password": "alicepw", "eauth": "file"}
+bob = {"username": "bob", "password": "bobpw", "eauth": "file"}
+def outcome(call):
+    try:
+        return call()
+    except salt.exceptions.SaltException as exc:
+        return "raised " + type(exc).__name__ + ": " + str(exc)
+runner = salt.runner.RunnerClient(opts)
+out["run_up"] = outcome(lambda: sorted(runner.cmd_sync({"fun": "manage.up", **alice},
+                                                       timeout=60)))
+out["run_full"] = outcome(lambda: runner.cmd_sync({"fun": "manage.up", **alice},
+                                                  timeout=60, full_return=True))
+out["run_async"] = outcome(lambda: runner.cmd_async({"fun": "manage.up", **alice}))
+out["run_bob"] = outcome(lambda: runner.cmd_sync({"fun": "manage.up", **bob}, timeout=30))
+out["run_badpw"] = outcome(lambda: runner.cmd_sync(
+    {"fun": "manage.up", **alice, "password": "wrong"}, timeout=30))
+out["run_nocreds"] = outcome(lambda: runner.cmd_sync({"fun": "manage.up"}, timeout=30))
+out["run_unknown"] = outcome(lambda: runner.cmd_sync({"fun": "nosuch.thing", **alice},
+                                                     timeout=60))
+wheel = salt.wheel.WheelClient(opts)
+out["wheel_list"] = outcome(lambda: wheel.cmd_sync({"fun": "key.list_all", **bob}))
+out["wheel_alice"] = outcome(lambda: wheel.cmd_sync({"fun": "key.list_all", **alice}))
+out["wheel_nocreds"] = outcome(lambda: wheel.cmd_sync({"fun": "key.list_all"}))
+# The key Salt's channel wrote for this (the master's) user: unrestricted, as on the CLI.
+import getpass, os
+with open(os.path.join(opts["cachedir"], "." + getpass.getuser() + "_key")) as handle:
+    mykey = handle.read()
+out["run_key"] = outcome(lambda: sorted(runner.cmd_sync({"fun": "manage.up", "key": mykey},
+                                                        timeout=60)))
+out["wheel_key"] = outcome(lambda: wheel.cmd_sync({"fun": "key.list_all", "key": mykey}))
+out["wheel_badkey"] = outcome(lambda: wheel.cmd_sync({"fun": "key.list_all",
+                                                      "key": "y" * 80}))
+out["wheel_badfun"] = outcome(lambda: wheel.cmd_sync({"fun": "nosuch.thing", **bob}))
 
 # The channel itself: a wrong key, a request that is not Salt's, a command not served.
 import salt.payload, zmq
@@ -89,6 +126,9 @@ out["badkey"] = ask(salt.payload.dumps({"enc": "clear", "load": {**load, "key": 
 out["garbage"] = ask(bytes([0xC1, 0xC1]) + b" not msgpack")
 out["aes"] = ask(salt.payload.dumps({"enc": "aes", "load": "x"}))
 out["runner"] = ask(salt.payload.dumps({"enc": "clear", "load": {"cmd": "runner"}}))
+out["runner_nofun"] = ask(salt.payload.dumps({"enc": "clear", "load": {
+    "cmd": "runner", "fun": ["x"], **alice}}))
+out["other"] = ask(salt.payload.dumps({"enc": "clear", "load": {"cmd": "_auth"}}))
 ctx.term()
 print(json.dumps(out, default=str))
 """
@@ -127,6 +167,7 @@ def _master_config(world: World, ret_port: int, webhook_port: int) -> str:
             ^filename: {users}
             alice:
               - test.*
+              - '@runner'
             bob:
               - '@wheel'
         engines:
@@ -223,7 +264,35 @@ def test_local_client_script_and_engines() -> None:
                              "message": "Authentication error occurred."}}
         assert out["nokey"] == refused and out["badkey"] == refused
         assert out["garbage"] == "bad load" and out["aes"] == "bad load"
-        assert out["runner"]["error"]["name"] == "SaltInvocationError"
+        assert out["run_up"] == ["minion1", "minion2"], out
+        assert out["run_full"]["data"]["return"] == ["minion1", "minion2"], out
+        assert out["run_full"]["data"]["success"] is True
+        assert out["run_full"]["data"]["fun"] == "runner.manage.up"
+        assert out["run_full"]["data"]["user"] == "alice"
+        assert set(out["run_async"]) == {"tag", "jid"}, out
+        assert out["run_async"]["tag"] == f"salt/run/{out['run_async']['jid']}"
+        assert out["run_bob"].startswith("raised EauthAuthenticationError"), out
+        assert "for user bob" in out["run_bob"]
+        assert out["run_badpw"].startswith("raised EauthAuthenticationError"), out
+        user_refused = 'raised SaltException: Authentication failure of type "user" occurred'
+        assert out["run_nocreds"] == user_refused, out
+        assert out["run_unknown"].startswith("raised CommandExecutionError"), out
+        # Salt's WheelClient.cmd_sync gives the master's whole answer
+        assert out["wheel_list"]["data"]["return"]["minions"] == ["minion1", "minion2"], out
+        assert out["wheel_list"]["data"]["success"] is True
+        assert out["wheel_list"]["data"]["user"] == "bob"
+        assert out["wheel_list"]["tag"] == out["wheel_list"]["data"]["tag"]
+        assert out["wheel_alice"].startswith("raised EauthAuthenticationError"), out
+        assert "for user alice" in out["wheel_alice"]
+        assert out["wheel_nocreds"] == user_refused, out
+        assert out["run_key"] == ["minion1", "minion2"], out
+        assert out["wheel_key"]["data"]["return"]["minions"] == ["minion1", "minion2"], out
+        assert out["wheel_badkey"] == user_refused, out
+        assert out["wheel_badfun"]["data"]["success"] is False, out
+        assert "is not available" in out["wheel_badfun"]["data"]["return"]
+        assert out["runner"]["error"]["name"] == "UserAuthenticationError"
+        assert out["runner_nofun"]["error"]["name"] == "SaltInvocationError"
+        assert out["other"]["error"]["name"] == "SaltInvocationError"
         assert not [line for line in master.drain() if "Traceback" in line]
         assert master.terminate() == 0
 

@@ -1,0 +1,265 @@
+"""Runner and wheel calls of Salt's ``RunnerClient``/``WheelClient`` on Salt's local
+request channel (``raetsalt.saltbridge.localreq``): each runs in a worker thread and
+its answer goes back to the channel's thread through ``done``.
+
+Salt's clients send their low data with ``cmd: runner`` or ``cmd: wheel`` and the
+caller's credentials at the top level (``eauth``/``username``/``password``, or
+``token``; a key written for root or the master's user also passes).  Who may do what
+is decided as for the command line and the REST API:
+
+* runner: the request goes over the master's lane as ``raetsalt-run`` sends it (with
+  the credentials), and the master authorizes and runs it.  The answer is Salt's
+  ``{tag: salt/run/<jid>, jid}``, given when the runner has finished (Salt answers at
+  once), after ``salt/run/<jid>/new`` and ``salt/run/<jid>/ret`` were fired on the
+  master's bus, where ``cmd_sync`` waits for the latter;
+* wheel: a login makes a token on the master (``mk_token``, as ``raetsalt -a`` does);
+  the token's rules are checked here with the master's rules (``raetsalt.api.auth``,
+  kind ``wheel``) and the function runs as the REST API runs it (``raetsalt.api.wheel``:
+  the ``key`` module, key changes as the master's key commands).  The answer is Salt's
+  ``{tag: salt/wheel/<jid>, data: {fun, jid, tag, user, _stamp, return, success}}``.
+
+A failed login or a refusal is Salt's error shape with Salt's names
+(``EauthAuthenticationError``, ``TokenAuthenticationError``); a runner or wheel
+function that fails is ``success: False`` with the master's text as its return.
+At most ``MAX_CALLS`` calls wait or run at once (more are answered "busy").
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any
+
+from raetsalt import protocol as p
+from raetsalt.api.auth import Tokens
+from raetsalt.api.lowstate import RESERVED
+from raetsalt.api.master import LOGIN_WAIT, Credentials, MasterLink, MasterTimeout, Refused
+from raetsalt.api.wheel import Wheel, WheelError
+from raetsalt.cli._common import wire_safe
+from raetsalt.errors import DaemonUnavailable
+from raetsalt.execution.args import parse_input
+from raetsalt.log import clip
+from raetsalt.services.jids import new_jid
+from raetsalt.timefmt import salt_stamp
+
+log = logging.getLogger("raetsalt.saltbus")
+
+MAX_CALLS = 64
+WORKERS = 8
+RUNNER_WAIT = 300.0
+"""Longest wait for a runner's answer (Salt's ``rest_timeout``)."""
+_NOT_ARGS = RESERVED | {"cmd", "key", "user", "print_event", "login_client"}
+
+Done = Callable[[list[bytes], Any], None]
+
+
+class CallError(Exception):
+    """Ends a call with this answer (Salt's error shape or a plain text)."""
+
+    def __init__(self, answer: Any) -> None:
+        super().__init__(str(answer))
+        self.answer = answer
+
+
+def auth_type(credentials: Mapping[str, Any]) -> str:
+    """Salt's name of the kind of credentials: ``token``, ``eauth`` or ``user``."""
+    if "token" in credentials:
+        return "token"
+    return "eauth" if "eauth" in credentials else "user"
+
+
+def auth_error(kind: str, user: str | None = None) -> dict[str, Any]:
+    """Salt's refusal of a runner or wheel call."""
+    name = {"token": "TokenAuthenticationError", "eauth": "EauthAuthenticationError"}.get(
+        kind, "UserAuthenticationError")
+    text = f'Authentication failure of type "{kind}" occurred'
+    if user is not None:
+        text += f" for user {user}."
+    elif kind != "user":
+        text += "."  # Salt's user failure has no full stop
+    return {"error": {"name": name, "message": text}}
+
+
+def packed(load: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """The positional and keyword arguments of a low chunk (``arg``, ``kwarg`` and any
+    other key that is not Salt's own), typed as the command line types them."""
+    arg = load.get("arg", [])
+    if not isinstance(arg, list):
+        arg = [arg]
+    kwarg = load.get("kwarg") or {}
+    if not isinstance(kwarg, Mapping):
+        raise CallError("kwarg must be a mapping")
+    positional, kwargs = parse_input(arg)
+    kwargs.update({str(k): v for k, v in kwarg.items()})
+    kwargs.update({str(k): v for k, v in load.items()
+                   if k not in _NOT_ARGS and not str(k).startswith("__")})
+    positional, kwargs = wire_safe((positional, kwargs))
+    return list(positional), dict(kwargs)
+
+
+def runner_args(load: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """A runner's arguments as Salt's ``RunnerClient`` sends them (already checked
+    against the function there): ``kwarg: {arg: [...], kwarg: {...}}``."""
+    inner = load.get("kwarg") or {}
+    if not isinstance(inner, Mapping):
+        raise CallError("kwarg must be a mapping")
+    arg, kwarg = inner.get("arg") or [], inner.get("kwarg") or {}
+    if not isinstance(arg, list) or not isinstance(kwarg, Mapping):
+        raise CallError("kwarg must be {arg: [...], kwarg: {...}}")
+    positional, kwargs = wire_safe((arg, {str(k): v for k, v in kwarg.items()
+                                          if not str(k).startswith("__")}))
+    return list(positional), dict(kwargs)
+
+
+class LowCalls:
+    """The worker threads and the master link they share."""
+
+    def __init__(self, opts: Mapping[str, Any], done: Done) -> None:
+        self.opts = opts
+        self.done = done
+        self.link = MasterLink(opts)
+        self.tokens = Tokens(opts)
+        self.wheel = Wheel(opts, self.link)
+        self._slots = threading.BoundedSemaphore(MAX_CALLS)
+        self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="salt-lowcall")
+
+    def submit(self, identity: list[bytes], cmd: str, load: dict[str, Any],
+               credentials: dict[str, Any], user: str) -> bool:
+        """Start a call; False when ``MAX_CALLS`` are under way."""
+        if not self._slots.acquire(blocking=False):
+            return False
+        try:
+            self._pool.submit(self._run, identity, cmd, load, credentials, user)
+        except RuntimeError:  # shut down
+            self._slots.release()
+            return False
+        return True
+
+    def _run(self, identity: list[bytes], cmd: str, load: dict[str, Any],
+             credentials: dict[str, Any], user: str) -> None:
+        answer: Any
+        try:
+            fun = load.get("fun")
+            if not isinstance(fun, str) or not fun or len(fun) > 256:
+                raise CallError({"error": {"name": "SaltInvocationError",
+                                           "message": "'fun' must be a function name"}})
+            if cmd == "runner":
+                answer = self._runner(fun, load, credentials, user)
+            else:
+                answer = self._wheel(fun, load, credentials, user)
+        except CallError as exc:
+            answer = exc.answer
+        except (DaemonUnavailable, MasterTimeout) as exc:
+            answer = f"the raetsalt master: {exc}"
+        except Exception:  # noqa: BLE001 - a worker must answer and live on
+            log.exception("Salt's local request channel: %s %s failed", cmd,
+                          clip(load.get("fun")))
+            answer = f"the {cmd} call failed on the raetsalt master"
+        finally:
+            self._slots.release()
+        self.done(identity, answer)
+
+    # -- runner ---------------------------------------------------------------------------
+
+    def _runner(self, fun: str, load: Mapping[str, Any], credentials: Mapping[str, Any],
+                user: str) -> dict[str, Any]:
+        positional, kwargs = runner_args(load)
+        lane, req = self.link.request(p.SHARE_RUNNER, fun=fun,
+                                      arg=p.pack_args(positional, kwargs), **credentials)
+        reply = self.link.answer(lane, req, p.SHARE_RUN_RET,
+                                 RUNNER_WAIT + (LOGIN_WAIT if credentials else 0.0))
+        kind = auth_type(credentials)
+        if kind != "user":
+            user = str(credentials.get("username") or user)
+        error = reply.get("error")
+        if error is not None and (reply.get("denied")
+                                  or str(error).startswith("Authentication failure")):
+            failed_login = str(error).startswith("Authentication failure")
+            raise CallError(auth_error(kind, None if failed_login else user))
+        jid = new_jid(datetime.now(UTC))
+        tag = f"salt/run/{jid}"
+        base = {"fun": f"runner.{fun}", "jid": jid, "user": user,
+                "fun_args": [*positional, kwargs] if kwargs else positional}
+        self.link.fire(f"{tag}/new", {**base, "_stamp": salt_stamp(datetime.now(UTC))})
+        self.link.fire(f"{tag}/ret", {
+            **base, "_stamp": salt_stamp(datetime.now(UTC)),
+            "return": str(error) if error is not None else reply.get("return"),
+            "success": error is None})
+        return {"tag": tag, "jid": jid}
+
+    # -- wheel ----------------------------------------------------------------------------
+
+    def _wheel(self, fun: str, load: Mapping[str, Any], credentials: Mapping[str, Any],
+               user: str) -> dict[str, Any]:
+        kind = auth_type(credentials)
+        made: str | None = None
+        try:
+            if kind == "user":
+                auth = None
+            else:
+                token = credentials.get("token")
+                if kind == "eauth" and not all(credentials.get(k) for k in
+                                               ("eauth", "username", "password")):
+                    raise CallError(auth_error(kind))
+                if kind == "eauth":
+                    try:
+                        token = str(self.link.login(
+                            str(credentials["eauth"]), str(credentials.get("username", "")),
+                            str(credentials.get("password", "")),
+                            str(credentials.get("login_client", "")))["token"])
+                    except Refused:
+                        raise CallError(auth_error(kind)) from None
+                    made = token
+                info = self.tokens.get(token)
+                if info is None:
+                    raise CallError(auth_error(kind))
+                user = info.name
+                positional, kwargs = packed(load)
+                if not self.tokens.check_wheel(info, fun, positional, kwargs).allowed:
+                    raise CallError(auth_error(kind, user))
+                auth = Credentials(token=info.token)
+            return self._call_wheel(fun, load, auth, user)
+        finally:
+            if made is not None:
+                self.tokens.remove(made)
+
+    def _call_wheel(self, fun: str, load: Mapping[str, Any], auth: Credentials | None,
+                    user: str) -> dict[str, Any]:
+        positional, kwargs = packed(load)
+        jid = new_jid(datetime.now(UTC))
+        tag = f"salt/wheel/{jid}"
+        base = {"fun": f"wheel.{fun}", "jid": jid, "tag": tag, "user": user}
+        self.link.fire(f"{tag}/new", {**base, "_stamp": salt_stamp(datetime.now(UTC))})
+        value: Any
+        try:
+            if fun == "minions.connected" and auth is None:
+                lane, req = self.link.request(p.SHARE_RUNNER, fun="manage.up",
+                                              arg=p.pack_args([], {}))
+                reply = self.link.answer(lane, req, p.SHARE_RUN_RET, RUNNER_WAIT)
+                if "error" in reply:
+                    raise WheelError(str(reply["error"]))
+                value = reply.get("return")
+            elif auth is None:
+                # A key holder is unrestricted; the wheel needs Credentials only for
+                # minions.connected, handled above.
+                value = self.wheel.call(fun, positional, kwargs, _KEY_HOLDER)
+            else:
+                value = self.wheel.call(fun, positional, kwargs, auth)
+            success = True
+        except (WheelError, Refused) as exc:
+            value, success = str(exc), False
+        data = {**base, "_stamp": salt_stamp(datetime.now(UTC)), "return": value,
+                "success": success}
+        self.link.fire(f"{tag}/ret", data)
+        return {"tag": tag, "data": data}
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.link.close()
+
+
+_KEY_HOLDER = Credentials(token="")
+"""Never sent to the master (see ``LowCalls._call_wheel``)."""
