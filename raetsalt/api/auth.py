@@ -84,6 +84,16 @@ class Tokens:
         return acl.fill_auth_list(section, f"external_auth[{info.eauth!r}]", info.name,
                                   info.groups, permissive=bool(self.opts.get("permissive_acl")))
 
+    def check_runner(self, info: TokenInfo, fun: str, arg: list[Any]) -> acl.Decision:
+        """The master's decision on a runner for an eauth user (``arg`` as on the
+        lane); the master decides again when it runs it."""
+        listed = acl.check_blacklist(self.opts.get("publisher_acl_blacklist"), info.name)
+        if listed is not None:
+            return listed
+        return acl.check_eauth(self._eauth_config(info), info.eauth, info.name, info.groups,
+                               fun, arg, kind="runner",
+                               permissive=bool(self.opts.get("permissive_acl")))
+
     def check_wheel(self, info: TokenInfo, fun: str, arg: list[Any],
                     kwarg: Mapping[str, Any]) -> acl.Decision:
         listed = acl.check_blacklist(self.opts.get("publisher_acl_blacklist"), info.name)

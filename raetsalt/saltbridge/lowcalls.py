@@ -34,9 +34,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from raetsalt import protocol as p
-from raetsalt.api.auth import Tokens
+from raetsalt.api.auth import TokenInfo, Tokens
 from raetsalt.api.lowstate import RESERVED
-from raetsalt.api.master import LOGIN_WAIT, Credentials, MasterLink, MasterTimeout, Refused
+from raetsalt.api.master import Credentials, MasterLink, MasterTimeout, Refused
 from raetsalt.api.wheel import Wheel, WheelError
 from raetsalt.cli._common import wire_safe
 from raetsalt.errors import DaemonUnavailable
@@ -140,91 +140,104 @@ class LowCalls:
 
     def _run(self, identity: list[bytes], cmd: str, load: dict[str, Any],
              credentials: dict[str, Any], user: str) -> None:
-        answer: Any
+        answered = [False]
+
+        def answer(value: Any) -> None:
+            answered[0] = True
+            self.done(identity, value)
+
+        made: list[str] = []
         try:
             fun = load.get("fun")
             if not isinstance(fun, str) or not fun or len(fun) > 256:
                 raise CallError({"error": {"name": "SaltInvocationError",
                                            "message": "'fun' must be a function name"}})
             if cmd == "runner":
-                answer = self._runner(fun, load, credentials, user)
+                self._runner(fun, load, credentials, user, made, answer)
             else:
-                answer = self._wheel(fun, load, credentials, user)
+                answer(self._wheel(fun, load, credentials, user, made))
         except CallError as exc:
-            answer = exc.answer
+            value: Any = exc.answer
         except (DaemonUnavailable, MasterTimeout) as exc:
-            answer = f"the raetsalt master: {exc}"
+            value = f"the raetsalt master: {exc}"
         except Exception:  # noqa: BLE001 - a worker must answer and live on
             log.exception("Salt's local request channel: %s %s failed", cmd,
                           clip(load.get("fun")))
-            answer = f"the {cmd} call failed on the raetsalt master"
+            value = f"the {cmd} call failed on the raetsalt master"
+        else:
+            value = None
         finally:
+            for token in made:
+                self.tokens.remove(token)
             self._slots.release()
-        self.done(identity, answer)
+        if not answered[0]:
+            self.done(identity, value)
+
+    def _login(self, credentials: Mapping[str, Any], made: list[str]) -> TokenInfo:
+        """The caller's token record: their token, or one the master makes for their
+        eauth login (put in ``made``, removed after the call); Salt's refusal if none."""
+        kind = auth_type(credentials)
+        token = credentials.get("token")
+        if kind == "eauth":
+            if not all(credentials.get(k) for k in ("eauth", "username", "password")):
+                raise CallError(auth_error(kind))
+            try:
+                token = str(self.link.login(
+                    str(credentials["eauth"]), str(credentials["username"]),
+                    str(credentials["password"]),
+                    str(credentials.get("login_client", "")))["token"])
+            except Refused:
+                raise CallError(auth_error(kind)) from None
+            made.append(token)
+        info = self.tokens.get(token)
+        if info is None:
+            raise CallError(auth_error(kind))
+        return info
 
     # -- runner ---------------------------------------------------------------------------
 
     def _runner(self, fun: str, load: Mapping[str, Any], credentials: Mapping[str, Any],
-                user: str) -> dict[str, Any]:
+                user: str, made: list[str], answer: Callable[[Any], None]) -> None:
+        """Authorize (as the master will), answer ``{tag, jid}`` at once as Salt does,
+        then have the master run it and fire its events."""
         positional, kwargs = runner_args(load)
-        lane, req = self.link.request(p.SHARE_RUNNER, fun=fun,
-                                      arg=p.pack_args(positional, kwargs), **credentials)
-        reply = self.link.answer(lane, req, p.SHARE_RUN_RET,
-                                 RUNNER_WAIT + (LOGIN_WAIT if credentials else 0.0))
-        kind = auth_type(credentials)
-        if kind != "user":
-            user = str(credentials.get("username") or user)
-        error = reply.get("error")
-        if error is not None and (reply.get("denied")
-                                  or str(error).startswith("Authentication failure")):
-            failed_login = str(error).startswith("Authentication failure")
-            raise CallError(auth_error(kind, None if failed_login else user))
+        arg = p.pack_args(positional, kwargs)
+        fields: dict[str, Any] = {}
+        if credentials:
+            info = self._login(credentials, made)
+            user = info.name
+            if not self.tokens.check_runner(info, fun, arg).allowed:
+                raise CallError(auth_error(auth_type(credentials), user))
+            fields = {"token": info.token}
         jid = new_jid(datetime.now(UTC))
         tag = f"salt/run/{jid}"
         base = {"fun": f"runner.{fun}", "jid": jid, "user": user,
                 "fun_args": [*positional, kwargs] if kwargs else positional}
         self.link.fire(f"{tag}/new", {**base, "_stamp": salt_stamp(datetime.now(UTC))})
-        self.link.fire(f"{tag}/ret", {
-            **base, "_stamp": salt_stamp(datetime.now(UTC)),
-            "return": str(error) if error is not None else reply.get("return"),
-            "success": error is None})
-        return {"tag": tag, "jid": jid}
+        answer({"tag": tag, "jid": jid})
+        try:
+            lane, req = self.link.request(p.SHARE_RUNNER, fun=fun, arg=arg, **fields)
+            reply = self.link.answer(lane, req, p.SHARE_RUN_RET, RUNNER_WAIT)
+            error = reply.get("error")
+            value = str(error) if error is not None else reply.get("return")
+        except (DaemonUnavailable, MasterTimeout) as exc:
+            error, value = exc, f"the raetsalt master: {exc}"
+        self.link.fire(f"{tag}/ret", {**base, "_stamp": salt_stamp(datetime.now(UTC)),
+                                      "return": value, "success": error is None})
 
     # -- wheel ----------------------------------------------------------------------------
 
     def _wheel(self, fun: str, load: Mapping[str, Any], credentials: Mapping[str, Any],
-               user: str) -> dict[str, Any]:
-        kind = auth_type(credentials)
-        made: str | None = None
-        try:
-            if kind == "user":
-                auth = None
-            else:
-                token = credentials.get("token")
-                if kind == "eauth" and not all(credentials.get(k) for k in
-                                               ("eauth", "username", "password")):
-                    raise CallError(auth_error(kind))
-                if kind == "eauth":
-                    try:
-                        token = str(self.link.login(
-                            str(credentials["eauth"]), str(credentials.get("username", "")),
-                            str(credentials.get("password", "")),
-                            str(credentials.get("login_client", "")))["token"])
-                    except Refused:
-                        raise CallError(auth_error(kind)) from None
-                    made = token
-                info = self.tokens.get(token)
-                if info is None:
-                    raise CallError(auth_error(kind))
-                user = info.name
-                positional, kwargs = packed(load)
-                if not self.tokens.check_wheel(info, fun, positional, kwargs).allowed:
-                    raise CallError(auth_error(kind, user))
-                auth = Credentials(token=info.token)
-            return self._call_wheel(fun, load, auth, user)
-        finally:
-            if made is not None:
-                self.tokens.remove(made)
+               user: str, made: list[str]) -> dict[str, Any]:
+        auth = None
+        if credentials:
+            info = self._login(credentials, made)
+            user = info.name
+            positional, kwargs = packed(load)
+            if not self.tokens.check_wheel(info, fun, positional, kwargs).allowed:
+                raise CallError(auth_error(auth_type(credentials), user))
+            auth = Credentials(token=info.token)
+        return self._call_wheel(fun, load, auth, user)
 
     def _call_wheel(self, fun: str, load: Mapping[str, Any], auth: Credentials | None,
                     user: str) -> dict[str, Any]:

@@ -86,6 +86,10 @@ out["run_up"] = outcome(lambda: sorted(runner.cmd_sync({"fun": "manage.up", **al
 out["run_full"] = outcome(lambda: runner.cmd_sync({"fun": "manage.up", **alice},
                                                   timeout=60, full_return=True))
 out["run_async"] = outcome(lambda: runner.cmd_async({"fun": "manage.up", **alice}))
+out["run_lookup"] = outcome(lambda: runner.cmd_sync({"fun": "jobs.lookup_jid", "jid": jid,
+                                                    **alice}, timeout=60))
+out["run_fails"] = outcome(lambda: runner.cmd_sync({"fun": "test.arg", **alice}, timeout=60,
+                                                   full_return=True))
 out["run_bob"] = outcome(lambda: runner.cmd_sync({"fun": "manage.up", **bob}, timeout=30))
 out["run_badpw"] = outcome(lambda: runner.cmd_sync(
     {"fun": "manage.up", **alice, "password": "wrong"}, timeout=30))
@@ -271,6 +275,12 @@ def test_local_client_script_and_engines() -> None:
         assert out["run_full"]["data"]["user"] == "alice"
         assert set(out["run_async"]) == {"tag", "jid"}, out
         assert out["run_async"]["tag"] == f"salt/run/{out['run_async']['jid']}"
+        # arguments reach the runner (an old-style keyword here)
+        assert out["run_lookup"] == {"minion1": True, "minion2": True}, out
+        # Salt's test.arg runner is not one of raetsalt's: the master's refusal is the
+        # job's return, as a failed runner's in Salt
+        assert out["run_fails"]["data"]["success"] is False, out
+        assert "not available" in out["run_fails"]["data"]["return"], out
         assert out["run_bob"].startswith("raised EauthAuthenticationError"), out
         assert "for user bob" in out["run_bob"]
         assert out["run_badpw"].startswith("raised EauthAuthenticationError"), out
