@@ -30,6 +30,9 @@ as from Salt's job cache; they are removed after ``keep_jobs_seconds``.  The ret
 reach a listening client as ``salt/job/<jid>/ret/<id>`` events on Salt's bus sockets
 (``raetsalt.saltbridge.ipcbus``).
 
+``cmd: runner`` and ``cmd: wheel`` (Salt's ``RunnerClient``/``WheelClient``) are
+served by ``raetsalt.saltbridge.lowcalls`` with the same keys and credentials.
+
 Limits: messages over ``MAX_FRAME`` bytes are refused by ZeroMQ (the peer is
 disconnected); at most ``MAX_IN_FLIGHT`` publications wait for the master (more are
 answered "busy"), of which ``MAX_LOGINS_IN_FLIGHT`` with credentials; one the master
