@@ -1,0 +1,72 @@
+"""The pure parts of Salt's runner/wheel calls on the local request channel: Salt's
+refusal shapes, the arguments taken from Salt's low data, and the runner check made
+before the answer (the master's rules, from a token)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from raetsalt.api.auth import Tokens
+from raetsalt.saltbridge.lowcalls import CallError, auth_error, auth_type, packed, runner_args
+
+
+def test_refusals_are_salts_shapes() -> None:
+    assert auth_error("eauth", "bob") == {"error": {
+        "name": "EauthAuthenticationError",
+        "message": 'Authentication failure of type "eauth" occurred for user bob.'}}
+    assert auth_error("eauth")["error"]["message"] == (
+        'Authentication failure of type "eauth" occurred.')
+    assert auth_error("token")["error"]["name"] == "TokenAuthenticationError"
+    # Salt's own text for a user (key) failure has no full stop
+    assert auth_error("user") == {"error": {
+        "name": "UserAuthenticationError",
+        "message": 'Authentication failure of type "user" occurred'}}
+    assert auth_type({"token": "t"}) == "token"
+    assert auth_type({"eauth": "pam", "username": "u", "password": "p"}) == "eauth"
+    assert auth_type({}) == "user"
+
+
+def test_runner_arguments_as_salts_runner_client_sends_them() -> None:
+    load = {"fun": "jobs.lookup_jid", "username": "u", "password": "p", "eauth": "file",
+            "kwarg": {"arg": ["a", 1], "kwarg": {"jid": "1", "__kwarg__": True}}}
+    assert runner_args(load) == (["a", 1], {"jid": "1"})
+    assert runner_args({"fun": "manage.up"}) == ([], {})
+    for bad in ({"kwarg": "x"}, {"kwarg": {"arg": "x"}}, {"kwarg": {"kwarg": [1]}}):
+        with pytest.raises(CallError):
+            runner_args(bad)
+
+
+def test_wheel_arguments_are_the_low_datas_other_keys() -> None:
+    load = {"cmd": "wheel", "fun": "key.accept", "match": "web*", "username": "u",
+            "password": "p", "eauth": "file", "key": "k", "user": "root",
+            "__jid__": "1", "print_event": False, "include_rejected": True}
+    assert packed(load) == ([], {"match": "web*", "include_rejected": True})
+    assert packed({"fun": "key.list", "arg": ["acc"]}) == (["acc"], {})
+    with pytest.raises(CallError):
+        packed({"fun": "key.list", "kwarg": ["x"]})
+
+
+def test_the_runner_check_is_the_masters(tmp_path: Path) -> None:
+    opts = {"cachedir": str(tmp_path), "publisher_acl_blacklist": {"users": ["mallory"]},
+            "external_auth": {"file": {"alice": ["@runner"], "bob": ["@wheel"],
+                                       "carol": [{"@runner": ["manage.*"]}],
+                                       "mallory": ["@runner"]}}}
+    (tmp_path / "tokens").mkdir()
+    tokens = Tokens(opts)
+    now = time.time()
+
+    def info(name: str) -> object:
+        made = tokens.store.create(name, "file", [], now, 3600)
+        found = tokens.get(made["token"])
+        assert found is not None
+        return found
+
+    assert tokens.check_runner(info("alice"), "manage.up", []).allowed
+    assert not tokens.check_runner(info("bob"), "manage.up", []).allowed
+    assert tokens.check_runner(info("carol"), "manage.up", []).allowed
+    assert not tokens.check_runner(info("carol"), "jobs.list_jobs", []).allowed
+    assert not tokens.check_runner(info("mallory"), "manage.up", []).allowed
+    assert tokens.check_wheel(info("bob"), "key.list_all", [], {}).allowed
