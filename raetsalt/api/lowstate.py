@@ -53,6 +53,25 @@ MAX_BACKGROUND = 32
 """runner_async jobs running at once; more are refused (HTTP 503)."""
 
 
+def low_arguments(chunk: Mapping[str, Any], not_arguments: frozenset[str] | None
+                  ) -> tuple[list[Any], dict[str, Any]]:
+    """The positional and keyword arguments of a low chunk: ``arg`` (typed as the
+    command line types it: ``name=value`` is a keyword), ``kwarg``, and, unless
+    ``not_arguments`` is None, every other key not in it; ValueError if malformed."""
+    arg = chunk.get("arg", [])
+    if not isinstance(arg, list):
+        arg = [arg]
+    kwarg = chunk.get("kwarg") or {}
+    if not isinstance(kwarg, Mapping):
+        raise ValueError("kwarg must be a mapping")
+    positional, kwargs = parse_input(arg)
+    kwargs.update({str(k): v for k, v in kwarg.items()})
+    if not_arguments is not None:
+        kwargs.update({str(k): v for k, v in chunk.items() if k not in not_arguments})
+    positional, kwargs = wire_safe((positional, kwargs))
+    return list(positional), dict(kwargs)
+
+
 class HttpProblem(Exception):
     """Ends the request with ``status`` and ``text`` (never a traceback)."""
 
@@ -159,18 +178,11 @@ class Dispatcher:
 
     @staticmethod
     def _packed(chunk: Mapping[str, Any], *, extra: bool = False) -> list[Any]:
-        arg = chunk.get("arg", [])
-        if not isinstance(arg, list):
-            arg = [arg]
-        kwarg = chunk.get("kwarg") or {}
-        if not isinstance(kwarg, Mapping):
-            raise HttpProblem(400, "kwarg must be a mapping")
-        positional, kwargs = parse_input(arg)
-        kwargs.update({str(k): v for k, v in kwarg.items()})
-        if extra:
-            kwargs.update({str(k): v for k, v in chunk.items() if k not in RESERVED})
-        positional, kwargs = wire_safe((positional, kwargs))
-        return p.pack_args(list(positional), kwargs)
+        try:
+            positional, kwargs = low_arguments(chunk, RESERVED if extra else None)
+        except ValueError as exc:
+            raise HttpProblem(400, str(exc)) from None
+        return p.pack_args(positional, kwargs)
 
     @staticmethod
     def _target(chunk: Mapping[str, Any]) -> tuple[Any, str]:

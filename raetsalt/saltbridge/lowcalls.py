@@ -35,12 +35,11 @@ from typing import Any
 
 from raetsalt import protocol as p
 from raetsalt.api.auth import TokenInfo, Tokens
-from raetsalt.api.lowstate import RESERVED
+from raetsalt.api.lowstate import RESERVED, low_arguments
 from raetsalt.api.master import Credentials, MasterLink, MasterTimeout, Refused
 from raetsalt.api.wheel import Wheel, WheelError
 from raetsalt.cli._common import wire_safe
 from raetsalt.errors import DaemonUnavailable
-from raetsalt.execution.args import parse_input
 from raetsalt.log import clip
 from raetsalt.services.jids import new_jid
 from raetsalt.timefmt import salt_stamp
@@ -86,18 +85,11 @@ def auth_error(kind: str, user: str | None = None) -> dict[str, Any]:
 def packed(load: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
     """The positional and keyword arguments of a low chunk (``arg``, ``kwarg`` and any
     other key that is not Salt's own), typed as the command line types them."""
-    arg = load.get("arg", [])
-    if not isinstance(arg, list):
-        arg = [arg]
-    kwarg = load.get("kwarg") or {}
-    if not isinstance(kwarg, Mapping):
-        raise CallError("kwarg must be a mapping")
-    positional, kwargs = parse_input(arg)
-    kwargs.update({str(k): v for k, v in kwarg.items()})
-    kwargs.update({str(k): v for k, v in load.items()
-                   if k not in _NOT_ARGS and not str(k).startswith("__")})
-    positional, kwargs = wire_safe((positional, kwargs))
-    return list(positional), dict(kwargs)
+    inner = {k: v for k, v in load.items() if not str(k).startswith("__")}
+    try:
+        return low_arguments(inner, _NOT_ARGS)
+    except ValueError as exc:
+        raise CallError(str(exc)) from None
 
 
 def runner_args(load: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
