@@ -5,19 +5,20 @@ its answer goes back to the channel's thread through ``done``.
 Salt's clients send their low data with ``cmd: runner`` or ``cmd: wheel`` and the
 caller's credentials at the top level (``eauth``/``username``/``password``, or
 ``token``; a key written for root or the master's user also passes).  Who may do what
-is decided as for the command line and the REST API:
+is decided as for the command line and the REST API.  eauth credentials become a
+token on the master (``mk_token``, as ``raetsalt -a`` does; removed after the call), and
+the token's rules are checked here with the master's rules (``raetsalt.api.auth``):
 
-* runner: the request goes over the master's lane as ``raetsalt-run`` sends it (with
-  the credentials), and the master authorizes and runs it.  The answer is Salt's
-  ``{tag: salt/run/<jid>, jid}``, given when the runner has finished (Salt answers at
-  once), after ``salt/run/<jid>/new`` and ``salt/run/<jid>/ret`` were fired on the
-  master's bus, where ``cmd_sync`` waits for the latter;
-* wheel: a login makes a token on the master (``mk_token``, as ``raetsalt -a`` does);
-  the token's rules are checked here with the master's rules (``raetsalt.api.auth``,
-  kind ``wheel``) and the function runs as the REST API runs it (``raetsalt.api.wheel``:
-  the ``key`` module, key changes as the master's key commands).  The answer is Salt's
-  ``{tag: salt/wheel/<jid>, data: {fun, jid, tag, user, _stamp, return, success}}``.
+* runner: kind ``runner``; then the answer ``{tag: salt/run/<jid>, jid}`` goes at once,
+  as Salt's, ``salt/run/<jid>/new`` is fired, the runner goes over the master's lane as
+  ``raetsalt-run`` sends it (with the token: the master decides again and runs it), and
+  ``salt/run/<jid>/ret`` is fired with its return, where ``cmd_sync`` waits for it;
+* wheel: kind ``wheel``; the function runs as the REST API runs it
+  (``raetsalt.api.wheel``: the ``key`` module, key changes as the master's key
+  commands).  The answer is Salt's ``{tag: salt/wheel/<jid>, data: {fun, jid, tag,
+  user, _stamp, return, success}}``.
 
+A key holder is unrestricted, as that user on the command line.
 A failed login or a refusal is Salt's error shape with Salt's names
 (``EauthAuthenticationError``, ``TokenAuthenticationError``); a runner or wheel
 function that fails is ``success: False`` with the master's text as its return.
