@@ -49,6 +49,9 @@ log = logging.getLogger("raetsalt.saltbus")
 
 MAX_CALLS = 64
 WORKERS = 8
+MAX_LOGINS = 4
+"""Calls with eauth credentials at once: the master holds back a failed login's answer,
+so bad passwords may hold at most these workers."""
 RUNNER_WAIT = 300.0
 """Longest wait for a runner's answer (Salt's ``rest_timeout``)."""
 _NOT_ARGS = RESERVED | {"cmd", "key", "user", "print_event", "login_client"}
@@ -117,26 +120,39 @@ class LowCalls:
         self.tokens = Tokens(opts)
         self.wheel = Wheel(opts, self.link)
         self._slots = threading.BoundedSemaphore(MAX_CALLS)
+        self._logins = threading.BoundedSemaphore(MAX_LOGINS)
         self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="salt-lowcall")
 
     def submit(self, identity: list[bytes], cmd: str, load: dict[str, Any],
                credentials: dict[str, Any], user: str) -> bool:
-        """Start a call; False when ``MAX_CALLS`` are under way."""
+        """Start a call; False when ``MAX_CALLS`` (``MAX_LOGINS`` with eauth) are under
+        way."""
+        login = "eauth" in credentials
+        if login and not self._logins.acquire(blocking=False):
+            return False
         if not self._slots.acquire(blocking=False):
+            if login:
+                self._logins.release()
             return False
         try:
             self._pool.submit(self._run, identity, cmd, load, credentials, user)
         except RuntimeError:  # shut down
             self._slots.release()
+            if login:
+                self._logins.release()
             return False
         return True
 
     def _run(self, identity: list[bytes], cmd: str, load: dict[str, Any],
              credentials: dict[str, Any], user: str) -> None:
         answered = [False]
+        login = ["eauth" in credentials]
 
         def answer(value: Any) -> None:
             answered[0] = True
+            if login[0]:  # a runner's login is over when it is answered
+                login[0] = False
+                self._logins.release()
             self.done(identity, value)
 
         made: list[str] = []
@@ -163,6 +179,8 @@ class LowCalls:
             for token in made:
                 self.tokens.remove(token)
             self._slots.release()
+            if login[0]:
+                self._logins.release()
         if not answered[0]:
             self.done(identity, value)
 

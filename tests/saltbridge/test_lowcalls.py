@@ -4,6 +4,7 @@ before the answer (the master's rules, from a token)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -70,3 +71,38 @@ def test_the_runner_check_is_the_masters(tmp_path: Path) -> None:
     assert not tokens.check_runner(info("carol"), "jobs.list_jobs", []).allowed
     assert not tokens.check_runner(info("mallory"), "manage.up", []).allowed
     assert tokens.check_wheel(info("bob"), "key.list_all", [], {}).allowed
+
+
+def test_calls_are_bounded_and_logins_more_so(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from raetsalt.saltbridge import lowcalls
+
+    opts = {"sock_dir": str(tmp_path), "cachedir": str(tmp_path), "pki_dir": str(tmp_path)}
+    answers: list[tuple[list[bytes], object]] = []
+    calls = lowcalls.LowCalls(opts, lambda identity, value: answers.append((identity, value)))
+    release = threading.Event()
+    started = threading.Semaphore(0)
+
+    def held(self: object, identity: list[bytes], cmd: str, load: dict[str, object],
+             credentials: dict[str, object], user: str) -> None:
+        started.release()
+        release.wait(30)
+        self._slots.release()  # type: ignore[attr-defined]
+        if "eauth" in credentials:
+            self._logins.release()  # type: ignore[attr-defined]
+
+    eauth = {"eauth": "file", "username": "u", "password": "p"}
+    monkeypatch.setattr(lowcalls.LowCalls, "_run", held)
+    try:
+        took = [calls.submit([b"i"], "wheel", {}, dict(eauth), "")
+                for _ in range(lowcalls.MAX_LOGINS + 2)]
+        assert took == [True] * lowcalls.MAX_LOGINS + [False, False]
+        more = [calls.submit([b"i"], "wheel", {}, {}, "root")
+                for _ in range(lowcalls.MAX_CALLS)]
+        assert more.count(True) == lowcalls.MAX_CALLS - lowcalls.MAX_LOGINS
+        assert not calls.submit([b"i"], "runner", {}, {}, "root")
+    finally:
+        release.set()
+        for _ in range(lowcalls.MAX_CALLS):
+            started.acquire(timeout=30)
+        calls.close()
