@@ -109,6 +109,10 @@ out["run_key"] = outcome(lambda: sorted(runner.cmd_sync({"fun": "manage.up", "ke
 out["wheel_key"] = outcome(lambda: wheel.cmd_sync({"fun": "key.list_all", "key": mykey}))
 out["wheel_badkey"] = outcome(lambda: wheel.cmd_sync({"fun": "key.list_all",
                                                       "key": "y" * 80}))
+out["wheel_badtoken"] = outcome(lambda: wheel.cmd_sync({"fun": "key.list_all",
+                                                        "token": "0" * 64}))
+out["run_badtoken"] = outcome(lambda: runner.cmd_sync({"fun": "manage.up", "token": "0" * 64},
+                                                      timeout=30))
 out["wheel_badfun"] = outcome(lambda: wheel.cmd_sync({"fun": "nosuch.thing", **bob}))
 
 # The channel itself: a wrong key, a request that is not Salt's, a command not served.
@@ -298,6 +302,10 @@ def test_local_client_script_and_engines() -> None:
         assert out["run_key"] == ["minion1", "minion2"], out
         assert out["wheel_key"]["data"]["return"]["minions"] == ["minion1", "minion2"], out
         assert out["wheel_badkey"] == user_refused, out
+        token_refused = ('raised TokenAuthenticationError: Authentication failure of type '
+                         '"token" occurred.')
+        assert out["wheel_badtoken"] == token_refused, out
+        assert out["run_badtoken"] == token_refused, out
         assert out["wheel_badfun"]["data"]["success"] is False, out
         assert "is not available" in out["wheel_badfun"]["data"]["return"]
         assert out["runner"]["error"]["name"] == "UserAuthenticationError"
