@@ -10,7 +10,9 @@ in one line.  The child reads the master's config file the way Salt's clients do
   by a listener on raetsalt's bus, firing into it;
 * with ``salt_local_clients``: the root and master-user keys in Salt's ``cachedir`` and
   Salt's local request channel on the loopback address (``raetsalt.saltbridge.localreq``),
-  so ``salt.client.LocalClient`` publishes through the master;
+  so ``salt.client.LocalClient`` publishes through the master, and Salt's
+  ``RunnerClient``/``WheelClient`` calls go to the handler ``main`` is given (the child's
+  entry is ``raetsalt.api.saltclients``, which gives it ``raetsalt.api.lowcalls``);
 * with ``engines:``: Salt's ``salt.engines.start_engines`` with Salt's master opts and
   Salt's ``ProcessManager`` (its engine processes are restarted when they die, as on a
   Salt master).  The engines are started before the serving threads, so their processes
@@ -24,14 +26,17 @@ import os
 import pwd
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raetsalt.daemon.automation import Automation, child_setup, spawn_child
+
+if TYPE_CHECKING:
+    from raetsalt.saltbridge.localreq import CallHandlers
 
 log = logging.getLogger("raetsalt.saltbus")
 
 _CHILD = ("import sys; sys.path.insert(0, sys.argv[1]); "
-          "from raetsalt.daemon.saltbus import main; sys.exit(main())")
+          "from raetsalt.api.saltclients import main; sys.exit(main())")
 NAME = "the Salt clients/engines process"
 READ_WAIT = 0.25
 CHECK_ENGINES = 5.0
@@ -62,13 +67,15 @@ def start(opts: Mapping[str, Any]) -> Automation | None:
     return spawn_child(_CHILD, opts, wanted, NAME)
 
 
-def main() -> int:
+def main(calls: CallHandlers | None = None) -> int:
+    """The child's work; ``calls`` serves Salt's runner and wheel calls (None: only
+    publications are served)."""
     setup = child_setup()
     if setup is None:
         return 1
     opts, wanted, stop = setup
     try:
-        return run(opts, wanted, stop)
+        return run(opts, wanted, stop, calls)
     except Exception as exc:  # noqa: BLE001 - one line; the master goes on without it
         log.error("%s failed: %s", NAME, " ".join(str(exc).split())[:300]
                   or type(exc).__name__)
@@ -81,7 +88,8 @@ def _master_user(opts: Mapping[str, Any]) -> str:
     return str(user) if user else pwd.getpwuid(os.geteuid()).pw_name
 
 
-def run(opts: dict[str, Any], wanted: Mapping[str, bool], stop: threading.Event) -> int:
+def run(opts: dict[str, Any], wanted: Mapping[str, bool], stop: threading.Event,
+        calls: CallHandlers | None = None) -> int:
     from raetsalt.drivers.uxd import prepare_sock_dir
     from raetsalt.event import MasterEvent
     from raetsalt.paths import resolve_group
@@ -117,7 +125,7 @@ def run(opts: dict[str, Any], wanted: Mapping[str, bool], stop: threading.Event)
 
         keys = write_keys(str(salt_opts["cachedir"]), ["root", _master_user(opts)])
         try:
-            server = RequestServer(opts, salt_opts, keys)
+            server = RequestServer(opts, salt_opts, keys, calls)
         except Exception as exc:  # noqa: BLE001 - zmq's bind errors: one line, bus stays
             log.error("salt_local_clients: Salt's request channel not served on 127.0.0.1:%s:"
                       " %s", salt_opts.get("ret_port"), exc)

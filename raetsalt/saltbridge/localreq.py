@@ -30,8 +30,10 @@ as from Salt's job cache; they are removed after ``keep_jobs_seconds``.  The ret
 reach a listening client as ``salt/job/<jid>/ret/<id>`` events on Salt's bus sockets
 (``raetsalt.saltbridge.ipcbus``).
 
-``cmd: runner`` and ``cmd: wheel`` (Salt's ``RunnerClient``/``WheelClient``) are
-served by ``raetsalt.saltbridge.lowcalls`` with the same keys and credentials.
+``cmd: runner`` and ``cmd: wheel`` (Salt's ``RunnerClient``/``WheelClient``) go, with
+the same keys and credentials checked here first, to the call handler the server is
+given (``CallHandler``: ``raetsalt.api.lowcalls`` in the master's Salt-surfaces
+process); without one they are refused as not served.
 
 Limits: messages over ``MAX_FRAME`` bytes are refused by ZeroMQ (the peer is
 disconnected); at most ``MAX_IN_FLIGHT`` publications wait for the master (more are
@@ -55,9 +57,9 @@ import tempfile
 import threading
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import msgpack
 
@@ -91,6 +93,46 @@ class _Waiting:
     load: dict[str, Any]
     since: float
     login: bool
+
+
+Done = Callable[[list[bytes], Any], None]
+"""How a call handler answers a request (any thread): its ROUTER identity, the answer."""
+
+
+class CallHandler(Protocol):
+    """Runs Salt's runner and wheel calls of this channel (worker threads)."""
+
+    def submit(self, identity: list[bytes], cmd: str, load: dict[str, Any],
+               credentials: dict[str, Any], user: str) -> bool:
+        """Start a call (``cmd``: runner or wheel) whose answer goes to ``done`` later;
+        False when it is too busy to take it.  ``credentials`` are the caller's eauth or
+        token fields, or ``{}`` for a key holder (``user``)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+CallHandlers = Callable[[Mapping[str, Any], Done], CallHandler]
+"""Makes the handler (on the first call) from raetsalt's master opts and ``done``."""
+
+
+def auth_type(credentials: Mapping[str, Any]) -> str:
+    """Salt's name of the kind of credentials: ``token``, ``eauth`` or ``user``."""
+    if "token" in credentials:
+        return "token"
+    return "eauth" if "eauth" in credentials else "user"
+
+
+def auth_error(kind: str, user: str | None = None) -> dict[str, Any]:
+    """Salt's refusal of a runner or wheel call."""
+    name = {"token": "TokenAuthenticationError", "eauth": "EauthAuthenticationError"}.get(
+        kind, "UserAuthenticationError")
+    text = f'Authentication failure of type "{kind}" occurred'
+    if user is not None:
+        text += f" for user {user}."
+    elif kind != "user":
+        text += "."  # Salt's user failure has no full stop
+    return {"error": {"name": name, "message": text}}
 
 
 def write_keys(cachedir: str, users: list[str]) -> dict[str, str]:
@@ -130,10 +172,11 @@ class RequestServer:
     """The ROUTER socket, the lane client it publishes through, and its thread."""
 
     def __init__(self, opts: Mapping[str, Any], salt_opts: Mapping[str, Any],
-                 keys: Mapping[str, str]) -> None:
+                 keys: Mapping[str, str], calls: CallHandlers | None = None) -> None:
         import zmq
 
         self.opts = opts
+        self._make_calls = calls
         self.keys = dict(keys)
         self.jobs_dir = os.path.join(str(salt_opts["cachedir"]), "jobs")
         self.hash_type = str(salt_opts.get("hash_type") or "sha256")
@@ -166,7 +209,7 @@ class RequestServer:
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        self._calls: Any = None  # raetsalt.saltbridge.lowcalls.LowCalls, on first use
+        self._calls: CallHandler | None = None  # made on the first call
 
     # -- the thread -----------------------------------------------------------------------
 
@@ -217,15 +260,15 @@ class RequestServer:
             self._send(identity, "bad load")
             return
         cmd = load.get("cmd")
-        if cmd in ("runner", "wheel"):
-            self._call(identity, str(cmd), load)
+        if cmd in ("runner", "wheel") and self._make_calls is not None:
+            self._call(identity, str(cmd), load, self._make_calls)
             return
         if cmd != "publish":
             self._drop("not_served", clip(cmd))
+            served = "'publish', 'runner' and 'wheel'" if self._make_calls else "'publish'"
             self._send(identity, {"error": {
                 "name": "SaltInvocationError",
-                "message": "the raetsalt master serves 'publish', 'runner' and 'wheel' to "
-                           "Salt's local clients"}})
+                "message": f"the raetsalt master serves {served} to Salt's local clients"}})
             return
         if len(self._waiting) >= MAX_IN_FLIGHT:
             self._drop("busy")
@@ -260,19 +303,15 @@ class RequestServer:
 
     # -- runner and wheel ---------------------------------------------------------------------
 
-    def _call(self, identity: list[bytes], cmd: str, load: dict[str, Any]) -> None:
-        from raetsalt.saltbridge.lowcalls import auth_error
-
+    def _call(self, identity: list[bytes], cmd: str, load: dict[str, Any],
+              make: CallHandlers) -> None:
         credentials = self._credentials(load, load)
         if credentials is None:
             self._drop("unauthenticated")
-            self._send(identity, auth_error("token" if "token" in load else
-                                            "eauth" if "eauth" in load else "user"))
+            self._send(identity, auth_error(auth_type(load)))
             return
         if self._calls is None:
-            from raetsalt.saltbridge.lowcalls import LowCalls
-
-            self._calls = LowCalls(self.opts, self._call_done)
+            self._calls = make(self.opts, self._call_done)
         user = self._key_user(load) if not credentials else ""
         if not self._calls.submit(identity, cmd, load, credentials, user):
             self._drop("busy_calls")

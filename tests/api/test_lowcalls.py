@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from raetsalt.api.auth import Tokens
-from raetsalt.saltbridge.lowcalls import CallError, auth_error, auth_type, packed, runner_args
+from raetsalt.api.lowcalls import CallError, packed, runner_args
+from raetsalt.saltbridge.localreq import auth_error, auth_type
 
 
 def test_refusals_are_salts_shapes() -> None:
@@ -75,7 +76,7 @@ def test_the_runner_check_is_the_masters(tmp_path: Path) -> None:
 
 def test_calls_are_bounded_and_logins_more_so(tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from raetsalt.saltbridge import lowcalls
+    from raetsalt.api import lowcalls
 
     opts = {"sock_dir": str(tmp_path), "cachedir": str(tmp_path), "pki_dir": str(tmp_path)}
     answers: list[tuple[list[bytes], object]] = []

@@ -1,6 +1,7 @@
 """Runner and wheel calls of Salt's ``RunnerClient``/``WheelClient`` on Salt's local
-request channel (``raetsalt.saltbridge.localreq``): each runs in a worker thread and
-its answer goes back to the channel's thread through ``done``.
+request channel (``raetsalt.saltbridge.localreq``, which is given ``LowCalls`` as its
+call handler by ``raetsalt.api.saltclients``): each runs in a worker thread and its
+answer goes back to the channel's thread through ``done``.
 
 Salt's clients send their low data with ``cmd: runner`` or ``cmd: wheel`` and the
 caller's credentials at the top level (``eauth``/``username``/``password``, or
@@ -42,6 +43,7 @@ from raetsalt.api.wheel import Wheel, WheelError
 from raetsalt.cli._common import wire_safe
 from raetsalt.errors import DaemonUnavailable
 from raetsalt.log import clip
+from raetsalt.saltbridge.localreq import Done, auth_error, auth_type
 from raetsalt.services.jids import new_jid
 from raetsalt.timefmt import salt_stamp
 
@@ -56,34 +58,12 @@ RUNNER_WAIT = 300.0
 """Longest wait for a runner's answer (Salt's ``rest_timeout``)."""
 _NOT_ARGS = RESERVED | {"cmd", "key", "user", "print_event", "login_client"}
 
-Done = Callable[[list[bytes], Any], None]
-
-
 class CallError(Exception):
     """Ends a call with this answer (Salt's error shape or a plain text)."""
 
     def __init__(self, answer: Any) -> None:
         super().__init__(str(answer))
         self.answer = answer
-
-
-def auth_type(credentials: Mapping[str, Any]) -> str:
-    """Salt's name of the kind of credentials: ``token``, ``eauth`` or ``user``."""
-    if "token" in credentials:
-        return "token"
-    return "eauth" if "eauth" in credentials else "user"
-
-
-def auth_error(kind: str, user: str | None = None) -> dict[str, Any]:
-    """Salt's refusal of a runner or wheel call."""
-    name = {"token": "TokenAuthenticationError", "eauth": "EauthAuthenticationError"}.get(
-        kind, "UserAuthenticationError")
-    text = f'Authentication failure of type "{kind}" occurred'
-    if user is not None:
-        text += f" for user {user}."
-    elif kind != "user":
-        text += "."  # Salt's user failure has no full stop
-    return {"error": {"name": name, "message": text}}
 
 
 def packed(load: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
