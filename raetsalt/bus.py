@@ -153,6 +153,13 @@ class EventBus:
     A listener that does not keep up loses its oldest events once it has ``max_events``
     queued or ``max_bytes`` worth (counted per listener in ``lost`` and in
     ``stats['events_lost']``); the bus itself never waits for anybody.
+
+    A *hold* (``hold(name)``) is a queue kept for a listener that is not there yet (the
+    master's reactor process, which subscribes some time after the bus opens): events are
+    queued for it, within the same bounds (losses counted in ``stats['held_lost']``),
+    until a listener subscribes claiming that name and takes the queue over.  When the
+    claimer goes (its yard reaped, or it unsubscribes) the hold starts again, empty, for
+    the next claimer (the process restarted); ``release`` ends it.
     """
 
     def __init__(self, *, max_events: int = 20000, max_bytes: int = 16 * 1024 * 1024) -> None:
@@ -160,13 +167,49 @@ class EventBus:
         self.max_bytes = max_bytes
         self.stats: Counter[str] = Counter()
         self._listeners: dict[str, _Listener] = {}
+        self._held: dict[str, _Listener] = {}
+        self._holds: set[str] = set()
+        self._claims: dict[str, str] = {}
+        """listener -> the hold it claimed."""
 
-    def subscribe(self, listener: str) -> None:
-        if listener not in self._listeners:
-            self._listeners[listener] = _Listener()
+    def hold(self, name: str) -> None:
+        """Keep the events from now on for the listener that will claim ``name``."""
+        if name not in self._holds:
+            self._holds.add(name)
+            self._held[name] = _Listener()
 
-    def unsubscribe(self, listener: str) -> None:
+    def held(self, name: str) -> int:
+        """Events waiting for a claimer of ``name``."""
+        entry = self._held.get(name)
+        return len(entry.queue) if entry is not None else 0
+
+    def subscribe(self, listener: str, claim: str | None = None) -> None:
+        """Add ``listener``; with ``claim`` (a name ``hold`` was given), the events held
+        under that name are its first, and the hold is its: a claimer that comes while
+        another has it (a restarted process before its old yard is reaped) takes it."""
+        if listener in self._listeners:
+            return
+        entry = self._held.pop(claim, None) if claim is not None else None
+        self._listeners[listener] = entry if entry is not None else _Listener()
+        if claim is None or claim not in self._holds:
+            return
+        for other, name in list(self._claims.items()):
+            if name == claim:
+                del self._claims[other]
+        self._claims[listener] = claim
+        self.stats["holds_claimed"] += 1
+
+    def unsubscribe(self, listener: str, release: bool = False) -> None:
+        """Remove ``listener``; the hold it claimed starts again (empty), or ends with
+        ``release``."""
         self._listeners.pop(listener, None)
+        claim = self._claims.pop(listener, None)
+        if claim is None:
+            return
+        if release:
+            self._holds.discard(claim)
+        else:
+            self._held[claim] = _Listener()
 
     def listeners(self) -> list[str]:
         return list(self._listeners)
@@ -186,13 +229,14 @@ class EventBus:
         """Queue one encoded event (see ``encode_event``) for every listener."""
         self.stats["events"] += 1
         size = len(encoded)
-        for entry in self._listeners.values():
-            entry.queue.append(encoded)
-            entry.queued_bytes += size
-            while len(entry.queue) > self.max_events or entry.queued_bytes > self.max_bytes:
-                entry.queued_bytes -= len(entry.queue.popleft())
-                entry.lost += 1
-                self.stats["events_lost"] += 1
+        for queues, lost in ((self._listeners, "events_lost"), (self._held, "held_lost")):
+            for entry in queues.values():
+                entry.queue.append(encoded)
+                entry.queued_bytes += size
+                while len(entry.queue) > self.max_events or entry.queued_bytes > self.max_bytes:
+                    entry.queued_bytes -= len(entry.queue.popleft())
+                    entry.lost += 1
+                    self.stats[lost] += 1
 
     def pending(self) -> list[str]:
         """Listeners with queued events."""

@@ -97,6 +97,8 @@ class SaltEvent:
     :param opts: the node's opts (``id`` selects a minion's bus); keyword arguments are
         merged into it, so ``SaltEvent('minion', **opts)`` works.
     :param listen: subscribe now rather than on the first read.
+    :param claim: take over, when subscribing, the events the bus held under this name
+        (``raetsalt.bus.EventBus.hold``: the master's reactor process).
     """
 
     def __init__(
@@ -106,6 +108,7 @@ class SaltEvent:
         transport: str | None = None,
         opts: Mapping[str, Any] | None = None,
         listen: bool = False,
+        claim: str | None = None,
         **kwargs: Any,
     ) -> None:
         if node not in NODES:
@@ -126,6 +129,7 @@ class SaltEvent:
         self._subscribed = False
         self._routes: dict[str, dict[str, list[str | None]]] = {}
         self._pending: deque[tuple[str, dict[str, Any]]] = deque()
+        self.claim = claim
         if listen:
             self.connect_pub()
 
@@ -190,7 +194,8 @@ class SaltEvent:
         if self._subscribed:
             return True
         deadline = None if timeout is None else time.monotonic() + timeout
-        if not self._send(SHARE_SUBSCRIBE, {}, timeout):
+        if not self._send(SHARE_SUBSCRIBE, {"claim": self.claim} if self.claim else {},
+                          timeout):
             return False
         while not self._subscribed:
             remaining = None if deadline is None else deadline - time.monotonic()
@@ -356,10 +361,11 @@ class SaltEvent:
         """``{'tag', 'data'}`` of the next event, without filtering, waiting for it."""
         return self.get_event(wait=0, tag="", full=True)
 
-    def close_pub(self) -> None:
-        """Unsubscribe (the yard stays, so firing still works)."""
+    def close_pub(self, release: bool = False) -> None:
+        """Unsubscribe (the yard stays, so firing still works); ``release`` ends the
+        hold this client claimed, for good."""
         if self._subscribed:
-            self._send(SHARE_UNSUBSCRIBE, {}, 0.1)
+            self._send(SHARE_UNSUBSCRIBE, {"release": True} if release else {}, 0.1)
             self._subscribed = False
             self._pending.clear()
 

@@ -13,9 +13,12 @@ Sans-IO, with the lane engine's surface so any driver (the stand-alone bus host 
 Bus protocol (message bodies on the lane, msgpack; ``route`` as in ``raetsalt.routing``):
 
 =====================  =====================================================================
-client -> manor         ``dst`` share ``event_req``: subscribe; the manor answers ``event_ack``
+client -> manor         ``dst`` share ``event_req``: subscribe; the manor answers ``event_ack``;
+                        with ``claim: str``, the events held under that name come first
+                        (``EventBus.hold``)
                         ``dst`` share ``event_fire``: ``{tag: str, data: map}`` one event
-                        ``dst`` share ``event_unreq``: unsubscribe
+                        ``dst`` share ``event_unreq``: unsubscribe; with ``release: true``
+                        the hold it claimed ends
 manor -> client         ``dst`` share ``event_ack``: the subscription is in place
                         ``dst`` share ``event``: ``{events: [[tag, data], ...]}`` in fire order
 =====================  =====================================================================
@@ -264,10 +267,11 @@ class Manor:
                 return
             self._publish(tag, data)
         elif share == SHARE_SUBSCRIBE:
-            self.bus.subscribe(source)
+            claim = body.get("claim")
+            self.bus.subscribe(source, claim if type(claim) is str else None)
             self.lane.send({"route": self._route_to(source, SHARE_ACK)}, source)
         elif share == SHARE_UNSUBSCRIBE:
-            self.bus.unsubscribe(source)
+            self.bus.unsubscribe(source, release=body.get("release") is True)
         else:
             self._messages.append(LocalMessage(share=share, body=body, source=source))
 

@@ -44,7 +44,7 @@ import logging
 import selectors
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -88,6 +88,8 @@ class Node:
     :param sock_dir: the node's socket directory (created 0700, or 0750 with ``group``).
     :param node_id: the minion's id (selects its lane); ignored for a master.
     :param group: ``sock_dir_group``: a group name or gid, or None.
+    :param holds: names of bus listeners still to come whose events are held for them
+        from the start (``EventBus.hold``: the master's reactor process).
     """
 
     def __init__(
@@ -99,6 +101,7 @@ class Node:
         node_id: str | None = None,
         group: str | int | None = None,
         clock: Clock = monotonic,
+        holds: Iterable[str] = (),
     ) -> None:
         if node == "minion" and not node_id:
             raise LocalError("a minion node needs its id")
@@ -124,6 +127,8 @@ class Node:
             forward_over_road=self._forward_over_road,
             forward_batch_to_master=self._forward_batch_to_master,
         )
+        for name in holds:
+            self.manor.bus.hold(name)
         self.uxd = UxdSocket(self.manor_path, group=gid, replace_stale=True, sock_dir=sock_dir)
         self._selector = selectors.DefaultSelector()
         self._registered: list[selectors.BaseSelector] = []

@@ -214,6 +214,17 @@ def run_flow(node: str, opts: dict[str, Any]) -> int:
     from raetsalt.flo import flow_path
     from raetsalt.flo.skedder import build
 
+    automation = salt_surfaces = None
+    if node == "master":
+        from raetsalt.daemon import automation as automation_process
+
+        automation = automation_process.start(opts)  # the reactor and event_return
+        if automation is not None:
+            # Its bus events are held from the bus's first moment until it subscribes.
+            opts["__bus_holds"] = [automation_process.BUS_CLAIM]
+        from raetsalt.daemon import saltbus
+
+        salt_surfaces = saltbus.start(opts)  # Salt's local clients and engines
     try:
         skedder = build(
             flow_path(node),
@@ -224,6 +235,9 @@ def run_flow(node: str, opts: dict[str, Any]) -> int:
         )
     except Exception as exc:  # noqa: BLE001 - ParseError, RuntimeError, import errors
         log.error("cannot build the %s flow: %s", node, exc)
+        for child in (automation, salt_surfaces):
+            if child is not None:
+                child.stop()
         return EXIT_FAILURE
     stores = [house.store for house in skedder.houses]
     signals: list[int] = []
@@ -246,14 +260,6 @@ def run_flow(node: str, opts: dict[str, Any]) -> int:
         opts["conf_file"],
     )
     code = EXIT_FAILURE
-    automation = salt_surfaces = None
-    if node == "master":
-        from raetsalt.daemon import automation as automation_process
-
-        automation = automation_process.start(opts)  # the reactor and event_return
-        from raetsalt.daemon import saltbus
-
-        salt_surfaces = saltbus.start(opts)  # Salt's local clients and engines
     try:
         skedder.run()
         code = int(stores[0].fetch(".raetsalt.exit").value or 0) if stores else EXIT_FAILURE

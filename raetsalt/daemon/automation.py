@@ -8,6 +8,13 @@ like any listener, so the master's loop never waits for it: the bus reader only 
 tags and queues (``raetsalt.daemon.reactor``) and spools (``raetsalt.daemon.eventreturn``);
 rendering, publishing and database writes happen on the child's other threads.
 
+Events fired before the child has subscribed are not lost: the master's bus holds them
+(``BUS_CLAIM``, ``raetsalt.bus.EventBus.hold``: bounded, losses counted) from its first
+moment, and the child's subscription claims them, so a minion that reaches the master
+while the child still loads Salt's renderers has its ``salt/minion/<id>/start`` reacted
+to.  A child that restarts claims what was held while it was away; one with nothing to
+run releases the hold.
+
 The child gets its settings as one JSON line on its standard input, which then stays
 open: its end (the master stopped, or died) stops the child, which finishes the batch
 it is giving to a returner (what is left stays in the spool for the next start).
@@ -37,6 +44,8 @@ log = logging.getLogger("raetsalt.daemon")
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 _CHILD = ("import sys; sys.path.insert(0, sys.argv[1]); "
           "from raetsalt.daemon.automation import main; sys.exit(main())")
+BUS_CLAIM = "automation"
+"""The name the master's bus holds this child's events under until it subscribes."""
 READ_WAIT = 0.25
 """Seconds the bus reader waits for an event before looking at its stop flag."""
 DRAIN_WAIT = 0.05
@@ -300,10 +309,8 @@ def run(opts: dict[str, Any], wanted: Mapping[str, bool], stop: threading.Event)
             returns = EventReturn(opts, event_returners(opts))
         except Exception as exc:  # noqa: BLE001 - one line; the reactor may still run
             log.error("event_return: not started: %s", " ".join(str(exc).split()))
-    if reactor is None and returns is None:
-        return 0
     bus = MasterEvent(str(opts["sock_dir"]), opts={"event_match_type": "startswith"},
-                      listen=False)
+                      listen=False, claim=BUS_CLAIM)
     parts = [name for name, on in (("reactor", reactor), ("event_return", returns)) if on]
     try:
         # The master's bus comes up once its flow runs: wait for its socket (a first
@@ -311,6 +318,9 @@ def run(opts: dict[str, Any], wanted: Mapping[str, bool], stop: threading.Event)
         while not stop.is_set() and not (os.path.exists(bus.manor_path)
                                          and bus.connect_pub(READ_WAIT)):
             stop.wait(READ_WAIT / 5)
+        if not parts:  # nothing to run after all: the bus need not hold events for us
+            bus.close_pub(release=True)
+            return 0
         if not stop.is_set():
             log.info("%s listening on the master's bus (pid %d)", " and ".join(parts),
                      os.getpid())

@@ -225,6 +225,7 @@ def open_node(opts: Mapping[str, Any], node: str) -> Node:
             sock_dir=opts["sock_dir"],
             node_id=opts["id"] if node == "minion" else None,
             group=opts.get("sock_dir_group"),
+            holds=[str(n) for n in opts.get("__bus_holds") or ()] if node == "master" else (),
         )
     except BaseException:
         stack.close()

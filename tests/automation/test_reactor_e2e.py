@@ -143,6 +143,48 @@ def test_auth_start_and_highstate_reactions() -> None:
         assert master.terminate() == 0
 
 
+COUNT = """\
+count_start:
+  local.cmd.run:
+    - tgt: {{ data['id'] }}
+    - args:
+      - cmd: echo start >> {out}/starts-{{ data['id'] }}
+"""
+DONE = "done:\n  local.cmd.run:\n    - tgt: early\n    - arg:\n      - touch {out}/done\n"
+
+
+def test_a_minion_there_before_the_masters_reactor_has_its_start_reacted_to_once() -> None:
+    """The minion waits for the master, so it joins the moment the master's road opens,
+    while the reactor's process still loads Salt's renderers: the bus holds the start
+    event for the reactor, which reacts to it once."""
+    pytest.importorskip("salt")
+    with make_world() as world:
+        out = world.root / "out"
+        out.mkdir()
+        (world.root / "count.sls").write_text(COUNT.replace("{out}", str(out)))
+        (world.root / "done.sls").write_text(DONE.replace("{out}", str(out)))
+        minion = world.start("minion", world.minion_dir("early", "early"))
+        master = world.start("master", world.master_dir(textwrap.dedent(f"""\
+            auto_accept: True
+            reactor_worker_threads: 1
+            reactor:
+              - 'salt/minion/*/start':
+                - {world.root}/count.sls
+              - 'custom/done':
+                - {world.root}/done.sls
+            """)))
+        minion.expect("connected to the master themaster", timeout=60)
+        _wait_for(out / "starts-early", 60, master, minion)
+        # A second reaction would have been queued before this one (one worker thread).
+        sock_dir = load_node_config(world.root / "ma", "master")["sock_dir"]
+        bus = SaltEvent("master", sock_dir)
+        assert bus.fire_event({}, "custom/done")
+        bus.destroy()
+        _wait_for(out / "done", 60, master, minion)
+        assert (out / "starts-early").read_text() == "start\n"
+        assert master.terminate() == 0
+
+
 def test_without_salt_the_reactor_is_one_clear_line(tmp_path: Path) -> None:
     with make_world() as world:
         conf = world.master_dir("reactor:\n  - 'salt/minion/*/start': /srv/r/start.sls\n")

@@ -93,3 +93,52 @@ def test_expand_skips_blacklisted_and_malformed() -> None:
                        {"tag": "ok", "data": {"d": 1}}]}
     assert expand_fire_master(data, None) == [{"tag": "ok", "data": {"d": 1}}]
     assert expand_fire_master({"tag": "salt/run/5/new", "data": {}}, None) == []
+
+
+def _ns(bus: EventBus, listener: str) -> list[int]:
+    return [msgpack.unpackb(e)[1]["n"] for e in bus.take(listener, 1 << 20)]
+
+
+def test_a_hold_keeps_events_for_its_claimer_within_bounds() -> None:
+    bus = EventBus(max_events=3)
+    bus.hold("auto")
+    for n in range(5):
+        bus.publish(encode_event("t", {"n": n}))
+    assert bus.held("auto") == 3 and bus.stats["held_lost"] == 2
+    assert bus.pending() == []  # nobody to send them to yet
+    bus.subscribe("other")  # no claim: only what comes from now on
+    bus.subscribe("child", claim="auto")
+    assert bus.held("auto") == 0 and bus.pending() == ["child"]
+    assert _ns(bus, "child") == [2, 3, 4] and _ns(bus, "other") == []
+    bus.subscribe("late", claim="auto")  # a second claimer takes the hold, no events
+    assert _ns(bus, "late") == []
+    bus.unsubscribe("child")  # not the holder any more: no new hold
+    assert bus.held("auto") == 0
+    bus.publish(encode_event("t", {"n": 5}))
+    assert bus.held("auto") == 0
+
+
+def test_a_hold_starts_again_when_its_claimer_goes_and_ends_on_release() -> None:
+    bus = EventBus()
+    bus.hold("auto")
+    bus.subscribe("child", claim="auto")
+    bus.unsubscribe("child")  # died (reaped): held for the next one
+    bus.publish(encode_event("t", {"n": 1}))
+    bus.subscribe("again", claim="auto")
+    assert _ns(bus, "again") == [1]
+    bus.unsubscribe("again", release=True)
+    bus.publish(encode_event("t", {"n": 2}))
+    assert bus.held("auto") == 0 and bus.pending() == []
+    bus.subscribe("third", claim="auto")  # released: a plain listener
+    bus.unsubscribe("third")
+    bus.publish(encode_event("t", {"n": 3}))
+    assert bus.held("auto") == 0 and bus.stats["holds_claimed"] == 2
+
+
+def test_a_claim_without_a_hold_is_a_plain_subscription() -> None:
+    bus = EventBus()
+    bus.subscribe("x", claim="nothing")
+    bus.publish(encode_event("t", {"n": 0}))
+    bus.unsubscribe("x")
+    bus.publish(encode_event("t", {"n": 1}))
+    assert bus.held("nothing") == 0 and bus.stats["holds_claimed"] == 0

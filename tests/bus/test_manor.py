@@ -233,3 +233,18 @@ def test_fast_path_decides_as_the_router_does() -> None:
                     assert [p for _, p in out] == [path(wanted.yard)], case
                 else:
                     assert manor.stats[wanted.reason] == 1, case
+
+
+def test_a_claiming_subscriber_gets_the_events_fired_before_it_came() -> None:
+    manor = Manor(lane=Lane(lane_name=LANE, yard_name="manor"), node="master")
+    manor.bus.hold("automation")
+    manor.fire_event("salt/minion/m1/start", {"id": "m1"})
+    early, child = Client("ev1"), Client("ev2")
+    early.send(manor, "event_req", claim=7)  # not a name: a plain subscription
+    child.send(manor, "event_req", claim="automation")
+    out = manor.datagrams_to_send(0.0)
+    assert events_of(child.bodies(out)) == [["salt/minion/m1/start", {"id": "m1"}]]
+    assert events_of(early.bodies(out)) == []
+    child.send(manor, "event_unreq", release=True)
+    manor.fire_event("t", {})
+    assert manor.bus.held("automation") == 0
