@@ -47,6 +47,7 @@ from raetsalt.bus import FIRE_MASTER_TAG, EventBus, encode_batch, encode_event, 
 from raetsalt.errors import BadPacket, LocalError
 from raetsalt.lane.engine import Lane, PageDropped, YardMessage, YardReaped
 from raetsalt.lane.page import PackKind
+from raetsalt.log import clip
 from raetsalt.paths import MANOR
 from raetsalt.routing import DeliverLocal, Drop, Forward, Route, YardAddress, route
 
@@ -268,7 +269,14 @@ class Manor:
             self._publish(tag, data)
         elif share == SHARE_SUBSCRIBE:
             claim = body.get("claim")
-            self.bus.subscribe(source, claim if type(claim) is str else None)
+            if type(claim) is not str:
+                claim = None
+            known = self.bus.is_listening(source)
+            self.bus.subscribe(source, claim)
+            if claim is not None and not known and (lost := self.bus.lost(source)):
+                log.warning("%d events held for %s before it subscribed were dropped (the "
+                            "oldest; a hold keeps %d events, %d bytes at most)", lost,
+                            clip(claim, bare=True), self.bus.max_events, self.bus.max_bytes)
             self.lane.send({"route": self._route_to(source, SHARE_ACK)}, source)
         elif share == SHARE_UNSUBSCRIBE:
             self.bus.unsubscribe(source, release=body.get("release") is True)

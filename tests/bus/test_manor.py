@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+import pytest
 
 from raetsalt.bus import EventBus
 from raetsalt.lane.engine import Lane, YardMessage
@@ -248,3 +251,18 @@ def test_a_claiming_subscriber_gets_the_events_fired_before_it_came() -> None:
     child.send(manor, "event_unreq", release=True)
     manor.fire_event("t", {})
     assert manor.bus.held("automation") == 0
+
+
+def test_events_dropped_from_a_hold_are_said_once_when_it_is_claimed(
+        caplog: pytest.LogCaptureFixture) -> None:
+    manor = Manor(lane=Lane(lane_name=LANE, yard_name="manor"), node="master",
+                  bus=EventBus(max_events=2))
+    manor.bus.hold("automation")
+    for n in range(5):
+        manor.fire_event("t", {"n": n})
+    with caplog.at_level(logging.WARNING, logger="raetsalt.manor"):
+        Client("ev1").send(manor, "event_req", claim="automation")
+    [line] = [r.getMessage() for r in caplog.records]
+    assert line.startswith("3 events held for automation before it subscribed were dropped")
+    assert manor.bus.stats["held_lost"] == 3
+
