@@ -1,4 +1,5 @@
-"""Runner and wheel calls of Salt's ``RunnerClient``/``WheelClient`` on Salt's local
+"""Runner and wheel calls of Salt's ``RunnerClient``/``WheelClient``, and the token calls
+of Salt's ``salt.auth.Resolver`` (``mk_token``, ``get_token``), on Salt's local
 request channel (``raetsalt.saltbridge.localreq``, which is given ``LowCalls`` as its
 call handler by ``raetsalt.api.saltclients``): each runs in a worker thread and its
 answer goes back to the channel's thread through ``done``.
@@ -18,6 +19,11 @@ the token's rules are checked here with the master's rules (``raetsalt.api.auth`
   (``raetsalt.api.wheel``: the ``key`` module, key changes as the master's key
   commands).  The answer is Salt's ``{tag: salt/wheel/<jid>, data: {fun, jid, tag,
   user, _stamp, return, success}}``.
+
+* mk_token: an eauth login, as above, whose token is kept and given in Salt's shape
+  (``{start, expire, name, eauth, token}``, with ``groups`` and ``auth_list`` when the
+  master stored them); a failed login is Salt's ``""``;
+* get_token: the record of a valid token in that shape, else Salt's ``{}``.
 
 A key holder is unrestricted, as that user on the command line.
 A failed login or a refusal is Salt's error shape with Salt's names
@@ -90,6 +96,19 @@ def runner_args(load: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
     return list(positional), dict(kwargs)
 
 
+def token_data(info: TokenInfo | None) -> dict[str, Any]:
+    """A token as Salt's ``mk_token``/``get_token`` give it (``{}``: no valid token)."""
+    if info is None:
+        return {}
+    data: dict[str, Any] = {"start": info.start, "expire": info.expire, "name": info.name,
+                            "eauth": info.eauth, "token": info.token}
+    if info.groups:
+        data["groups"] = list(info.groups)
+    if info.auth_list is not None:
+        data["auth_list"] = list(info.auth_list)
+    return data
+
+
 class LowCalls:
     """The worker threads and the master link they share."""
 
@@ -137,6 +156,12 @@ class LowCalls:
 
         made: list[str] = []
         try:
+            if cmd == "mk_token":
+                answer(self._mk_token(credentials))
+                return
+            if cmd == "get_token":
+                answer(token_data(self.tokens.get(credentials.get("token"))))
+                return
             fun = load.get("fun")
             if not isinstance(fun, str) or not fun or len(fun) > 256:
                 raise CallError({"error": {"name": "SaltInvocationError",
@@ -184,6 +209,16 @@ class LowCalls:
         if info is None:
             raise CallError(auth_error(kind))
         return info
+
+    def _mk_token(self, credentials: Mapping[str, Any]) -> Any:
+        """Salt's ``mk_token``: the new token's record (kept: the caller goes on with
+        it), or Salt's ``""`` when the login fails."""
+        if "eauth" not in credentials:
+            return ""
+        try:
+            return token_data(self._login(credentials, []))
+        except CallError:
+            return ""
 
     # -- runner ---------------------------------------------------------------------------
 

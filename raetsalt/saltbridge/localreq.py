@@ -30,8 +30,9 @@ as from Salt's job cache; they are removed after ``keep_jobs_seconds``.  The ret
 reach a listening client as ``salt/job/<jid>/ret/<id>`` events on Salt's bus sockets
 (``raetsalt.saltbridge.ipcbus``).
 
-``cmd: runner`` and ``cmd: wheel`` (Salt's ``RunnerClient``/``WheelClient``) go, with
-the same keys and credentials checked here first, to the call handler the server is
+``cmd: runner`` and ``cmd: wheel`` (Salt's ``RunnerClient``/``WheelClient``), and
+``mk_token``/``get_token`` (Salt's ``salt.auth.Resolver``) go, with the same keys and
+credentials checked here first, to the call handler the server is
 given (``CallHandler``: ``raetsalt.api.lowcalls`` in the master's Salt-surfaces
 process); without one they are refused as not served.
 
@@ -83,6 +84,10 @@ ACK_WAIT = 30.0
 POLL_MS = 500
 CLEAN_EVERY = 3600.0
 _CREDENTIALS = ("token", "eauth", "username", "password")
+TOKEN_CALLS = ("mk_token", "get_token")
+"""Salt's ``salt.auth.Resolver`` calls (the CLI's ``-a``/``-T``, Salt's REST API)."""
+CALLS = ("runner", "wheel", *TOKEN_CALLS)
+"""The commands served by the call handler."""
 LOGIN_CLIENT = "salt-local-request-channel"
 _RET_TAG = re.compile(r"salt/job/(\d{20})/ret/([^/\x00]{1,255})\Z")
 
@@ -100,11 +105,11 @@ Done = Callable[[list[bytes], Any], None]
 
 
 class CallHandler(Protocol):
-    """Runs Salt's runner and wheel calls of this channel (worker threads)."""
+    """Runs Salt's runner, wheel and token calls of this channel (worker threads)."""
 
     def submit(self, identity: list[bytes], cmd: str, load: dict[str, Any],
                credentials: dict[str, Any], user: str) -> bool:
-        """Start a call (``cmd``: runner or wheel) whose answer goes to ``done`` later;
+        """Start a call (``cmd``: one of ``CALLS``) whose answer goes to ``done`` later;
         False when it is too busy to take it.  ``credentials`` are the caller's eauth or
         token fields, or ``{}`` for a key holder (``user``)."""
         ...
@@ -133,6 +138,15 @@ def auth_error(kind: str, user: str | None = None) -> dict[str, Any]:
     elif kind != "user":
         text += "."  # Salt's user failure has no full stop
     return {"error": {"name": name, "message": text}}
+
+
+def refusal(cmd: str, load: Mapping[str, Any]) -> Any:
+    """Salt's answer to a call whose credentials are missing or malformed."""
+    if cmd == "mk_token":
+        return ""  # Salt's failed login
+    if cmd == "get_token":
+        return {} if "token" in load else False
+    return auth_error(auth_type(load))
 
 
 def write_keys(cachedir: str, users: list[str]) -> dict[str, str]:
@@ -260,12 +274,13 @@ class RequestServer:
             self._send(identity, "bad load")
             return
         cmd = load.get("cmd")
-        if cmd in ("runner", "wheel") and self._make_calls is not None:
+        if cmd in CALLS and self._make_calls is not None:
             self._call(identity, str(cmd), load, self._make_calls)
             return
         if cmd != "publish":
             self._drop("not_served", clip(cmd))
-            served = "'publish', 'runner' and 'wheel'" if self._make_calls else "'publish'"
+            served = ("'publish', 'runner', 'wheel', 'mk_token' and 'get_token'"
+                      if self._make_calls else "'publish'")
             self._send(identity, {"error": {
                 "name": "SaltInvocationError",
                 "message": f"the raetsalt master serves {served} to Salt's local clients"}})
@@ -306,9 +321,9 @@ class RequestServer:
     def _call(self, identity: list[bytes], cmd: str, load: dict[str, Any],
               make: CallHandlers) -> None:
         credentials = self._credentials(load, load)
-        if credentials is None:
+        if credentials is None or (not credentials and cmd in TOKEN_CALLS):
             self._drop("unauthenticated")
-            self._send(identity, auth_error(auth_type(load)))
+            self._send(identity, refusal(cmd, load))
             return
         if self._calls is None:
             self._calls = make(self.opts, self._call_done)

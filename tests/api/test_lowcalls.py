@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from raetsalt.api.auth import Tokens
-from raetsalt.api.lowcalls import CallError, packed, runner_args
-from raetsalt.saltbridge.localreq import auth_error, auth_type
+from raetsalt.api.auth import TokenInfo, Tokens
+from raetsalt.api.lowcalls import CallError, packed, runner_args, token_data
+from raetsalt.saltbridge.localreq import auth_error, auth_type, refusal
 
 
 def test_refusals_are_salts_shapes() -> None:
@@ -29,6 +29,22 @@ def test_refusals_are_salts_shapes() -> None:
     assert auth_type({"token": "t"}) == "token"
     assert auth_type({"eauth": "pam", "username": "u", "password": "p"}) == "eauth"
     assert auth_type({}) == "user"
+
+
+def test_token_calls_answer_in_salts_shapes() -> None:
+    # Salt's ClearFuncs: a failed mk_token is "", get_token without a token False, with
+    # an unknown one {}
+    assert refusal("mk_token", {"cmd": "mk_token"}) == ""
+    assert refusal("get_token", {"cmd": "get_token"}) is False
+    assert refusal("get_token", {"cmd": "get_token", "token": 7}) == {}
+    assert refusal("wheel", {"token": 7}) == auth_error("token")
+    assert token_data(None) == {}
+    info = TokenInfo("ab" * 32, "alice", "pam", (), 10.0, 20.0, None)
+    assert token_data(info) == {"start": 10.0, "expire": 20.0, "name": "alice",
+                                "eauth": "pam", "token": "ab" * 32}
+    info = TokenInfo("ab" * 32, "alice", "pam", ("ops",), 10.0, 20.0, ("test.*",))
+    assert token_data(info)["groups"] == ["ops"]
+    assert token_data(info)["auth_list"] == ["test.*"]
 
 
 def test_runner_arguments_as_salts_runner_client_sends_them() -> None:

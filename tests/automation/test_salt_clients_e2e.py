@@ -115,6 +115,21 @@ out["run_badtoken"] = outcome(lambda: runner.cmd_sync({"fun": "manage.up", "toke
                                                       timeout=30))
 out["wheel_badfun"] = outcome(lambda: wheel.cmd_sync({"fun": "nosuch.thing", **bob}))
 
+# Salt's token calls (salt.auth.Resolver: the CLI's -a/-T, Salt's REST API), then the token
+# in Salt's clients.
+import salt.auth
+resolver = salt.auth.Resolver(opts)
+made = resolver.mk_token(dict(alice))
+out["mk_token"] = made
+out["get_token"] = resolver.get_token(made["token"])
+out["run_token"] = outcome(lambda: sorted(runner.cmd_sync(
+    {"fun": "manage.up", "token": made["token"]}, timeout=60)))
+out["wheel_token"] = outcome(lambda: wheel.cmd_sync({"fun": "key.list_all",
+                                                     "token": made["token"]}))
+out["mk_badpw"] = resolver.mk_token({**alice, "password": "wrong"})
+out["mk_nocreds"] = resolver.mk_token({})
+out["get_badtoken"] = resolver.get_token("0" * 64)
+
 # The channel itself: a wrong key, a request that is not Salt's, a command not served.
 import salt.payload, zmq
 ctx = zmq.Context()
@@ -308,6 +323,15 @@ def test_local_client_script_and_engines() -> None:
         assert out["run_badtoken"] == token_refused, out
         assert out["wheel_badfun"]["data"]["success"] is False, out
         assert "is not available" in out["wheel_badfun"]["data"]["return"]
+        made = out["mk_token"]
+        assert set(made) == {"start", "expire", "name", "eauth", "token"}, made
+        assert made["name"] == "alice" and made["eauth"] == "file"
+        assert made["expire"] > made["start"]
+        assert out["get_token"] == made
+        assert out["run_token"] == ["minion1", "minion2"], out
+        assert out["wheel_token"].startswith("raised TokenAuthenticationError"), out
+        assert out["mk_badpw"] == "" and out["mk_nocreds"] == ""
+        assert out["get_badtoken"] == {}
         assert out["runner"]["error"]["name"] == "UserAuthenticationError"
         assert out["runner_nofun"]["error"]["name"] == "SaltInvocationError"
         assert out["other"]["error"]["name"] == "SaltInvocationError"
