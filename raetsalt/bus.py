@@ -229,14 +229,26 @@ class EventBus:
         """Queue one encoded event (see ``encode_event``) for every listener."""
         self.stats["events"] += 1
         size = len(encoded)
-        for queues, lost in ((self._listeners, "events_lost"), (self._held, "held_lost")):
-            for entry in queues.values():
-                entry.queue.append(encoded)
-                entry.queued_bytes += size
-                while len(entry.queue) > self.max_events or entry.queued_bytes > self.max_bytes:
-                    entry.queued_bytes -= len(entry.queue.popleft())
-                    entry.lost += 1
-                    self.stats[lost] += 1
+        max_events, max_bytes = self.max_events, self.max_bytes
+        for entry in self._listeners.values():
+            entry.queue.append(encoded)
+            entry.queued_bytes += size
+            if len(entry.queue) > max_events or entry.queued_bytes > max_bytes:
+                self.stats["events_lost"] += self._trim(entry)
+        for held in self._held.values():
+            held.queue.append(encoded)
+            held.queued_bytes += size
+            if len(held.queue) > max_events or held.queued_bytes > max_bytes:
+                self.stats["held_lost"] += self._trim(held)
+
+    def _trim(self, entry: _Listener) -> int:
+        """Drop the oldest events beyond the bounds; how many."""
+        dropped = 0
+        while len(entry.queue) > self.max_events or entry.queued_bytes > self.max_bytes:
+            entry.queued_bytes -= len(entry.queue.popleft())
+            dropped += 1
+        entry.lost += dropped
+        return dropped
 
     def pending(self) -> list[str]:
         """Listeners with queued events."""
