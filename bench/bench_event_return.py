@@ -122,14 +122,19 @@ def finish(procs: list[subprocess.Popen[str]]) -> int:
     return refused
 
 
-def wait_count(count: Callable[[], int], want: int, timeout: float) -> tuple[float, int]:
-    """Polls ``count()`` every 20 ms until it reaches ``want``: (the time, the count)."""
+def wait_count(count: Callable[[], int], want: int, timeout: float,
+               stall: float = 20.0) -> tuple[float, int]:
+    """Polls ``count()`` every 20 ms until it reaches ``want``, or for ``timeout`` s, or
+    until it has not moved for ``stall`` s: (the time of the last change, the count)."""
     deadline = time.monotonic() + timeout
     got = count()
-    while got < want and time.monotonic() < deadline:
+    moved = time.monotonic()
+    while got < want and time.monotonic() < deadline and time.monotonic() - moved < stall:
         time.sleep(0.02)  # the bench's polling period
-        got = count()
-    return time.monotonic(), got
+        now = count()
+        if now != got:
+            got, moved = now, time.monotonic()
+    return (time.monotonic() if got >= want else moved), got
 
 
 def sqlite_counter(db: Path, distinct: bool = False) -> Callable[[], int]:
@@ -203,6 +208,11 @@ def throughput(root: Path, returner: str, args: argparse.Namespace,
                   f"{refused} fire retries; CPU: master {spent[0] - cpu[0]:.2f} s, "
                   f"automation process {spent[1] - cpu[1]:.2f} s; load average "
                   f"{os.getloadavg()[0]:.1f})", flush=True)
+            if got < (run + 1) * args.events:
+                print("  events missing; the master's warnings:", flush=True)
+                for line in master.lines:
+                    if "WARN" in line or "ERROR" in line:
+                        print("   ", line.rstrip(), flush=True)
     finally:
         master.stop()
     return rates

@@ -463,6 +463,9 @@ class BusHost:
         self.socket = UxdSocket(self.path, group=gid, replace_stale=True, sock_dir=sock_dir)
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.socket.fileno(), selectors.EVENT_READ)
+        wait_fd = self.socket.wait_fileno()
+        if wait_fd is not None:
+            self.selector.register(wait_fd, selectors.EVENT_READ)
 
     def step(self, timeout: float | None = None) -> None:
         manor = self.manor
@@ -475,6 +478,7 @@ class BusHost:
         now = time.monotonic()
         if ready:
             self.socket.receive_into(manor, now)
+            self.socket.release_writable(manor, now)
         manor.handle_timer(now)
         self.socket.send_all(manor.datagrams_to_send(now), manor, now)
 

@@ -151,6 +151,9 @@ class Manor:
     def send_blocked(self, path: str, datagrams: list[bytes], now: float) -> None:
         self.lane.send_blocked(path, datagrams, now)
 
+    def send_unblocked(self, path: str, now: float) -> None:
+        self.lane.send_unblocked(path, now)
+
     def send_succeeded(self, path: str) -> None:
         self.lane.send_succeeded(path)
 

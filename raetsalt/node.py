@@ -165,9 +165,15 @@ class Node:
     def register(self, selector: selectors.BaseSelector, data: Any = None) -> None:
         """Watch both sockets in ``selector``; call ``service_ready`` when either is ready."""
         self.stack.register(selector, data)
+        fds = [fd for fd in (self.uxd.fileno(), self.uxd.wait_fileno()) if fd is not None]
+        done: list[int] = []
         try:
-            selector.register(self.uxd.fileno(), selectors.EVENT_READ, data)
+            for fd in fds:
+                selector.register(fd, selectors.EVENT_READ, data)
+                done.append(fd)
         except BaseException:
+            for fd in done:
+                selector.unregister(fd)
             self.stack.unregister(selector)
             raise
         self._registered.append(selector)
@@ -176,10 +182,12 @@ class Node:
         if selector in self._registered:
             self._registered.remove(selector)
             self.stack.unregister(selector)
-            try:
-                selector.unregister(self.uxd.fileno())
-            except (KeyError, ValueError):
-                pass
+            for fd in (self.uxd.fileno(), self.uxd.wait_fileno()):
+                try:
+                    if fd is not None:
+                        selector.unregister(fd)
+                except (KeyError, ValueError):
+                    pass
 
     def timeout(self) -> float | None:
         """Seconds until ``service_ready`` must run even if no socket becomes ready."""
@@ -221,6 +229,7 @@ class Node:
     def flush_lane(self) -> None:
         """Send what the manor queued (lane answers, bus events) now, without its timers."""
         now = self.clock()
+        self.uxd.release_writable(self.manor, now)
         self.uxd.send_all(self.manor.datagrams_to_send(now), self.manor, now)
 
     def flush_bus(self) -> None:
@@ -228,6 +237,7 @@ class Node:
         answers to yards."""
         manor = self.manor
         now = self.clock()
+        self.uxd.release_writable(manor, now)
         manor.handle_timer(now)
         self.uxd.send_all(manor.datagrams_to_send(now), manor, now)
 

@@ -3,11 +3,17 @@
 ``UxdSocket`` binds a yard's socket file, and moves datagrams between the kernel and a
 sans-IO handler (``raetsalt.lane.Lane`` or ``raetsalt.manor.Manor``), which must offer
 ``receive_datagram(data, src_path, now)``, ``send_blocked(path, datagrams, now)``,
-``send_succeeded(path)`` and ``send_failed(path, now)``.
+``send_unblocked(path, now)``, ``send_succeeded(path)`` and ``send_failed(path, now)``.
 
 Sending never blocks: a destination whose queue is full (EAGAIN) is handed back to the
 handler with the unsent datagrams, which retries later; a destination with nobody bound
 (ENOENT, ECONNREFUSED) is reported as failed; anything else is counted and dropped.
+"Later" is as soon as the kernel has room: for each full destination (up to
+``MAX_SEND_WAITERS``) the socket keeps an unbound probe connected to it, in an epoll set
+whose descriptor (``wait_fileno``) the caller watches for reading; the kernel reports a
+probe writable when its destination's queue has room, and ``release_writable`` then hands
+that destination back to the handler (``send_unblocked``).  The handler's own back-off
+timer stays the fallback (no probe left, or the destination went away).
 
 Access control is the file system's: a yard's socket file is mode 0600 (0660 with a
 group), and the node's socket directory 0700 (0750 with a group).
@@ -42,10 +48,14 @@ from raetsalt.paths import check_socket_path
 # Asked for; Linux caps it at net.core.[rw]mem_max (raet asks for 100 pages' worth too).
 SOCKET_BUFFER = 100 * MAX_PAGE_SIZE
 
+MAX_SEND_WAITERS = 64
+"""Full destinations watched for room at once; more wait for the handler's timer."""
+
 
 class DatagramHandler(Protocol):
     def receive_datagram(self, data: bytes, src_path: str | None, now: float) -> None: ...
     def send_blocked(self, path: str, datagrams: list[bytes], now: float) -> None: ...
+    def send_unblocked(self, path: str, now: float) -> None: ...
     def send_succeeded(self, path: str) -> None: ...
     def send_failed(self, path: str, now: float) -> None: ...
 
@@ -128,6 +138,15 @@ class UxdSocket:
         self._probe: socket.socket | None = None
         self._peer_names: dict[str, bool] = {}
         """Source path -> whether it names the manor's socket (bounded)."""
+        self._waits: select.epoll | None = None
+        """Probes of full destinations (module docstring); a manor's socket only."""
+        self._waiters: dict[int, tuple[str, socket.socket]] = {}
+        self._waiting: dict[str, int] = {}
+        if connect_to is None:
+            try:
+                self._waits = select.epoll()
+            except (AttributeError, OSError):  # no epoll: the handler's timer alone
+                self._waits = None
         if connect_to is not None:
             manor = check_socket_path(connect_to, sock_dir)
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -143,8 +162,18 @@ class UxdSocket:
     def fileno(self) -> int:
         return self.sock.fileno()
 
+    def wait_fileno(self) -> int | None:
+        """A descriptor that is readable when a full destination has room again (then
+        call ``release_writable``); None when this socket cannot tell."""
+        return self._waits.fileno() if self._waits is not None else None
+
     def close(self) -> None:
         """Close the socket and remove its file."""
+        for path in list(self._waiting):
+            self._unwatch(path)
+        if self._waits is not None:
+            self._waits.close()
+            self._waits = None
         if self._probe is not None:
             self._probe.close()
             self._probe = None
@@ -218,12 +247,66 @@ class UxdSocket:
                     self.stats[f"send_error_{errno.errorcode.get(exc.errno or 0, exc.errno)}"] += 1
             else:
                 sent.add(path)
+        waiting = self._waiting
         for path in sent:
+            if waiting and path in waiting:
+                self._unwatch(path)
             handler.send_succeeded(path)
         for path, rest in blocked.items():
+            self._watch(path)
             handler.send_blocked(path, rest, now)
         for path in failed:
+            if waiting and path in waiting:
+                self._unwatch(path)
             handler.send_failed(path, now)
+
+    def release_writable(self, handler: DatagramHandler, now: float) -> int:
+        """Hand every full destination that has room again back to ``handler``
+        (``send_unblocked``); returns how many."""
+        waits = self._waits
+        if waits is None or not self._waiters:
+            return 0
+        released = 0
+        for fd, _mask in waits.poll(0):
+            entry = self._waiters.get(fd)
+            if entry is None:
+                continue
+            path = entry[0]
+            self._unwatch(path)
+            handler.send_unblocked(path, now)
+            released += 1
+        return released
+
+    def _watch(self, path: str) -> None:
+        """Watch the full destination ``path`` for room (at most ``MAX_SEND_WAITERS``)."""
+        waits = self._waits
+        if waits is None or path in self._waiting:
+            return
+        if len(self._waiting) >= MAX_SEND_WAITERS:
+            self.stats["send_waiters_full"] += 1
+            return
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            probe.setblocking(False)
+            probe.connect(path)  # only polled: it never sends
+            waits.register(probe.fileno(), select.EPOLLOUT)
+        except OSError:  # gone meanwhile: the next send reports it
+            probe.close()
+            return
+        self._waiters[probe.fileno()] = (path, probe)
+        self._waiting[path] = probe.fileno()
+
+    def _unwatch(self, path: str) -> None:
+        fd = self._waiting.pop(path, None)
+        if fd is None:
+            return
+        _path, probe = self._waiters.pop(fd)
+        if self._waits is not None:
+            try:
+                self._waits.unregister(fd)
+            except (OSError, ValueError):
+                pass
+        probe.close()
 
     def send_waiting(self, data: bytes, timeout: float | None) -> bool:
         """Send to the manor (``connect_to``), waiting up to ``timeout`` s for room in its

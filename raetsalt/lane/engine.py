@@ -324,6 +324,17 @@ class Lane:
         yard.retry_at = now + yard.retry_delay
         self._ready.pop(yard.name, None)
 
+    def send_unblocked(self, path: str, now: float) -> None:
+        """The socket at ``path`` has room again: send its waiting pages now, before the
+        back-off timer (whose delay stays until a send goes through)."""
+        yard = self._by_path.get(path)
+        if yard is None or yard.retry_at is None:
+            return
+        self.stats["tx_unblocked"] += 1
+        yard.retry_at = None
+        if yard.tx:
+            self._ready[yard.name] = yard
+
     def send_succeeded(self, path: str) -> None:
         """A send to ``path`` went through: its yard is no longer backed off."""
         yard = self._by_path.get(path)

@@ -1,0 +1,124 @@
+"""A manor's socket learns from the kernel when a full yard has room again: it sends the
+waiting pages then, not when its back-off timer happens to fire."""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+
+from raetsalt.drivers.uxd import MAX_SEND_WAITERS, UxdSocket
+from raetsalt.lane.engine import Lane
+
+LANE = "ln"
+
+
+def _qlen() -> int:
+    with open("/proc/sys/net/unix/max_dgram_qlen") as f:
+        return int(f.read())
+
+
+def client(short_dir: str, name: str) -> socket.socket:
+    """A yard that never reads unless told to (unconnected, as the lane's clients are)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(os.path.join(short_dir, f"{LANE}.{name}.uxd"))
+    sock.setblocking(False)
+    return sock
+
+
+def manor(short_dir: str) -> tuple[Lane, UxdSocket]:
+    # A long timer: anything sent before it is due was released by the kernel's word.
+    lane = Lane(lane_name=LANE, yard_name="manor", retry_delay=60.0, max_retry_delay=60.0)
+    return lane, UxdSocket(os.path.join(short_dir, f"{LANE}.manor.uxd"))
+
+
+def readable(fd: int) -> bool:
+    return bool(select.select([fd], [], [], 0)[0])
+
+
+def drain(sock: socket.socket) -> int:
+    got = 0
+    while True:
+        try:
+            sock.recv(70000)
+        except BlockingIOError:
+            return got
+        got += 1
+
+
+def test_a_full_yard_gets_its_pages_as_soon_as_it_reads(short_dir: str) -> None:
+    yard = client(short_dir, "slow")
+    lane, uxd = manor(short_dir)
+    try:
+        lane.add_yard("slow", yard.getsockname())
+        count = _qlen() + 25
+        for n in range(count):
+            assert lane.send({"n": n}, "slow")
+        uxd.send_all(lane.datagrams_to_send(0.0), lane, 0.0)
+        assert lane.stats["tx_blocked"] == 1
+        wait_fd = uxd.wait_fileno()
+        assert wait_fd is not None
+        assert not readable(wait_fd)  # the yard's queue is still full
+        assert uxd.release_writable(lane, 0.0) == 0
+        got = drain(yard)
+        assert 0 < got < count
+        assert readable(wait_fd)  # the kernel says the yard has room
+        assert uxd.release_writable(lane, 0.001) == 1
+        assert lane.stats["tx_unblocked"] == 1
+        # Long before the 60 s back-off, the rest goes, in order.
+        while got < count:
+            uxd.send_all(lane.datagrams_to_send(0.001), lane, 0.001)
+            got += drain(yard)
+            uxd.release_writable(lane, 0.001)
+        assert got == count
+        assert not readable(wait_fd)
+    finally:
+        uxd.close()
+        yard.close()
+
+
+def test_a_yard_that_never_reads_costs_one_probe_and_the_probes_are_bounded(
+    short_dir: str,
+) -> None:
+    lane, uxd = manor(short_dir)
+    yards = [client(short_dir, f"y{i}") for i in range(MAX_SEND_WAITERS + 3)]
+    try:
+        for i, yard in enumerate(yards):
+            lane.add_yard(f"y{i}", yard.getsockname())
+            for n in range(_qlen() + 2):
+                lane.send({"n": n}, f"y{i}")
+        uxd.send_all(lane.datagrams_to_send(0.0), lane, 0.0)
+        assert lane.stats["tx_blocked"] == len(yards)
+        assert uxd.stats["send_waiters_full"] == 3
+        # Retries while nobody reads open no second probe per yard.
+        open_fds = len(os.listdir("/proc/self/fd"))
+        lane.handle_timer(120.0)
+        uxd.send_all(lane.datagrams_to_send(120.0), lane, 120.0)
+        assert lane.stats["tx_blocked"] == 2 * len(yards)
+        assert uxd.stats["send_waiters_full"] == 6
+        assert len(os.listdir("/proc/self/fd")) == open_fds
+        assert uxd.release_writable(lane, 120.0) == 0
+    finally:
+        uxd.close()
+        for yard in yards:
+            yard.close()
+
+
+def test_a_full_yard_that_goes_away_is_reaped(short_dir: str) -> None:
+    yard = client(short_dir, "gone")
+    lane, uxd = manor(short_dir)
+    try:
+        path = yard.getsockname()
+        lane.add_yard("gone", path)
+        for n in range(_qlen() + 5):
+            lane.send({"n": n}, "gone")
+        uxd.send_all(lane.datagrams_to_send(0.0), lane, 0.0)
+        yard.close()
+        os.unlink(path)
+        # Its probe wakes (the receiver is gone); the retry finds nobody and reaps it.
+        assert uxd.release_writable(lane, 0.0) == 1
+        uxd.send_all(lane.datagrams_to_send(0.0), lane, 0.0)
+        assert lane.stats["yard_reaped"] == 1 and not lane.has_yard("gone")
+        assert uxd.release_writable(lane, 0.0) == 0
+    finally:
+        uxd.close()
