@@ -142,6 +142,8 @@ def encode_batch(route: Mapping[str, Any], encoded_events: Iterable[bytes], coun
 
 @dataclass(slots=True)
 class _Listener:
+    max_events: int
+    max_bytes: int
     queue: deque[bytes] = field(default_factory=deque)
     queued_bytes: int = 0
     lost: int = 0
@@ -159,7 +161,9 @@ class EventBus:
     queued for it, within the same bounds (losses counted in ``stats['held_lost']``),
     until a listener subscribes claiming that name and takes the queue over.  When the
     claimer goes (its yard reaped, or it unsubscribes) the hold starts again, empty, for
-    the next claimer (the process restarted); ``release`` ends it.
+    the next claimer (the process restarted); ``release`` ends it.  A hold may have bounds
+    of its own (``hold(name, max_events=, max_bytes=)``), which its claimer keeps: the
+    automation process's ``event_return`` must not lose a burst the bus took in.
     """
 
     def __init__(self, *, max_events: int = 20000, max_bytes: int = 16 * 1024 * 1024) -> None:
@@ -168,15 +172,19 @@ class EventBus:
         self.stats: Counter[str] = Counter()
         self._listeners: dict[str, _Listener] = {}
         self._held: dict[str, _Listener] = {}
-        self._holds: set[str] = set()
+        self._holds: dict[str, tuple[int, int]] = {}
+        """hold name -> its bounds (events, bytes)."""
         self._claims: dict[str, str] = {}
         """listener -> the hold it claimed."""
 
-    def hold(self, name: str) -> None:
-        """Keep the events from now on for the listener that will claim ``name``."""
+    def hold(self, name: str, *, max_events: int | None = None,
+             max_bytes: int | None = None) -> None:
+        """Keep the events from now on for the listener that will claim ``name``, within
+        ``max_events``/``max_bytes`` (the bus's own bounds by default)."""
         if name not in self._holds:
-            self._holds.add(name)
-            self._held[name] = _Listener()
+            bounds = (max_events or self.max_events, max_bytes or self.max_bytes)
+            self._holds[name] = bounds
+            self._held[name] = _Listener(*bounds)
 
     def held(self, name: str) -> int:
         """Events waiting for a claimer of ``name``."""
@@ -190,12 +198,19 @@ class EventBus:
         if listener in self._listeners:
             return
         entry = self._held.pop(claim, None) if claim is not None else None
-        self._listeners[listener] = entry if entry is not None else _Listener()
+        if entry is None:
+            bounds = self._holds.get(claim) if claim is not None else None
+            entry = _Listener(*(bounds or (self.max_events, self.max_bytes)))
+        self._listeners[listener] = entry
         if claim is None or claim not in self._holds:
             return
         for other, name in list(self._claims.items()):
-            if name == claim:
+            if name == claim:  # taken over: the old claimer is an ordinary listener now
                 del self._claims[other]
+                previous = self._listeners.get(other)
+                if previous is not None:
+                    previous.max_events, previous.max_bytes = self.max_events, self.max_bytes
+                    self.stats["events_lost"] += self._trim(previous)
         self._claims[listener] = claim
         self.stats["holds_claimed"] += 1
 
@@ -207,9 +222,9 @@ class EventBus:
         if claim is None:
             return
         if release:
-            self._holds.discard(claim)
-        else:
-            self._held[claim] = _Listener()
+            self._holds.pop(claim, None)
+        elif claim in self._holds:
+            self._held[claim] = _Listener(*self._holds[claim])
 
     def listeners(self) -> list[str]:
         return list(self._listeners)
@@ -229,22 +244,21 @@ class EventBus:
         """Queue one encoded event (see ``encode_event``) for every listener."""
         self.stats["events"] += 1
         size = len(encoded)
-        max_events, max_bytes = self.max_events, self.max_bytes
         for entry in self._listeners.values():
             entry.queue.append(encoded)
             entry.queued_bytes += size
-            if len(entry.queue) > max_events or entry.queued_bytes > max_bytes:
+            if len(entry.queue) > entry.max_events or entry.queued_bytes > entry.max_bytes:
                 self.stats["events_lost"] += self._trim(entry)
         for held in self._held.values():
             held.queue.append(encoded)
             held.queued_bytes += size
-            if len(held.queue) > max_events or held.queued_bytes > max_bytes:
+            if len(held.queue) > held.max_events or held.queued_bytes > held.max_bytes:
                 self.stats["held_lost"] += self._trim(held)
 
     def _trim(self, entry: _Listener) -> int:
         """Drop the oldest events beyond the bounds; how many."""
         dropped = 0
-        while len(entry.queue) > self.max_events or entry.queued_bytes > self.max_bytes:
+        while len(entry.queue) > entry.max_events or entry.queued_bytes > entry.max_bytes:
             entry.queued_bytes -= len(entry.queue.popleft())
             dropped += 1
         entry.lost += dropped

@@ -1068,6 +1068,16 @@ SCHEMA += (
         _AUTOMATION,
     ),
     Option(
+        "automation_backlog_max_bytes",
+        s.integer(1 << 20),
+        {"master": 256 << 20},
+        "Bytes of events the master's bus keeps for its automation process (reactor, "
+        "event_return) while that process is behind (a burst) or restarting; an event "
+        "counts at least 64 bytes.  Beyond, the oldest are dropped, counted and logged.  "
+        "Other bus listeners keep 16 MiB.",
+        _AUTOMATION,
+    ),
+    Option(
         "reactor_cluster_window",
         s.number(1.0),
         {"master": 60.0},

@@ -47,7 +47,7 @@ from raetsalt.bus import FIRE_MASTER_TAG, EventBus, encode_batch, encode_event, 
 from raetsalt.errors import BadPacket, LocalError
 from raetsalt.lane.engine import Lane, PageDropped, YardMessage, YardReaped
 from raetsalt.lane.page import PackKind
-from raetsalt.log import clip
+from raetsalt.log import Throttle, clip
 from raetsalt.paths import MANOR
 from raetsalt.routing import DeliverLocal, Drop, Forward, Route, YardAddress, route
 
@@ -110,6 +110,9 @@ class Manor:
         self.forward_batch_to_master = forward_batch_to_master
         self.stats: Counter[str] = Counter()
         self._messages: deque[LocalMessage] = deque()
+        self._lost_seen = 0
+        """Bus losses already logged."""
+        self._lost_throttle = Throttle(interval=60.0)
 
     # -- driver surface --------------------------------------------------------------------
 
@@ -132,6 +135,9 @@ class Manor:
         """Move queued events into pages (within each listener's backlog) and return them."""
         bus = self.bus
         lane = self.lane
+        stats = bus.stats
+        if stats["events_lost"] + stats["held_lost"] != self._lost_seen:
+            self._log_lost(now)
         for listener in bus.pending():
             if not lane.has_yard(listener):
                 bus.unsubscribe(listener)
@@ -147,6 +153,16 @@ class Manor:
                     self.stats["events_too_large"] += len(batch)
                     log.warning("event batch for %s not sent: %s", listener, exc)
         return lane.datagrams_to_send(now)
+
+    def _log_lost(self, now: float) -> None:
+        stats = self.bus.stats
+        lost = stats["events_lost"] + stats["held_lost"]
+        if self._lost_throttle.note("lost", now):
+            log.warning("the bus dropped %d events (the oldest) for listeners that did not "
+                        "keep up (%d in all: %d for listeners, %d held for the automation "
+                        "process)", lost - self._lost_seen, lost, stats["events_lost"],
+                        stats["held_lost"])
+            self._lost_seen = lost
 
     def send_blocked(self, path: str, datagrams: list[bytes], now: float) -> None:
         self.lane.send_blocked(path, datagrams, now)

@@ -68,6 +68,8 @@ NodeEvent = Event | LocalMessage
 
 # Wake-up bound of ``run`` so a stop request is seen even when nothing happens.
 _RUN_MAX_WAIT = 0.25
+HELD_EVENT_BYTES = 64
+"""What an event held for the automation process counts at least, for its event bound."""
 DRAIN_READS = 16
 """Rounds of reading the manor's socket (512 datagrams each) when draining."""
 DRAIN_POLL = 0.05
@@ -102,6 +104,7 @@ class Node:
         group: str | int | None = None,
         clock: Clock = monotonic,
         holds: Iterable[str] = (),
+        hold_max_bytes: int | None = None,
     ) -> None:
         if node == "minion" and not node_id:
             raise LocalError("a minion node needs its id")
@@ -128,7 +131,8 @@ class Node:
             forward_batch_to_master=self._forward_batch_to_master,
         )
         for name in holds:
-            self.manor.bus.hold(name)
+            self.manor.bus.hold(name, max_bytes=hold_max_bytes, max_events=(
+                hold_max_bytes // HELD_EVENT_BYTES if hold_max_bytes else None))
         self.uxd = UxdSocket(self.manor_path, group=gid, replace_stale=True, sock_dir=sock_dir)
         self._selector = selectors.DefaultSelector()
         self._registered: list[selectors.BaseSelector] = []

@@ -226,6 +226,7 @@ def open_node(opts: Mapping[str, Any], node: str) -> Node:
             node_id=opts["id"] if node == "minion" else None,
             group=opts.get("sock_dir_group"),
             holds=[str(n) for n in opts.get("__bus_holds") or ()] if node == "master" else (),
+            hold_max_bytes=int(opts.get("automation_backlog_max_bytes") or 0) or None,
         )
     except BaseException:
         stack.close()

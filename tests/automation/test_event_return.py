@@ -162,6 +162,46 @@ def test_a_database_outage_and_a_master_restart_lose_no_event() -> None:
         assert master.terminate() == 0
 
 
+BURST = 30000
+"""More events than an ordinary bus listener may have waiting (20,000)."""
+
+
+@pytest.mark.integration
+def test_a_burst_while_the_automation_process_is_stopped_loses_no_event() -> None:
+    import os
+    import re
+    import signal
+
+    with make_world() as world:
+        db = world.root / "events.db"
+        conf = world.master_dir(f"event_return: sqlite3\nsqlite3.database: {db}\n"
+                                "event_return_whitelist: ['burst/*']\n")
+        master = world.start("master", conf)
+        line = master.expect("event_return listening on the master's bus", timeout=30)
+        pid = int(re.search(r"\(pid (\d+)\)", line).group(1))  # type: ignore[union-attr]
+        os.kill(pid, signal.SIGSTOP)  # far behind: nothing of the burst is read meanwhile
+        try:
+            bus = SaltEvent("master", load_node_config(conf, "master")["sock_dir"])
+            for n in range(BURST):
+                assert bus.fire_event({"n": n}, f"burst/{n}")
+            bus.destroy()
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        deadline = time.monotonic() + 120
+        count = 0
+        while count < BURST and time.monotonic() < deadline:
+            if db.exists():
+                with sqlite3.connect(db) as conn:
+                    try:
+                        (count,), = conn.execute("SELECT COUNT(DISTINCT tag) FROM salt_events")
+                    except sqlite3.OperationalError:
+                        count = 0
+            time.sleep(0.05)  # polling the database for the rows
+        assert count == BURST
+        assert master.terminate() == 0
+        assert not [line for line in master.drain() if "the bus dropped" in line]
+
+
 _FRAMES = st.lists(st.one_of(st.binary(max_size=40), st.builds(
     lambda v: struct.pack(">I", len(v)) + v,
     st.one_of(st.binary(max_size=20), st.builds(msgpack.packb, st.integers(-(2**63), 2**63 - 1)),

@@ -266,3 +266,44 @@ def test_events_dropped_from_a_hold_are_said_once_when_it_is_claimed(
     assert line.startswith("3 events held for automation before it subscribed were dropped")
     assert manor.bus.stats["held_lost"] == 3
 
+
+
+def test_a_hold_keeps_its_own_bounds_for_its_claimer_and_not_for_one_it_replaced() -> None:
+    bus = EventBus(max_events=3, max_bytes=1 << 20)
+    bus.hold("auto", max_events=10)
+    for n in range(8):
+        bus.publish(b"e%d" % n)
+    assert bus.held("auto") == 8 and bus.stats["held_lost"] == 0
+    bus.subscribe("first", claim="auto")
+    bus.subscribe("plain")
+    for n in range(8, 14):
+        bus.publish(b"e%d" % n)
+    assert bus.queued("first") == 10 and bus.lost("first") == 4  # its hold's bound
+    assert bus.queued("plain") == 3 and bus.lost("plain") == 3  # the bus's bound
+    bus.subscribe("second", claim="auto")  # a restarted process takes the hold over
+    assert bus.queued("first") == 3  # an ordinary listener now
+    for n in range(14, 24):
+        bus.publish(b"e%d" % n)
+    assert bus.queued("second") == 10 and bus.queued("first") == 3
+
+
+def test_the_manor_says_how_many_events_its_bus_dropped_once_a_minute(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    manor = Manor(lane=Lane(lane_name=LANE, yard_name="manor"), node="minion",
+                  node_id="abc", bus=EventBus(max_events=2))
+    manor.lane.add_yard("ev1", path("ev1"))
+    manor.bus.subscribe("ev1")
+    for n in range(5):
+        manor.bus.publish(b"event %d" % n)
+    with caplog.at_level(logging.WARNING, logger="raetsalt.manor"):
+        manor.datagrams_to_send(0.0)
+        manor.bus.take("ev1", 1 << 20)
+        for n in range(5):
+            manor.bus.publish(b"event %d" % n)
+        manor.datagrams_to_send(1.0)  # within the minute: quiet
+        manor.datagrams_to_send(61.0)
+    lines = [r.getMessage() for r in caplog.records if "the bus dropped" in r.getMessage()]
+    assert len(lines) == 2
+    assert lines[0].startswith("the bus dropped 3 events")
+    assert lines[1].startswith("the bus dropped 3 events")
