@@ -337,7 +337,12 @@ class UxdSocket:
                 self.sock.sendto(data, manor)
                 return True
             except BlockingIOError:
-                continue
+                pass
+            # Room was reported and there is none: another client took it, or the manor
+            # was started again and the probe still names its predecessor's (empty)
+            # socket.  Connecting again names the socket bound at the path now.
+            self.stats["probe_reconnects"] += 1
+            probe.connect(manor)
 
     def wait_readable(self, timeout: float | None) -> bool:
         """Block until a datagram is waiting or ``timeout`` seconds pass (None: forever)."""

@@ -122,3 +122,62 @@ def test_a_full_yard_that_goes_away_is_reaped(short_dir: str) -> None:
         assert uxd.release_writable(lane, 0.0) == 0
     finally:
         uxd.close()
+
+
+def fill(sock: socket.socket, path: str) -> None:
+    while True:
+        try:
+            sock.sendto(b"f", path)
+        except BlockingIOError:
+            return
+
+
+def test_a_client_waiting_for_room_follows_a_manor_started_again(short_dir: str) -> None:
+    import threading
+
+    from helpers.waiting import wait_for
+
+    path = os.path.join(short_dir, f"{LANE}.manor.uxd")
+    old = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    old.bind(path)
+    me = UxdSocket(os.path.join(short_dir, f"{LANE}.me.uxd"), connect_to=path)
+    filler = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    filler.setblocking(False)
+    new = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        fill(me.sock, path)
+        old.close()  # the manor stops; another one starts at the same path, as full
+        os.unlink(path)
+        new.bind(path)
+        new.setblocking(False)
+        fill(filler, path)
+        sent: list[bool] = []
+        waiter = threading.Thread(target=lambda: sent.append(me.send_waiting(b"late", 60)))
+        waiter.start()
+        # Its probe still named the old socket (empty, so "writable"): it connects again
+        # and then waits on the new one.
+        assert wait_for(lambda: me.stats["probe_reconnects"] >= 1, 30)
+        assert not sent
+        got = []
+        while not sent:
+            try:
+                got.append(new.recv(100))
+            except BlockingIOError:
+                waiter.join(0.05)  # until the waiter has sent
+        waiter.join(30)
+        assert sent == [True]
+        got.extend(iter_drain(new))
+        assert got[-1] == b"late"
+    finally:
+        me.close()
+        filler.close()
+        new.close()
+
+
+def iter_drain(sock: socket.socket) -> list[bytes]:
+    out = []
+    while True:
+        try:
+            out.append(sock.recv(100))
+        except BlockingIOError:
+            return out
