@@ -15,8 +15,15 @@ start, and from the deciding master's log line); each master's CPU while idle an
 a job a second (``test.ping`` to ten minions spread over the masters, published on the
 first master) runs for ``--load-seconds``; SIGKILL of the master holding the most
 minions; failover time (until every minion holds a session again, read from the helpers'
-status files every 0.2 s); then ``'*' test.ping`` from each survivor (the whole fleet
-again).  Prints each run and the medians.  The masters auto-accept.
+status files every 0.2 s); ``--freeze``: the first helper stopped that long, so the
+masters' probes of its minions fail and they answer again on the same sessions (a starved
+machine); then ``'*' test.ping`` from each survivor, again until the whole fleet answers
+(90 s at most; ``--logs``: which minions a survivor still misses, which master holds
+each, and the registry's row).  Prints each run and the medians.  The masters
+auto-accept.
+
+At 3,000 minions (``--count 3000 --helpers 3 --alive-period 5 --wait 600``) the minions
+need CPU to connect: on a loaded 2-core machine they may not all connect.
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ from bench_many_minions import cpu_seconds  # noqa: E402
 
 sys.path.insert(0, str(HERE.parent / "tests"))
 NAMES = ("ca", "cb", "cc")
+FREEZE = [0.0]
+"""``--freeze``: seconds the first helper is stopped after the failover."""
 ALIVE = [2.0, 0.0]
 """raet_alive_period of the masters and minions (``--alive-period``) and the minions'
 master_alive_interval (``--wait``)."""
@@ -166,11 +175,12 @@ def ping_all(root: Path, name: str) -> tuple[float, int]:
     return took, len(answered)
 
 
-def ping_who(root: Path, name: str) -> tuple[float, set[str]]:
+def ping_who(root: Path, name: str, timeout: int = 30) -> tuple[float, set[str]]:
     start = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "raetsalt.cli.salt", "-c", str(root / name), "*", "test.ping",
-         "--out", "json", "--static", "-t", "30"], capture_output=True, text=True, timeout=300)
+         "--out", "json", "--static", "-t", str(timeout)], capture_output=True, text=True,
+        timeout=300)
     took = time.monotonic() - start
     try:
         answers = json.loads(done.stdout or "{}")
@@ -297,9 +307,10 @@ def one_run(count: int, helpers: int, store: str, load_seconds: float,
                  *(["--holders"] if LOG_DIR else []),
                  "--status", str(path), "--alive-period", str(ALIVE[0])],
                 stdout=subprocess.DEVNULL, text=True))
-        if wait_connected(files, count, 600) is None:
+        connected = wait_connected(files, count, 600)
+        if connected is None:
             raise SystemExit(f"bench_cluster: only {status(files)} connected")
-        result: dict[str, float] = {}
+        result: dict[str, float] = {"connect_s": connected}
         took_each = []
         for name in NAMES:
             took, returns = ping_all(root, name)
@@ -335,13 +346,18 @@ def one_run(count: int, helpers: int, store: str, load_seconds: float,
             time.sleep(0.2)  # polling the helpers' status files (a measure, not a test)
         result["failover_s"] = -1.0 if back is None else back
         result["moved"] = held[victim]
+        if FREEZE[0] > 0:  # the first helper's minions starved: silent, then back
+            procs[0].send_signal(signal.SIGSTOP)
+            time.sleep(FREEZE[0])  # how long they are starved (the measure's condition)
+            procs[0].send_signal(signal.SIGCONT)
+            start = time.monotonic()
         after, last = [], []
         deadline = time.monotonic() + 90
         for name in masters:  # the first answer, then again until the whole fleet
             _took, answered = ping_who(root, name)
             after.append(len(answered))
             while len(answered) < count and time.monotonic() < deadline:
-                _took, answered = ping_who(root, name)
+                _took, answered = ping_who(root, name, 10)
             last.append(len(answered))
             if len(answered) < count:
                 diagnose(name, sorted(set(ids) - answered), files, ports, store)
@@ -380,6 +396,10 @@ def main() -> int:
                              "has not answered yet is waited for (0: 30 s)")
     parser.add_argument("--outage", type=float, default=0.0,
                         help="stop the database this many seconds under load (first run)")
+    parser.add_argument("--freeze", type=float, default=0.0,
+                        help="after the failover, stop the first helper's minions this "
+                             "many seconds (a starved machine: their masters' probes fail, "
+                             "and they answer again on the same sessions)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--logs", help="copy each master's log into this directory and "
                         "explain a shortfall after the failover (which minions, held where)")
@@ -387,6 +407,7 @@ def main() -> int:
     args = parser.parse_args()
     ALIVE[0] = args.alive_period
     ALIVE[1] = args.wait
+    FREEZE[0] = args.freeze
     if args.logs:
         LOG_DIR.append(Path(args.logs))
         LOG_DIR[0].mkdir(parents=True, exist_ok=True)

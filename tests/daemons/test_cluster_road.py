@@ -396,3 +396,10 @@ def test_a_minion_silent_for_a_while_is_seen_again_by_every_master(cluster: Clus
         assert cluster.ping_all(name, set(ids)) == dict.fromkeys(ids, True), name
     assert not any("moving to" in line for line in minions[frozen].drain())
     assert sum(f"minion {frozen} connected" in line for line in masters[holder].drain()) == 1
+    # ... and the registry table names its master again (its row went with the silence)
+    registry = "SELECT minion, master FROM raetsalt_cluster_minions"
+    deadline = time.monotonic() + 30
+    while _rows(cluster.store, registry).get(frozen) != holder \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)  # polling the database for the registry thread's write
+    assert _rows(cluster.store, registry).get(frozen) == holder
