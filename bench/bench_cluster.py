@@ -15,8 +15,15 @@ start, and from the deciding master's log line); each master's CPU while idle an
 a job a second (``test.ping`` to ten minions spread over the masters, published on the
 first master) runs for ``--load-seconds``; SIGKILL of the master holding the most
 minions; failover time (until every minion holds a session again, read from the helpers'
-status files every 0.2 s); then ``'*' test.ping`` from each survivor (the whole fleet
-again).  Prints each run and the medians.  The masters auto-accept.
+status files every 0.2 s); ``--freeze``: the first helper stopped that long, so the
+masters' probes of its minions fail and they answer again on the same sessions (a starved
+machine); then ``'*' test.ping`` from each survivor, again until the whole fleet answers
+(90 s at most; ``--logs``: which minions a survivor still misses, which master holds
+each, and the registry's row).  Prints each run and the medians.  The masters
+auto-accept.
+
+At 3,000 minions (``--count 3000 --helpers 3 --alive-period 5 --wait 600``) the minions
+need CPU to connect: on a loaded 2-core machine they may not all connect.
 """
 
 from __future__ import annotations
@@ -43,11 +50,16 @@ from bench_many_minions import cpu_seconds  # noqa: E402
 
 sys.path.insert(0, str(HERE.parent / "tests"))
 NAMES = ("ca", "cb", "cc")
+FREEZE = [0.0]
+"""``--freeze``: seconds the first helper is stopped after the failover."""
 ALIVE = [2.0, 0.0]
 """raet_alive_period of the masters and minions (``--alive-period``) and the minions'
 master_alive_interval (``--wait``)."""
 LOG_LINES: dict[str, list[tuple[float, str]]] = {}
 """Each master's log lines with the time they were read (for the revocation latency)."""
+LOG_DIR: list[Path] = []
+"""``--logs``: the directory each master's whole log is copied to (and the minions'
+status files name the master each minion holds, for the diagnosis of a shortfall)."""
 
 
 def free_port() -> int:
@@ -80,12 +92,17 @@ def threading_drain(proc: subprocess.Popen[str], name: str) -> None:
     import threading
 
     lines = LOG_LINES.setdefault(name, [])
+    copy = (LOG_DIR[0] / f"{time.strftime('%H%M%S')}-{name}.log").open("w") \
+        if LOG_DIR else None
 
     def drain() -> None:
         assert proc.stderr is not None
         for line in proc.stderr:
             if "key of minion" in line:
                 lines.append((time.monotonic(), line))
+            if copy is not None:
+                copy.write(line)
+                copy.flush()
 
     threading.Thread(target=drain, daemon=True).start()
 
@@ -154,10 +171,16 @@ def status(files: list[Path]) -> dict[str, int]:
 
 
 def ping_all(root: Path, name: str) -> tuple[float, int]:
+    took, answered = ping_who(root, name)
+    return took, len(answered)
+
+
+def ping_who(root: Path, name: str, timeout: int = 30) -> tuple[float, set[str]]:
     start = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "raetsalt.cli.salt", "-c", str(root / name), "*", "test.ping",
-         "--out", "json", "--static", "-t", "30"], capture_output=True, text=True, timeout=300)
+         "--out", "json", "--static", "-t", str(timeout)], capture_output=True, text=True,
+        timeout=300)
     took = time.monotonic() - start
     try:
         answers = json.loads(done.stdout or "{}")
@@ -166,7 +189,7 @@ def ping_all(root: Path, name: str) -> tuple[float, int]:
     if not answers:
         print(f"  ping from {name}: exit {done.returncode}: {done.stderr.strip()[-300:]}",
               flush=True)
-    return took, sum(1 for v in answers.values() if v is True)
+    return took, {m for m, v in answers.items() if v is True}
 
 
 def wait_connected(files: list[Path], count: int, timeout: float) -> float | None:
@@ -225,6 +248,28 @@ def outage(root: Path, server: Any, store: str, targets: list[str], seconds: flo
             "outage_slowest_answer_s": slowest}
 
 
+def diagnose(name: str, missing: list[str], files: list[Path], ports: dict[str, str],
+             store: str) -> None:
+    """Which minions a master's ping misses, which master each holds (the minions'
+    status), and what the cluster's registry table says of them."""
+    import psycopg
+
+    holders: dict[str, str | None] = {}
+    for path in files:
+        try:
+            holders.update(json.loads(path.read_text()).get("holders", {}))
+        except (OSError, ValueError):
+            continue
+    with psycopg.connect(store) as conn:
+        rows = dict(conn.execute(
+            "SELECT minion, master FROM raetsalt_cluster_minions WHERE minion = ANY(%s)",
+            (missing,)).fetchall())
+    by = statistics.multimode(ports.get(holders.get(m) or "", "none") for m in missing)
+    print(f"  {name} misses {len(missing)}: held by {by} (most); e.g. " + ", ".join(
+        f"{m} held by {ports.get(holders.get(m) or '', holders.get(m))}, registry "
+        f"{rows.get(m)}" for m in missing[:8]), flush=True)
+
+
 def one_run(count: int, helpers: int, store: str, load_seconds: float,
             server: Any = None, outage_seconds: float = 0.0) -> dict[str, float]:
     root = Path(tempfile.mkdtemp(prefix="rsbc", dir="/tmp"))
@@ -259,11 +304,13 @@ def one_run(count: int, helpers: int, store: str, load_seconds: float,
                  "--master", listed, "--count", str(n),
                  "--extra", f"cluster_id: fleet1;master_alive_interval: {ALIVE[1]}",
                  "--prefix", f"c{index}x", "--inline-jobs", "--nice", "10",
+                 *(["--holders"] if LOG_DIR else []),
                  "--status", str(path), "--alive-period", str(ALIVE[0])],
                 stdout=subprocess.DEVNULL, text=True))
-        if wait_connected(files, count, 600) is None:
+        connected = wait_connected(files, count, 600)
+        if connected is None:
             raise SystemExit(f"bench_cluster: only {status(files)} connected")
-        result: dict[str, float] = {}
+        result: dict[str, float] = {"connect_s": connected}
         took_each = []
         for name in NAMES:
             took, returns = ping_all(root, name)
@@ -299,14 +346,21 @@ def one_run(count: int, helpers: int, store: str, load_seconds: float,
             time.sleep(0.2)  # polling the helpers' status files (a measure, not a test)
         result["failover_s"] = -1.0 if back is None else back
         result["moved"] = held[victim]
+        if FREEZE[0] > 0:  # the first helper's minions starved: silent, then back
+            procs[0].send_signal(signal.SIGSTOP)
+            time.sleep(FREEZE[0])  # how long they are starved (the measure's condition)
+            procs[0].send_signal(signal.SIGCONT)
+            start = time.monotonic()
         after, last = [], []
         deadline = time.monotonic() + 90
         for name in masters:  # the first answer, then again until the whole fleet
-            _took, returns = ping_all(root, name)
-            after.append(returns)
-            while returns < count and time.monotonic() < deadline:
-                _took, returns = ping_all(root, name)
-            last.append(returns)
+            _took, answered = ping_who(root, name)
+            after.append(len(answered))
+            while len(answered) < count and time.monotonic() < deadline:
+                _took, answered = ping_who(root, name, 10)
+            last.append(len(answered))
+            if len(answered) < count:
+                diagnose(name, sorted(set(ids) - answered), files, ports, store)
         result["returns_after"] = min(after)
         result["whole_again_s"] = time.monotonic() - start
         result["returns_last"] = min(last)
@@ -342,11 +396,21 @@ def main() -> int:
                              "has not answered yet is waited for (0: 30 s)")
     parser.add_argument("--outage", type=float, default=0.0,
                         help="stop the database this many seconds under load (first run)")
+    parser.add_argument("--freeze", type=float, default=0.0,
+                        help="after the failover, stop the first helper's minions this "
+                             "many seconds (a starved machine: their masters' probes fail, "
+                             "and they answer again on the same sessions)")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--logs", help="copy each master's log into this directory and "
+                        "explain a shortfall after the failover (which minions, held where)")
     parser.add_argument("--helpers", type=int, default=2)
     args = parser.parse_args()
     ALIVE[0] = args.alive_period
     ALIVE[1] = args.wait
+    FREEZE[0] = args.freeze
+    if args.logs:
+        LOG_DIR.append(Path(args.logs))
+        LOG_DIR[0].mkdir(parents=True, exist_ok=True)
     print(f"3 masters x {args.count} minions (cluster_id: rendezvous, raet_alive_period "
           f"{args.alive_period}); load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)

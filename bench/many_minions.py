@@ -192,6 +192,10 @@ class Beacons:
         return fired
 
 
+HOLDERS: list[bool] = []
+"""Non-empty: the status names the master each minion holds (``--holders``)."""
+
+
 def _write_status(path: Path, root: Path, minions: list[Minion]) -> None:
     try:
         epoch = float((root / "epoch").read_text())
@@ -207,6 +211,10 @@ def _write_status(path: Path, root: Path, minions: list[Minion]) -> None:
             1 for m in minions if m.link.connected and m.session_at > epoch
         ),
     }
+    if HOLDERS:
+        status["holders"] = {
+            m.node.node_id: (m.link.switch.choice.held if m.link.connected else None)
+            for m in minions if m.link.switch}
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(status))
     tmp.replace(path)
@@ -225,6 +233,8 @@ def main() -> int:
                         help="run jobs in this process (no fork per job)")
     parser.add_argument("--nice", type=int, default=0, help="lower CPU priority by this much")
     parser.add_argument("--status", help="file to rewrite with a JSON status every second")
+    parser.add_argument("--holders", action="store_true",
+                        help="the status file names the master each minion holds")
     parser.add_argument("--go", help="build the minions, then connect once this file exists")
     parser.add_argument("--beacon-every", type=float, default=0.0,
                         help="each minion fires a beacon event every this many seconds")
@@ -239,6 +249,8 @@ def main() -> int:
     logging.basicConfig(level=logging.ERROR)
     if args.nice:
         os.nice(args.nice)
+    if args.holders:
+        HOLDERS.append(True)
     root = Path(args.root)
     loader = Loader()
     base = core_grains("x")  # detected once; every minion reports the same host facts

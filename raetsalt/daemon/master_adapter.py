@@ -38,7 +38,13 @@ from raetsalt.daemon.keys import SHARE_KEY, KeyService
 from raetsalt.daemon.peerroad import ClusterRoad
 from raetsalt.daemon.roster import ClusterRoster, RoadRoster
 from raetsalt.daemon.saltmaster import MasterBridge
-from raetsalt.engine.events import Departed, Joined, MessageReceived, PresenceChanged
+from raetsalt.engine.events import (
+    Allowed,
+    Departed,
+    Joined,
+    MessageReceived,
+    PresenceChanged,
+)
 from raetsalt.errors import LocalError
 from raetsalt.lane.page import MAX_PAGE_SIZE
 from raetsalt.log import Throttle, clip
@@ -161,6 +167,10 @@ class MasterAdapter:
 
             self.registry = MinionRegistry(self.cluster.keys.params, str(opts["cluster_id"]),
                                            str(opts["id"]), clock=node.clock)
+        self._silent: set[str] = set()
+        """Minions whose presence failed here (the cluster was told they are gone) on a
+        session that is still up: told again that they are held here if they answer on
+        it (``_heard_again``)."""
         self.peers: ClusterRoad | None = None
         """The masters' road (``cluster_pki_dir`` with ``cluster_id``), or None."""
         self._from_peers: list[MasterAction] = []
@@ -241,9 +251,22 @@ class MasterAdapter:
                 case Joined(remote=remote) if self.cluster is not None:
                     self.cluster.joined(remote)
                     inbox.link.append(event)
-                case PresenceChanged(alive=False) | Departed() if self.cluster is not None:
-                    self._gone(self._role(event.remote) if isinstance(event, PresenceChanged)
-                               else event.role)
+                case PresenceChanged(alive=False) if self.cluster is not None:
+                    minion = self._role(event.remote)
+                    self._gone(minion)
+                    self._silent.add(minion)
+                    inbox.link.append(event)
+                case Departed(role=role) if self.cluster is not None:
+                    self._gone(role)
+                    self._silent.discard(role)
+                    inbox.link.append(event)
+                case PresenceChanged(alive=True) if self.cluster is not None:
+                    self._heard_again(self._role(event.remote))
+                    inbox.link.append(event)
+                case Allowed(remote=remote) if self.cluster is not None:
+                    # A new session: its hello says whether the minion holds this master
+                    # (a minion that moved away may still accept a session here).
+                    self._silent.discard(self._role(remote))
                     inbox.link.append(event)
                 case LocalMessage(share=share) if share in REQUEST_SHARES:
                     inbox.requests.append(event)
@@ -464,11 +487,20 @@ class MasterAdapter:
 
     def _held(self, minion: str) -> None:
         """A minion's session is up here (its hello): the cluster hears of it."""
+        self._silent.discard(minion)
         grains = self.jobs.grains.get(minion)
         if self.peers is not None:
             self.peers.announce({minion: grains}, [])
         if self.registry is not None:
             self.registry.held(minion, grains)
+
+    def _heard_again(self, minion: str) -> None:
+        """A minion whose presence failed here answers again on the same session (it was
+        only slow, or the machine was starved): it never left, and sends no new hello, so
+        the cluster is told it is held here again (else the other masters would not
+        target it until it moves)."""
+        if minion in self._silent and RoadRoster.state(self.roster, minion).up:
+            self._held(minion)
 
     def _gone(self, minion: str) -> None:
         if self.peers is not None:

@@ -14,6 +14,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -372,3 +373,33 @@ def test_a_minion_moves_to_its_next_master_and_the_fleet_stays_whole(cluster: Cl
         assert "moved here from another master of the cluster without a join" in line
     for name in masters:  # a job published after the loss, from each survivor
         assert cluster.ping_all(name, set(ids)) == dict.fromkeys(ids, True), name
+
+
+def test_a_minion_silent_for_a_while_is_seen_again_by_every_master(cluster: Cluster) -> None:
+    """A minion that stops answering its master's probes (frozen, starved of CPU) and
+    answers again on the same session sends no new hello: the other masters, told it
+    was gone, must hear it is held again, or they never target it while it stays."""
+    masters = {name: cluster.master(name) for name in NAMES}
+    ids = ["m1", "m2", "m3"]
+    minions = cluster.fleet(ids)
+    for name in NAMES:
+        assert cluster.ping_all(name, set(ids)) == dict.fromkeys(ids, True), name
+    frozen = ids[0]
+    holder = cluster.first_choice(frozen)
+    minions[frozen].popen.send_signal(signal.SIGSTOP)
+    try:
+        masters[holder].expect(f"minion {frozen} stopped answering", timeout=60)
+    finally:
+        minions[frozen].popen.send_signal(signal.SIGCONT)
+    # Its master hears it again on the session it had (no move, no new session).
+    for name in NAMES:
+        assert cluster.ping_all(name, set(ids)) == dict.fromkeys(ids, True), name
+    assert not any("moving to" in line for line in minions[frozen].drain())
+    assert sum(f"minion {frozen} connected" in line for line in masters[holder].drain()) == 1
+    # ... and the registry table names its master again (its row went with the silence)
+    registry = "SELECT minion, master FROM raetsalt_cluster_minions"
+    deadline = time.monotonic() + 30
+    while _rows(cluster.store, registry).get(frozen) != holder \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)  # polling the database for the registry thread's write
+    assert _rows(cluster.store, registry).get(frozen) == holder
