@@ -80,7 +80,7 @@ SHARE_TOKEN_RET = "token_ret"
 REQUEST_SHARES = (p.SHARE_PUBLISH, p.SHARE_RUNNER, SHARE_MK_TOKEN)
 _ANSWER = {p.SHARE_PUBLISH: p.SHARE_PUB_ACK, p.SHARE_RUNNER: p.SHARE_RUN_RET,
            SHARE_MK_TOKEN: SHARE_TOKEN_RET}
-_CREDENTIALS = ("eauth", "username", "password", "token", "login_client")
+_CREDENTIALS = ("eauth", "username", "password", "token", "login_client", "as_user")
 MAX_PENDING_LOGINS = 32
 REFUSAL_HOLD = 1.0
 """Longest hold-back (s) of a refusal that needed no check (a locked or busy key)."""
@@ -294,12 +294,35 @@ class AccessGate:
         return user_requester(info.st_uid)
 
     @staticmethod
+    def _relayed_user(name: object) -> Requester | None:
+        """The local user ``name`` (a system user), or None."""
+        if not isinstance(name, str) or not name or len(name) > 256:
+            return None
+        try:
+            uid = pwd.getpwnam(name).pw_uid
+        except (KeyError, ValueError):
+            return None
+        return user_requester(uid)
+
+    @staticmethod
     def _peer_requester(cred: PeerCred) -> Requester:
         return user_requester(cred.uid)
 
     def _with_credentials(self, requester: Requester, yard: str, share: str,
                           body: dict[str, Any], now: float) -> list[Ready]:
         clean = {k: v for k, v in body.items() if k not in _CREDENTIALS}
+        on_behalf = body.get("as_user")
+        if on_behalf is not None:
+            # A trusted lane client (only root and the master's user have yards in
+            # sock_dir: Salt's request channel) acts for a local user it authenticated
+            # (that user's key), who then has that user's rights; nobody else may.
+            who = (self._relayed_user(on_behalf) if not yard.startswith(CONN_PREFIX)
+                   and share == p.SHARE_PUBLISH else None)
+            if who is None:
+                self._answer(yard, share, body, error=(
+                    f"{clip(on_behalf, bare=True)} may not be acted for here"))
+                return []
+            requester = who
         token = body.get("token")
         backend = body.get("eauth")
         if token is not None:

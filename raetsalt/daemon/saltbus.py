@@ -121,11 +121,13 @@ def run(opts: dict[str, Any], wanted: Mapping[str, bool], stop: threading.Event,
                 if wanted.get("engines") else None)
     server = None
     if wanted.get("clients"):
-        from raetsalt.saltbridge.localreq import RequestServer, write_keys
+        from raetsalt.saltbridge.localreq import RequestServer, acl_users, write_keys
 
-        keys = write_keys(str(salt_opts["cachedir"]), ["root", _master_user(opts)])
+        unrestricted = ["root", _master_user(opts)]
+        keys = write_keys(str(salt_opts["cachedir"]),
+                          [*unrestricted, *acl_users(opts.get("publisher_acl"))])
         try:
-            server = RequestServer(opts, salt_opts, keys, calls)
+            server = RequestServer(opts, salt_opts, keys, calls, unrestricted)
         except Exception as exc:  # noqa: BLE001 - zmq's bind errors: one line, bus stays
             log.error("salt_local_clients: Salt's request channel not served on 127.0.0.1:%s:"
                       " %s", salt_opts.get("ret_port"), exc)

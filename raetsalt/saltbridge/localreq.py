@@ -15,8 +15,12 @@ command line:
   CLI's ``-a``/``-T``; the requester is the eauth user; failed logins through this
   channel are slowed together (``login_client``: TCP on loopback does not tell who
   connected);
-* anything else: Salt's ``AuthenticationError``.  (Salt also writes keys for the users
-  of ``publisher_acl``; here those users use eauth or raetsalt's command socket.)
+* ``key`` equal to the key written for a user of ``publisher_acl`` (the names, and the
+  system users its patterns match, as Salt's ``client_acl_verify``): published as that
+  user, whom the master holds to that user's ``publisher_acl`` rules as on the command
+  line (``as_user`` on the lane, which only the master's own processes can use); such a
+  key makes no runner or wheel call, as those rules name minion functions;
+* anything else: Salt's ``AuthenticationError``.
 
 The answer is Salt's: ``{enc: clear, load: {jid, minions, missing}}``; a denial is
 ``{error: {name: AuthorizationError, message: <the master's reason>}}``, a failed login
@@ -58,7 +62,7 @@ import tempfile
 import threading
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -176,6 +180,33 @@ def write_keys(cachedir: str, users: list[str]) -> dict[str, str]:
     return keys
 
 
+MAX_ACL_USERS = 1024
+"""System users given a key for publisher_acl's patterns, at most."""
+
+
+def acl_users(publisher_acl: object) -> list[str]:
+    """The system users ``publisher_acl`` names, or matches with one of its names taken as
+    a regular expression (Salt's ``client_acl_verify``), sorted; at most
+    ``MAX_ACL_USERS``."""
+    if not isinstance(publisher_acl, Mapping):
+        return []
+    names = [str(n) for n in publisher_acl if str(n)]
+    patterns = []
+    for name in names:
+        try:
+            patterns.append(re.compile(name))
+        except re.error:
+            continue
+    found: list[str] = []
+    for entry in pwd.getpwall():
+        user = entry.pw_name
+        if user in names or any(pattern.fullmatch(user) for pattern in patterns):
+            found.append(user)
+            if len(found) >= MAX_ACL_USERS:
+                break
+    return sorted(found)
+
+
 def jid_dir(jobs_dir: str, jid: str, hash_type: str) -> str:
     """Salt's ``local_cache`` directory of a jid."""
     digest = hashlib.new(hash_type, jid.encode()).hexdigest()
@@ -186,12 +217,16 @@ class RequestServer:
     """The ROUTER socket, the lane client it publishes through, and its thread."""
 
     def __init__(self, opts: Mapping[str, Any], salt_opts: Mapping[str, Any],
-                 keys: Mapping[str, str], calls: CallHandlers | None = None) -> None:
+                 keys: Mapping[str, str], calls: CallHandlers | None = None,
+                 unrestricted: Collection[str] = ("root",)) -> None:
         import zmq
 
         self.opts = opts
         self._make_calls = calls
         self.keys = dict(keys)
+        self.unrestricted = frozenset(unrestricted)
+        """Users whose key publishes without publisher_acl (root, the master's user); the
+        others' keys publish as those users, under their publisher_acl rules."""
         self.jobs_dir = os.path.join(str(salt_opts["cachedir"]), "jobs")
         self.hash_type = str(salt_opts.get("hash_type") or "sha256")
         self.keep_seconds = float(salt_opts.get("keep_jobs_seconds") or 86400)
@@ -321,6 +356,13 @@ class RequestServer:
     def _call(self, identity: list[bytes], cmd: str, load: dict[str, Any],
               make: CallHandlers) -> None:
         credentials = self._credentials(load, load)
+        if credentials is not None and "as_user" in credentials:
+            # publisher_acl users publish only (their rules name minion functions).
+            self._drop("acl_user_call")
+            self._send(identity, {"error": {"name": "AuthorizationError", "message": (
+                f"{cmd} calls need eauth or a token; the key of "
+                f"{clip(credentials['as_user'], bare=True)} publishes only")}})
+            return
         if credentials is None or (not credentials and cmd in TOKEN_CALLS):
             self._drop("unauthenticated")
             self._send(identity, refusal(cmd, load))
@@ -351,11 +393,15 @@ class RequestServer:
             self._send(identity, answer)
 
     def _key_user(self, load: Mapping[str, Any]) -> str:
-        key = str(load.get("key") or "")
+        """The user whose key ``load`` carries ("" for none); every key is compared."""
+        key = load.get("key")
+        if not isinstance(key, str) or not key:
+            return ""
+        found = ""
         for user, known in self.keys.items():
-            if hmac.compare_digest(key.encode(), known.encode()):
-                return user
-        return ""
+            if hmac.compare_digest(key.encode(), known.encode()) and not found:
+                found = user
+        return found
 
     def _credentials(self, load: Mapping[str, Any],
                      place: Any = None) -> dict[str, Any] | None:
@@ -372,11 +418,10 @@ class RequestServer:
                 # (the master's own user's logins on its lane are not).
                 picked["login_client"] = LOGIN_CLIENT
             return picked
-        key = load.get("key")
-        if isinstance(key, str) and key and any(
-                hmac.compare_digest(key.encode(), known.encode()) for known in self.keys.values()):
-            return {}
-        return None
+        user = self._key_user(load)
+        if not user:
+            return None
+        return {} if user in self.unrestricted else {"as_user": user}
 
     def _answer(self, body: Mapping[str, Any]) -> None:
         req = body.get("req")

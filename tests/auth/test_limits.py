@@ -343,3 +343,49 @@ def test_a_command_socket_client_cannot_name_a_relayed_client(gate: Gate) -> Non
     assert gate.gate.limiter.failures(("uid", uid)) == 1
     assert gate.gate.limiter.failures(("client", "http:10.9.9.9")) == 0
     client.close()
+
+
+def _lane_gate(tmp_path: Path) -> tuple[Gate, Any]:
+    """A gate whose lane yard ``relay`` is a socket in sock_dir (root's or the test
+    user's: the master's own process, as Salt's request channel is)."""
+    import socket
+
+    g = Gate(tmp_path)
+    relay = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    os.makedirs(g.opts["sock_dir"], mode=0o700, exist_ok=True)
+    path = os.path.join(g.opts["sock_dir"], "master.relay.uxd")
+    relay.bind(path)
+    g.gate.lane_path = lambda yard: path if yard == "relay" else None
+    return g, relay
+
+
+def test_a_lane_client_of_the_master_publishes_as_the_local_user_it_names(
+        tmp_path: Path) -> None:
+    from raetsalt import protocol as p
+
+    g, relay = _lane_gate(tmp_path)
+    try:
+        [ready] = g.gate.from_lane("relay", p.SHARE_PUBLISH, {
+            "req": "r1", "as_user": "nobody", "tgt": "*", "fun": "test.ping"}, g.now)
+        assert ready.requester.kind == "user" and ready.requester.name == "nobody"
+        assert "as_user" not in ready.body
+        for share, name in ((p.SHARE_PUBLISH, "no-such-user-here"),
+                            (p.SHARE_RUNNER, "nobody"), (p.SHARE_PUBLISH, 7)):
+            assert g.gate.from_lane("relay", share, {"req": "r2", "as_user": name}, g.now) == []
+            [(_yard, body)] = g.sent
+            g.sent.clear()
+            assert "may not be acted for here" in body["error"] and body["denied"]
+    finally:
+        relay.close()
+        g.close()
+
+
+def test_a_command_socket_client_cannot_act_for_another_user(gate: Gate) -> None:
+    from raetsalt import protocol as p
+
+    client = StreamClient(gate.path)
+    client.request(p.SHARE_PUBLISH, as_user="root", tgt="*", fun="cmd.run", arg=["id"])
+    gate.pump(lambda: bool(gate.sent))
+    [body] = gate.answers()
+    assert "may not be acted for here" in body["error"]
+    client.close()

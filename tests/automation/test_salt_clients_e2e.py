@@ -152,6 +152,15 @@ out["runner"] = ask(salt.payload.dumps({"enc": "clear", "load": {"cmd": "runner"
 out["runner_nofun"] = ask(salt.payload.dumps({"enc": "clear", "load": {
     "cmd": "runner", "fun": ["x"], **alice}}))
 out["other"] = ask(salt.payload.dumps({"enc": "clear", "load": {"cmd": "_auth"}}))
+# The key written for a publisher_acl user (what Salt's LocalClient sends when that user
+# runs it): published as that user, under that user's rules.
+with open(os.path.join(opts["cachedir"], ".nobody_key")) as handle:
+    nobody = {**load, "key": handle.read(), "user": "nobody"}
+out["acl_ping"] = ask(salt.payload.dumps({"enc": "clear", "load": nobody, "version": 3}))
+out["acl_run"] = ask(salt.payload.dumps({"enc": "clear", "load": {
+    **nobody, "fun": "cmd.run", "arg": ["id"]}, "version": 3}))
+out["acl_runner"] = ask(salt.payload.dumps({"enc": "clear", "load": {
+    "cmd": "runner", "fun": "manage.up", "key": nobody["key"]}}))
 ctx.term()
 print(json.dumps(out, default=str))
 """
@@ -185,6 +194,9 @@ def _master_config(world: World, ret_port: int, webhook_port: int) -> str:
             - {reaction}
         salt_local_clients: true
         ret_port: {ret_port}
+        publisher_acl:
+          nobody:
+            - test.ping
         external_auth:
           file:
             ^filename: {users}
@@ -335,6 +347,11 @@ def test_local_client_script_and_engines() -> None:
         assert out["runner"]["error"]["name"] == "UserAuthenticationError"
         assert out["runner_nofun"]["error"]["name"] == "SaltInvocationError"
         assert out["other"]["error"]["name"] == "SaltInvocationError"
+        assert sorted(out["acl_ping"]["load"]["minions"]) == ["minion1", "minion2"], out
+        assert out["acl_ping"]["load"]["jid"]
+        assert out["acl_run"]["error"]["name"] == "AuthorizationError", out
+        assert "nobody" in out["acl_run"]["error"]["message"], out
+        assert out["acl_runner"]["error"]["name"] == "AuthorizationError", out
         assert not [line for line in master.drain() if "Traceback" in line]
         assert master.terminate() == 0
 
