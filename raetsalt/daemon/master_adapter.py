@@ -38,7 +38,13 @@ from raetsalt.daemon.keys import SHARE_KEY, KeyService
 from raetsalt.daemon.peerroad import ClusterRoad
 from raetsalt.daemon.roster import ClusterRoster, RoadRoster
 from raetsalt.daemon.saltmaster import MasterBridge
-from raetsalt.engine.events import Departed, Joined, MessageReceived, PresenceChanged
+from raetsalt.engine.events import (
+    Departed,
+    Joined,
+    JoinPending,
+    MessageReceived,
+    PresenceChanged,
+)
 from raetsalt.errors import LocalError
 from raetsalt.lane.page import MAX_PAGE_SIZE
 from raetsalt.log import Throttle, clip
@@ -238,6 +244,9 @@ class MasterAdapter:
                         inbox.minions.append(event)
                     else:
                         inbox.link.append(event)
+                case JoinPending(role=role, here=True) if self.cluster is not None:
+                    self.cluster.pending(role)
+                    inbox.link.append(event)
                 case Joined(remote=remote) if self.cluster is not None:
                     self.cluster.joined(remote)
                     inbox.link.append(event)

@@ -42,6 +42,8 @@ from raetsalt.store.sharedkeys import (
     foreign,
     from_payload,
     from_row,
+    may_pend,
+    pending_key,
     to_payload,
     verdict,
 )
@@ -66,6 +68,12 @@ UPSERT = ("INSERT INTO raetsalt_cluster_keys (cluster_id, role, state, verhex, p
           "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (cluster_id, role) DO UPDATE SET "
           "state = EXCLUDED.state, verhex = EXCLUDED.verhex, pubhex = EXCLUDED.pubhex, "
           "origin = EXCLUDED.origin, alter_time = NOW()")
+PEND = ("INSERT INTO raetsalt_cluster_keys (cluster_id, role, state, verhex, pubhex, origin) "
+        "VALUES (%s, %s, 'pending', %s, %s, %s) ON CONFLICT (cluster_id, role) DO UPDATE SET "
+        "state = EXCLUDED.state, verhex = EXCLUDED.verhex, pubhex = EXCLUDED.pubhex, "
+        "origin = EXCLUDED.origin, alter_time = NOW() "
+        "WHERE raetsalt_cluster_keys.state IN ('pending', 'deleted') RETURNING role")
+"""A pending key is written unless a decision stands (the database decides the race)."""
 NOTIFY = "SELECT pg_notify(%s, %s)"
 SELECT = ("SELECT role, state, verhex, pubhex, origin FROM raetsalt_cluster_keys "
           "WHERE cluster_id = %s")
@@ -147,11 +155,22 @@ class ClusterKeys:
             return
         self.publish(Action.ACCEPT, KeyRef(role, KeyState.ACCEPTED, verhex, pubhex))
 
+    def pending(self, role: str, verhex: str, pubhex: str) -> None:
+        """A minion's key waits for an operator here: listed, and decided, on every
+        master (unless the cluster decided on that id already)."""
+        shared = pending_key(role, verhex, pubhex, self.origin)
+        with self._lock:
+            if not may_pend(self.book.get(role), shared):
+                return
+        self._queue(shared)
+
     def publish(self, action: str, ref: KeyRef) -> None:
         """An operator's decision on this master, for the whole cluster."""
         shared = decided(action, ref, self.origin)
-        if shared is None:
-            return
+        if shared is not None:
+            self._queue(shared)
+
+    def _queue(self, shared: SharedKey) -> None:
         with self._lock:
             self.book[shared.role] = shared
             self.by_verify[shared.verhex] = shared.role
@@ -256,9 +275,19 @@ class ClusterKeys:
                     return
                 shared = self._outbox[0]
             with conn.transaction():
-                conn.execute(UPSERT, (self.cluster_id, shared.role, shared.state,
-                                      shared.verhex, shared.pubhex, shared.origin))
-                conn.execute(NOTIFY, (CHANNEL, to_payload(self.cluster_id, shared)))
+                if shared.state == "pending":
+                    written = conn.execute(PEND, (self.cluster_id, shared.role, shared.verhex,
+                                                  shared.pubhex, shared.origin)).fetchone()
+                else:
+                    conn.execute(UPSERT, (self.cluster_id, shared.role, shared.state,
+                                          shared.verhex, shared.pubhex, shared.origin))
+                    written = True
+                if written is not None:
+                    conn.execute(NOTIFY, (CHANNEL, to_payload(self.cluster_id, shared)))
+                else:  # a decision stood: the book takes it back
+                    for row in conn.execute(SELECT + " AND role = %s",
+                                            (self.cluster_id, shared.role)).fetchall():
+                        self._heard(from_row(*row))
             with self._lock:
                 if self._outbox and self._outbox[0] is shared:
                     del self._outbox[0]
