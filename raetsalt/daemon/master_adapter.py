@@ -176,8 +176,11 @@ class MasterAdapter:
             keys, _ = load_or_create(opts["cluster_pki_dir"])
             self.peers = ClusterRoad(opts, keys, deliver=self._deliver,
                                      returned=self._returned_elsewhere,
-                                     local=self._held_here, clock=node.clock)
+                                     local=self._held_here, clock=node.clock,
+                                     local_pillars=lambda: self.salt.requests.pillars)
             peers = self.peers
+            self.salt.requests.pillar_changed = peers.announce_pillar
+            self.jobs.fleet_pillar = peers.pillar_of
             self.roster.held_elsewhere = lambda: peers.elsewhere
             self.jobs.fleet_grains = lambda minion: peers.elsewhere.get(minion, ("", None))[1]
 
