@@ -399,4 +399,5 @@ def test_pillar_targets_reach_minions_held_by_other_masters(cluster: Cluster) ->
         assert answers == blue, (name, answers, done.stderr)
         done = cluster.salt(name, "-C", "I@team:red and not m2", "test.ping", "--out",
                             "json", "--static", "-t", "10")
-        assert json.loads(done.stdout or "{}") == {"m4": True, "m6": True}, done.stderr
+        assert done.returncode == 0, (done.stdout, done.stderr)
+        assert json.loads(done.stdout) == {"m4": True, "m6": True}, done.stderr
