@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+from helpers.waiting import wait_for
 from hypothesis import given
 from hypothesis import strategies as st
 from pg import Postgres
@@ -20,16 +21,6 @@ from pg import Postgres
 from raetsalt.auth.tokens import TokenStore, digest_of
 from raetsalt.store import sharedtokens
 from raetsalt.store.pgtokens import MAX_RECORD, ClusterTokens
-
-
-def until(check: Callable[[], bool], timeout: float = 20.0) -> bool:
-    """Poll ``check`` (the stores' threads work on their own) until true or timeout."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 class Pair:
@@ -44,7 +35,7 @@ class Pair:
                                          forget=store.forget)
             self.stores[name] = store
         for store in self.stores.values():
-            assert until(lambda s=store: s.shared.connected)  # type: ignore[union-attr]
+            wait_for(lambda s=store: s.shared.connected)  # type: ignore[union-attr]
 
     def close(self) -> None:
         for store in self.stores.values():
@@ -92,7 +83,7 @@ def test_a_logout_on_one_master_ends_the_token_everywhere(pair: Pair) -> None:
     assert b.fetch(token, now) is not None
     b.remove(token)
     assert b.get(token, now) is None
-    assert until(lambda: a.get(token, time.time()) is None)
+    wait_for(lambda: a.get(token, time.time()) is None)
     assert not (a.root / digest_of(token)).exists()  # a's own file went with it
     # a revocation is not undone by the token's record written again
     assert b.fetch(token, now) is None
@@ -122,7 +113,7 @@ def test_rows_that_are_not_a_masters_are_counted_drops(pair: Pair) -> None:
                                                    "hash": "zz"}),
                     json.dumps({"cluster": "other", "op": "put", "hash": good})):
         _sql(pair.database, "SELECT pg_notify('raetsalt_tokens', %s)", payload)
-    assert until(lambda: shared.stats["malformed"] == before + 6
+    wait_for(lambda: shared.stats["malformed"] == before + 6
                  and shared.stats["foreign"] == 1)
 
 
@@ -134,9 +125,9 @@ def test_a_database_outage_blocks_nothing_and_a_revocation_waits(
     assert b.fetch(token, now) is not None
     postgres.stop()
     try:
-        assert until(lambda: not a.shared.connected)  # type: ignore[union-attr]
+        wait_for(lambda: not a.shared.connected)  # type: ignore[union-attr]
         skipped = b.shared.stats["fetch_skipped"]  # type: ignore[union-attr]
-        assert until(lambda: not b.shared.connected)  # type: ignore[union-attr]
+        wait_for(lambda: not b.shared.connected)  # type: ignore[union-attr]
         late = a.create("ann", "file", [], now, 3600.0, None)  # queued, not waited for
         assert late["shared"] is False
         assert a.get(late["token"], now) is not None  # works here meanwhile
@@ -146,8 +137,8 @@ def test_a_database_outage_blocks_nothing_and_a_revocation_waits(
         assert b.shared.stats["fetch_skipped"] == skipped + 1  # type: ignore[union-attr]
     finally:
         postgres.start()
-    assert until(lambda: b.get(token, time.time()) is None, timeout=30)
-    assert until(lambda: b.get(late["token"], time.time()) is not None, timeout=30)
+    wait_for(lambda: b.get(token, time.time()) is None, timeout=30)
+    wait_for(lambda: b.get(late["token"], time.time()) is not None, timeout=30)
 
 
 @given(st.one_of(st.text(max_size=200), st.binary(max_size=50), st.integers(),
