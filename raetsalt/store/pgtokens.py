@@ -135,9 +135,10 @@ class ClusterTokens:
 
     def put(self, digest: str, record: dict[str, Any], wait: float = 0.0) -> bool:
         """Share a new token; with ``wait`` (never on a loop), wait that long for it to
-        be committed.  True once it is (every master can then ``fetch`` it)."""
+        be committed (not at all while the database is unreachable).  True once it is
+        (every master can then ``fetch`` it)."""
         token = SharedToken(digest, record, float(record["expire"]))
-        done = threading.Event() if wait > 0 else None
+        done = threading.Event() if wait > 0 and self.connected else None
         if not self._queue(token, done):
             return False
         return done is not None and done.wait(wait)
