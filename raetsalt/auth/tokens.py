@@ -51,18 +51,11 @@ def token_store(opts: Mapping[str, Any], origin: str) -> TokenStore:
     """The master's token store, shared with its cluster when it has one."""
     store = TokenStore(os.path.join(str(opts["cachedir"]), "tokens"))
     if opts.get("cluster_id") and opts.get("cluster_store"):
-        from raetsalt.errors import ConfigError
-        from raetsalt.store.pgconfig import StoreConfigError, connection_params
+        from raetsalt.store.pgconfig import cluster_params
 
-        try:
-            from raetsalt.store.pgtokens import ClusterTokens
+        params = cluster_params(opts)
+        from raetsalt.store.pgtokens import ClusterTokens
 
-            params = connection_params(opts)
-        except StoreConfigError as exc:
-            raise ConfigError(str(exc)) from None
-        except ImportError as exc:
-            raise ConfigError(f"cluster_id needs psycopg 3 ({exc}): "
-                              "pip install 'raetsalt[cluster]'") from None
         store.shared = ClusterTokens(params, str(opts["cluster_id"]), origin,
                                      forget=store.forget)
     return store

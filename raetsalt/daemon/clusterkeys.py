@@ -23,7 +23,7 @@ from typing import Any
 from raetsalt.errors import ConfigError, LocalError
 from raetsalt.keep.records import Acceptance, KeyRef
 from raetsalt.node import Node
-from raetsalt.store.pgconfig import StoreConfigError, connection_params
+from raetsalt.store.pgconfig import cluster_params
 from raetsalt.store.sharedkeys import local_action
 
 log = logging.getLogger("raetsalt.daemon")
@@ -37,14 +37,9 @@ class ClusterKeyLink:
         if opts.get("cluster_store") is None:
             raise ConfigError("cluster_id needs cluster_store (the cluster's PostgreSQL "
                               "database, a libpq connection string)")
-        try:
-            params = connection_params(opts)
-            from raetsalt.store.pgkeys import ClusterKeys
-        except StoreConfigError as exc:
-            raise ConfigError(str(exc)) from None
-        except ImportError as exc:
-            raise ConfigError(f"cluster_id needs psycopg 3 ({exc}): "
-                              "pip install 'raetsalt[cluster]'") from None
+        params = cluster_params(opts)
+        from raetsalt.store.pgkeys import ClusterKeys
+
         self.node = node
         self.keys = ClusterKeys(params, str(cluster_id), str(opts["id"]))
         road = node.stack.road

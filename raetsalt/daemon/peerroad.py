@@ -22,6 +22,7 @@ master holding it, and its grains) and the jobs it delivered for another master
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import selectors
@@ -54,6 +55,14 @@ MAX_FORWARDED = 100_000
 """Jobs remembered as delivered for another master (oldest forgotten first)."""
 FORWARD_TTL = 86400.0
 """Seconds a delivered job's returns are still sent to its origin."""
+
+
+def pillar_size(pillar: Mapping[str, Any]) -> int | None:
+    """The JSON length of a pillar, or None when it cannot be sent (not JSON)."""
+    try:
+        return len(json.dumps(pillar, default=str))
+    except (TypeError, ValueError):
+        return None
 
 
 class ClusterRoad:
@@ -262,7 +271,7 @@ class ClusterRoad:
         """The pillars small enough to share (the others counted, logged)."""
         kept: dict[str, dict[str, Any]] = {}
         for minion, pillar in pillars.items():
-            size = wire.pillar_size(pillar)
+            size = pillar_size(pillar)
             if size is not None and size <= wire.MAX_PILLAR:
                 kept[minion] = pillar
                 continue

@@ -24,7 +24,6 @@ caller to drop and count.  ``Peers`` is the ``cluster_peers`` allow-list.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -141,14 +140,6 @@ def held(minions: Mapping[str, dict[str, Any] | None]) -> Iterator[dict[str, Any
     items = list(minions.items())
     for start in range(0, len(items), HELD_CHUNK):
         yield {"cluster": "held", "minions": dict(items[start:start + HELD_CHUNK])}
-
-
-def pillar_size(pillar: Mapping[str, Any]) -> int | None:
-    """The JSON length of a pillar, or None when it cannot be sent (not JSON)."""
-    try:
-        return len(json.dumps(pillar, default=str))
-    except (TypeError, ValueError):
-        return None
 
 
 def pillars(minions: Mapping[str, dict[str, Any]]) -> Iterator[dict[str, Any]]:

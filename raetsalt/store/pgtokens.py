@@ -24,20 +24,15 @@ than ``MAX_RECORD``, which is not even fetched) is dropped and counted, never ra
 from __future__ import annotations
 
 import logging
-import os
-import select
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import psycopg
 
 from raetsalt.drivers.clock import monotonic
-from raetsalt.log import Throttle
-from raetsalt.store.pgconfig import describe
-from raetsalt.store.pgwriter import connect_ready, first_line
+from raetsalt.store.pglisten import Listener
 from raetsalt.store.sharedtokens import (
     MAX_RECORD,
     SharedToken,
@@ -80,8 +75,6 @@ MAX_TOKENS = 100_000
 """Tokens (and revocations) held in memory at most; more are dropped and counted."""
 MAX_QUEUED = 10_000
 """Rows waiting to be written at most (only while the database is unreachable)."""
-RETRY = 1.0
-LISTEN_WAIT = 5.0
 CLEAN_EVERY = 600.0
 SKEW = 300.0
 """Seconds a row is kept past its expiry (the masters' clocks may differ)."""
@@ -91,45 +84,44 @@ FETCH_BURST = 40.0
 MAX_FETCHES = 64
 
 
-class ClusterTokens:
+class ClusterTokens(Listener):
     """The eauth tokens of cluster ``cluster_id`` (module docstring)."""
+
+    what = "token store"
+    shares = "eauth tokens"
+    channel = CHANNEL
+    create = CREATE
+    meanwhile = ("tokens made here work here only, and logouts reach the other masters, "
+                 "when it is back")
 
     def __init__(self, params: Mapping[str, Any], cluster_id: str, origin: str, *,
                  forget: Callable[[str], None] = lambda digest: None,
                  clock: Callable[[], float] = monotonic,
                  wall: Callable[[], float] = time.time) -> None:
-        self.params = dict(params)
-        self.cluster_id = cluster_id
+        super().__init__(params, cluster_id, name="cluster-tokens", clock=clock)
         self.origin = origin
         self.forget = forget
-        self.clock = clock
         self.wall = wall
         self.mirror: dict[str, SharedToken] = {}
-        self.stats: Counter[str] = Counter()
-        self.connected = False
-        self._cond = threading.Condition()
         self._outbox: list[tuple[SharedToken, threading.Event | None]] = []
         self._fetches: dict[str, threading.Event] = {}
         self._allowance = FETCH_BURST
         self._allowed_at = clock()
-        self._stop = False
-        self._throttle = Throttle(60.0)
-        self._kick_r, self._kick_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._thread = threading.Thread(target=self._run, name="cluster-tokens", daemon=True)
-        self._thread.start()
+        self._next_clean = clock()
+        self.start()
 
     # -- any thread: memory only ----------------------------------------------------------
 
     def lookup(self, digest: str, now: float) -> dict[str, Any] | None:
         """The record of a valid token of the cluster, or None."""
-        with self._cond:
+        with self._lock:
             token = self.mirror.get(digest)
         if token is None or token.record is None or token.expire <= now:
             return None
         return dict(token.record)
 
     def revoked(self, digest: str) -> bool:
-        with self._cond:
+        with self._lock:
             token = self.mirror.get(digest)
         return token is not None and token.record is None
 
@@ -151,7 +143,7 @@ class ClusterTokens:
         """Read the row of ``digest`` now (never on a loop): returns once it is in
         ``mirror`` (if it exists), or after ``timeout``, or at once when the database is
         unreachable or too many fetches were asked for lately."""
-        with self._cond:
+        with self._lock:
             if not self.connected or len(self._fetches) >= MAX_FETCHES:
                 self.stats["fetch_skipped"] += 1
                 return
@@ -164,33 +156,18 @@ class ClusterTokens:
                 return
             self._allowance -= 1.0
             done = self._fetches.setdefault(digest, threading.Event())
-        self._kick()
+        self.kick()
         done.wait(timeout)
 
-    def close(self) -> None:
-        with self._cond:
-            self._stop = True
-            self._cond.notify_all()
-        self._kick()
-        self._thread.join(5.0)
-        for fd in (self._kick_r, self._kick_w):
-            os.close(fd)
-
     def _queue(self, token: SharedToken, done: threading.Event | None) -> bool:
-        with self._cond:
+        with self._lock:
             self._remember(token)
             if len(self._outbox) >= MAX_QUEUED:
                 self.stats["dropped"] += 1
                 return False
             self._outbox.append((token, done))
-        self._kick()
+        self.kick()
         return True
-
-    def _kick(self) -> None:
-        try:
-            os.write(self._kick_w, b"k")
-        except (BlockingIOError, OSError):
-            pass
 
     def _remember(self, token: SharedToken) -> None:
         """Into ``mirror`` (the lock held); a revocation is never undone by a record."""
@@ -208,66 +185,28 @@ class ClusterTokens:
 
     # -- the thread -----------------------------------------------------------------------
 
-    def _run(self) -> None:
-        conn: psycopg.Connection[Any] | None = None
-        next_clean = self.clock()
-        while True:
-            with self._cond:
-                if self._stop:
-                    break
-            try:
-                if conn is None:
-                    conn = self._connect()
-                self._write(conn)
-                self._read_asked(conn)
-                payloads = [n.payload for n in conn.notifies(timeout=0.0)]
-                self._notified(conn, payloads)
-                if self.clock() >= next_clean:
-                    next_clean = self.clock() + CLEAN_EVERY
-                    self._clean(conn)
-                select.select([conn.fileno(), self._kick_r], [], [], LISTEN_WAIT)
-                self._drain()
-            except psycopg.Error as exc:
-                if conn is not None:
-                    conn.close()
-                    conn = None
-                self._failed(exc)
-                with self._cond:
-                    if not self._stop:
-                        self._cond.wait(RETRY)
-        if conn is not None:
-            conn.close()
-        with self._cond:
+    def _work(self, conn: psycopg.Connection[Any]) -> None:
+        self._write(conn)
+        self._read_asked(conn)
+        self._notified(conn, [n.payload for n in conn.notifies(timeout=0.0)])
+        if self.clock() >= self._next_clean:
+            self._next_clean = self.clock() + CLEAN_EVERY
+            self._clean(conn)
+
+    def _stopped(self) -> None:
+        with self._lock:
             for event in self._fetches.values():
                 event.set()
 
-    def _drain(self) -> None:
-        try:
-            while os.read(self._kick_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
-
-    def _connect(self) -> psycopg.Connection[Any]:
-        conn = connect_ready(self.params, CREATE, autocommit=True)
-        try:
-            self._write(conn)  # ours first: a revocation made here while away wins
-            conn.execute(f"LISTEN {CHANNEL}")
-            rows = conn.execute(SELECT_LIVE, (self.cluster_id, self.wall(),
-                                              MAX_TOKENS)).fetchall()
-        except BaseException:
-            conn.close()
-            raise
+    def _catch_up(self, conn: psycopg.Connection[Any]) -> int:
+        rows = conn.execute(SELECT_LIVE, (self.cluster_id, self.wall(),
+                                          MAX_TOKENS)).fetchall()
         self._heard(rows)
-        log.info("cluster %s: eauth tokens shared through %s (%d stored)", self.cluster_id,
-                 describe(self.params), len(rows))
-        with self._cond:
-            self.connected = True
-        return conn
+        return len(rows)
 
     def _write(self, conn: psycopg.Connection[Any]) -> None:
         while True:
-            with self._cond:
+            with self._lock:
                 if not self._outbox:
                     return
                 token, done = self._outbox[0]
@@ -284,7 +223,7 @@ class ClusterTokens:
                 if op is not None:
                     conn.execute(NOTIFY, (CHANNEL, to_payload(self.cluster_id, op,
                                                               token.digest)))
-            with self._cond:
+            with self._lock:
                 if self._outbox and self._outbox[0][0] is token:
                     del self._outbox[0]
             self.stats["written"] += 1
@@ -292,13 +231,13 @@ class ClusterTokens:
                 done.set()
 
     def _read_asked(self, conn: psycopg.Connection[Any]) -> None:
-        with self._cond:
+        with self._lock:
             asked = dict(self._fetches)
         if not asked:
             return
         rows = conn.execute(SELECT_SOME, (self.cluster_id, list(asked))).fetchall()
         self._heard(rows)
-        with self._cond:
+        with self._lock:
             for digest, event in asked.items():
                 self._fetches.pop(digest, None)
                 event.set()
@@ -322,7 +261,7 @@ class ClusterTokens:
             if token is None:
                 self._malformed()
                 continue
-            with self._cond:
+            with self._lock:
                 self._remember(token)
             self.stats["heard"] += 1
             if token.record is None:
@@ -335,7 +274,7 @@ class ClusterTokens:
     def _clean(self, conn: psycopg.Connection[Any]) -> None:
         before = self.wall() - SKEW
         conn.execute(CLEAN, (self.cluster_id, before))
-        with self._cond:
+        with self._lock:
             for digest in [d for d, t in self.mirror.items() if t.expire < before]:
                 del self.mirror[digest]
 
@@ -345,13 +284,3 @@ class ClusterTokens:
         if times:
             log.warning("cluster %s: malformed token row(s) or notification(s) from the "
                         "store dropped (%d time(s))", self.cluster_id, times)
-
-    def _failed(self, exc: psycopg.Error) -> None:
-        self.stats["failures"] += 1
-        with self._cond:
-            was, self.connected = self.connected, False
-        times = self._throttle.note("db", self.clock())
-        if was or times:
-            log.error("cluster %s: the token store %s is unreachable (%s); tokens made "
-                      "here work here only, and logouts reach the other masters, when it "
-                      "is back", self.cluster_id, describe(self.params), first_line(exc))

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from raetsalt.daemon.clusterpki import load_or_create
-from raetsalt.daemon.peerroad import ClusterRoad
+from raetsalt.daemon.peerroad import ClusterRoad, pillar_size
 from raetsalt.engine.events import MessageReceived, PresenceChanged
 from raetsalt.services import clusterwire as wire
 
@@ -151,3 +151,5 @@ def test_a_pillar_counts_only_while_its_master_holds_the_minion(road: Any) -> No
     # a pillar too large to share is not sent, and said
     peer.announce_pillar("m5", {"blob": "x" * (wire.MAX_PILLAR + 1)})
     assert peer.stats["pillar_not_shared"] == 1
+    assert pillar_size({"a": 1}) == len('{"a": 1}')
+    assert pillar_size({1j: 1}) is None  # type: ignore[dict-item]
