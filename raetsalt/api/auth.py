@@ -29,6 +29,9 @@ from raetsalt.auth.tokens import token_store
 
 TOKEN_RE = re.compile(r"[0-9a-f]{64}\Z")
 COOKIE = "session_id"
+LOGOUT_WAIT = 3.0
+"""Seconds a logout in a cluster waits for the cluster's database to take it (in the
+request's thread), so the other masters refuse the token once it is answered."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +70,7 @@ class Tokens:
 
     def remove(self, token: str) -> None:
         if TOKEN_RE.match(token):
-            self.store.remove(token)
+            self.store.remove(token, wait=LOGOUT_WAIT)
 
     # -- permissions ----------------------------------------------------------------------
 

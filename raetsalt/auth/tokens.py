@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import secrets
@@ -27,6 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+log = logging.getLogger(__name__)
 _TOKEN = re.compile(r"[0-9a-f]{64}\Z")
 REVOKE_KEEP = 7 * 86400.0
 """Seconds a revocation of a token this master does not know is kept in the cluster."""
@@ -38,7 +40,7 @@ class Shared(Protocol):
     def lookup(self, digest: str, now: float) -> dict[str, Any] | None: ...
     def revoked(self, digest: str) -> bool: ...
     def put(self, digest: str, record: dict[str, Any], wait: float = 0.0) -> bool: ...
-    def revoke(self, digest: str, expire: float) -> None: ...
+    def revoke(self, digest: str, expire: float, wait: float = 0.0) -> bool: ...
     def fetch(self, digest: str, timeout: float) -> None: ...
     def close(self) -> None: ...
 
@@ -126,8 +128,9 @@ class TokenStore:
             record = self.get(token, now)
         return record
 
-    def remove(self, token: str, now: float | None = None) -> None:
-        """Log out ``token``: here, and in a cluster on every master."""
+    def remove(self, token: str, now: float | None = None, wait: float = 0.0) -> None:
+        """Log out ``token``: here, and in a cluster on every master (``wait``: how long
+        to wait for the cluster's database to take it; never on a loop)."""
         if not isinstance(token, str) or not _TOKEN.match(token):
             return
         when = time.time() if now is None else now
@@ -135,7 +138,9 @@ class TokenStore:
         self._path(token).unlink(missing_ok=True)
         if self.shared is not None:
             expire = float(record["expire"]) if record is not None else when + REVOKE_KEEP
-            self.shared.revoke(digest_of(token), expire)
+            if not self.shared.revoke(digest_of(token), expire, wait) and wait > 0:
+                log.warning("eauth: a logout is not in the cluster's database yet: the "
+                            "other masters take the token until it is")
 
     def forget(self, digest: str) -> None:
         """The cluster revoked this token: its file goes."""

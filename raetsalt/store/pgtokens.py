@@ -135,9 +135,13 @@ class ClusterTokens(Listener):
             return False
         return done is not None and done.wait(wait)
 
-    def revoke(self, digest: str, expire: float) -> None:
-        """A token logged out here: revoked everywhere (kept until ``expire``)."""
-        self._queue(SharedToken(digest, None, expire), None)
+    def revoke(self, digest: str, expire: float, wait: float = 0.0) -> bool:
+        """A token logged out here: revoked everywhere (kept until ``expire``); with
+        ``wait`` (never on a loop), wait that long for the commit.  True once it is."""
+        done = threading.Event() if wait > 0 and self.connected else None
+        if not self._queue(SharedToken(digest, None, expire), done):
+            return False
+        return done is not None and done.wait(wait)
 
     def fetch(self, digest: str, timeout: float) -> None:
         """Read the row of ``digest`` now (never on a loop): returns once it is in

@@ -367,8 +367,9 @@ class FakeShared:
         self.mirror[digest] = record
         return True
 
-    def revoke(self, digest: str, expire: float) -> None:
+    def revoke(self, digest: str, expire: float, wait: float = 0.0) -> bool:
         self.mirror.pop(digest, None)
+        return True
 
     def fetch(self, digest: str, timeout: float) -> None:
         self.fetched.append(digest)

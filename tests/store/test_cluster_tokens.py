@@ -81,7 +81,8 @@ def test_a_logout_on_one_master_ends_the_token_everywhere(pair: Pair) -> None:
     now = time.time()
     token = a.create("fred", "file", [], now, 3600.0, None, wait=5.0)["token"]
     assert b.fetch(token, now) is not None
-    b.remove(token)
+    b.remove(token, wait=5.0)  # returns once the database holds the revocation
+    assert _sql(pair.database, "SELECT revoked FROM raetsalt_cluster_tokens") == [(True,)]
     assert b.get(token, now) is None
     wait_for(lambda: a.get(token, time.time()) is None)
     assert not (a.root / digest_of(token)).exists()  # a's own file went with it
