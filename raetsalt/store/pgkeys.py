@@ -87,7 +87,7 @@ def stored(params: Mapping[str, Any], cluster_id: str) -> list[SharedKey]:
     return [found for row in rows if (found := from_row(*row)) is not None]
 
 
-class ClusterKeys(Listener):
+class ClusterKeys(Listener[SharedKey]):
     """The shared key decisions of cluster ``cluster_id`` (module docstring)."""
 
     what = "key store"
@@ -103,7 +103,6 @@ class ClusterKeys(Listener):
         self.book: dict[str, SharedKey] = {}
         self.by_verify: dict[str, str] = {}
         """verify key -> id of each decision heard (``accepted_key``)."""
-        self._outbox: list[SharedKey] = []
         self._inbox: list[SharedKey] = []
         self._woken = 0
         """Wake-up bytes written (after each byte); ``take`` reads the pipe only when
@@ -205,29 +204,20 @@ class ClusterKeys(Listener):
             self._heard(from_row(*row))
         return len(rows)
 
-    def _write(self, conn: psycopg.Connection[Any]) -> None:
-        while True:
-            with self._lock:
-                if not self._outbox:
-                    return
-                shared = self._outbox[0]
-            with conn.transaction():
-                if shared.state == "pending":
-                    written = conn.execute(PEND, (self.cluster_id, shared.role, shared.verhex,
-                                                  shared.pubhex, shared.origin)).fetchone()
-                else:
-                    conn.execute(UPSERT, (self.cluster_id, shared.role, shared.state,
-                                          shared.verhex, shared.pubhex, shared.origin))
-                    written = True
-                if written is not None:
-                    conn.execute(NOTIFY, (CHANNEL, to_payload(self.cluster_id, shared)))
-                else:  # a decision stood: the book takes it back
-                    for row in conn.execute(SELECT + " AND role = %s",
-                                            (self.cluster_id, shared.role)).fetchall():
-                        self._heard(from_row(*row))
-            with self._lock:
-                if self._outbox and self._outbox[0] is shared:
-                    del self._outbox[0]
+    def _write_one(self, conn: psycopg.Connection[Any], shared: SharedKey) -> None:
+        if shared.state == "pending":
+            written = conn.execute(PEND, (self.cluster_id, shared.role, shared.verhex,
+                                          shared.pubhex, shared.origin)).fetchone()
+        else:
+            conn.execute(UPSERT, (self.cluster_id, shared.role, shared.state,
+                                  shared.verhex, shared.pubhex, shared.origin))
+            written = True
+        if written is not None:
+            conn.execute(NOTIFY, (CHANNEL, to_payload(self.cluster_id, shared)))
+        else:  # a decision stood: the book takes it back
+            for row in conn.execute(SELECT + " AND role = %s",
+                                    (self.cluster_id, shared.role)).fetchall():
+                self._heard(from_row(*row))
 
     def _heard(self, shared: SharedKey | None) -> None:
         if shared is None:

@@ -18,7 +18,7 @@ import select
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import psycopg
 
@@ -27,6 +27,7 @@ from raetsalt.store.pgconfig import describe
 from raetsalt.store.pgwriter import connect_ready, first_line
 
 log = logging.getLogger(__name__)
+Item = TypeVar("Item")
 
 RETRY = 1.0
 LISTEN_WAIT = 5.0
@@ -43,8 +44,9 @@ def drain(fd: int) -> None:
         pass
 
 
-class Listener:
-    """The connection's thread (module docstring); subclasses call ``start`` last."""
+class Listener(Generic[Item]):
+    """The connection's thread (module docstring); subclasses call ``start`` last.
+    ``_outbox`` holds what callers queued (under ``_lock``), written in order."""
 
     what = "store"
     """What the log calls this store."""
@@ -66,6 +68,7 @@ class Listener:
         self.connected = False
         self._lock = threading.Condition()
         self._stop = False
+        self._outbox: list[Item] = []
         self._throttle = Throttle(60.0)
         self._kick_r, self._kick_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -91,9 +94,27 @@ class Listener:
 
     # -- for the subclass -----------------------------------------------------------------
 
-    def _write(self, conn: psycopg.Connection[Any]) -> None:
-        """Write what was queued."""
+    def _write_one(self, conn: psycopg.Connection[Any], item: Item) -> None:
+        """Write one queued item (in a transaction of its own)."""
         raise NotImplementedError
+
+    def _written(self, item: Item) -> None:
+        """``item`` is committed."""
+
+    def _write(self, conn: psycopg.Connection[Any]) -> None:
+        """Write what was queued, in order; an item leaves the queue once committed (an
+        error leaves it first in line for the next connection)."""
+        while True:
+            with self._lock:
+                if not self._outbox:
+                    return
+                item = self._outbox[0]
+            with conn.transaction():
+                self._write_one(conn, item)
+            with self._lock:
+                if self._outbox and self._outbox[0] is item:
+                    del self._outbox[0]
+            self._written(item)
 
     def _catch_up(self, conn: psycopg.Connection[Any]) -> int:
         """Read what is stored (at each connection); returns how many rows."""

@@ -84,7 +84,7 @@ FETCH_BURST = 40.0
 MAX_FETCHES = 64
 
 
-class ClusterTokens(Listener):
+class ClusterTokens(Listener[tuple[SharedToken, threading.Event | None]]):
     """The eauth tokens of cluster ``cluster_id`` (module docstring)."""
 
     what = "token store"
@@ -103,7 +103,6 @@ class ClusterTokens(Listener):
         self.forget = forget
         self.wall = wall
         self.mirror: dict[str, SharedToken] = {}
-        self._outbox: list[tuple[SharedToken, threading.Event | None]] = []
         self._fetches: dict[str, threading.Event] = {}
         self._allowance = FETCH_BURST
         self._allowed_at = clock()
@@ -208,31 +207,23 @@ class ClusterTokens(Listener):
         self._heard(rows)
         return len(rows)
 
-    def _write(self, conn: psycopg.Connection[Any]) -> None:
-        while True:
-            with self._lock:
-                if not self._outbox:
-                    return
-                token, done = self._outbox[0]
-            with conn.transaction():
-                if token.record is None:
-                    conn.execute(REVOKE, (self.cluster_id, token.digest, token.expire,
-                                          self.origin))
-                    op: str | None = "revoke"
-                else:
-                    new = conn.execute(PUT, (self.cluster_id, token.digest,
-                                             record_text(token.record), token.expire,
-                                             self.origin)).fetchone()
-                    op = "put" if new is not None else None
-                if op is not None:
-                    conn.execute(NOTIFY, (CHANNEL, to_payload(self.cluster_id, op,
-                                                              token.digest)))
-            with self._lock:
-                if self._outbox and self._outbox[0][0] is token:
-                    del self._outbox[0]
-            self.stats["written"] += 1
-            if done is not None:
-                done.set()
+    def _write_one(self, conn: psycopg.Connection[Any],
+                   item: tuple[SharedToken, threading.Event | None]) -> None:
+        token = item[0]
+        if token.record is None:
+            conn.execute(REVOKE, (self.cluster_id, token.digest, token.expire, self.origin))
+            op: str | None = "revoke"
+        else:
+            new = conn.execute(PUT, (self.cluster_id, token.digest, record_text(token.record),
+                                     token.expire, self.origin)).fetchone()
+            op = "put" if new is not None else None
+        if op is not None:
+            conn.execute(NOTIFY, (CHANNEL, to_payload(self.cluster_id, op, token.digest)))
+
+    def _written(self, item: tuple[SharedToken, threading.Event | None]) -> None:
+        self.stats["written"] += 1
+        if item[1] is not None:
+            item[1].set()
 
     def _read_asked(self, conn: psycopg.Connection[Any]) -> None:
         with self._lock:
