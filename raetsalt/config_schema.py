@@ -575,7 +575,9 @@ SCHEMA: tuple[Option, ...] = (
         "The name of this master's cluster (Salt 3007's key).  With cluster_store set, "
         "the masters of one cluster share their operators' key decisions through that "
         "database: a minion accepted on one master joins every other without a "
-        "re-accept, and a key deleted or rejected on one ends the minion's session on "
+        "re-accept, a key deleted or rejected on one ends the minion's session on "
+        "all, and a key waiting on one is listed and decided on all; and their eauth "
+        "tokens: a token made on one master works on all, a logout on one ends it on "
         "all.  On a minion listing several masters: they are one cluster, and the "
         "minion holds one session, with the master a rendezvous hash of its id picks "
         "among them, moving to its next choice on loss.",

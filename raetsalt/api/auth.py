@@ -6,7 +6,9 @@ the master for one, exactly as ``raetsalt -a EAUTH -T`` does, so they expire aft
 master's ``token_expire`` and a token made by the CLI works here too.  A token is looked
 up by the SHA-256 of its text (the store's file name): no secret is ever compared
 character by character, so response times say nothing about how much of a guess was
-right.
+right.  In a cluster the store is the cluster's (``raetsalt.auth.tokens``): a token made
+on any master works here, and a logout here ends it everywhere; a token this API has not
+heard of yet is read from the cluster's database in the request's own thread.
 
 Permissions: the master decides for everything it runs (publications, runners).  The
 wheel functions, which the API serves itself over the master's key commands, are
@@ -16,7 +18,6 @@ the ``publisher_acl_blacklist``), from the token's user, groups and backend.
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Mapping
@@ -24,10 +25,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from raetsalt import acl
-from raetsalt.auth.tokens import TokenStore
+from raetsalt.auth.tokens import token_store
 
 TOKEN_RE = re.compile(r"[0-9a-f]{64}\Z")
 COOKIE = "session_id"
+LOGOUT_WAIT = 3.0
+"""Seconds a logout in a cluster waits for the cluster's database to take it (in the
+request's thread), so the other masters refuse the token once it is answered."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,13 +50,13 @@ class Tokens:
 
     def __init__(self, opts: Mapping[str, Any]) -> None:
         self.opts = opts
-        self.store = TokenStore(os.path.join(str(opts["cachedir"]), "tokens"))
+        self.store = token_store(opts, f"{opts.get('id') or ''}/api")
 
     def get(self, token: Any) -> TokenInfo | None:
         """The valid token's record, or None (malformed, unknown or expired)."""
         if not isinstance(token, str) or not TOKEN_RE.match(token):
             return None
-        record = self.store.get(token, time.time())
+        record = self.store.fetch(token, time.time())
         if record is None:
             return None
         try:
@@ -66,7 +70,7 @@ class Tokens:
 
     def remove(self, token: str) -> None:
         if TOKEN_RE.match(token):
-            self.store.remove(token)
+            self.store.remove(token, wait=LOGOUT_WAIT)
 
     # -- permissions ----------------------------------------------------------------------
 

@@ -658,9 +658,9 @@ def in_cluster(opts: Mapping[str, Any]) -> bool:
 
 def with_cluster(opts: Mapping[str, Any], entries: list[KeyEntry]) -> list[KeyEntry]:
     """The keys of this master's keep and, in a cluster (``cluster_id`` with
-    ``cluster_store``), the ids accepted or rejected on the other masters that this one
-    has not seen (a store that cannot be read is said on stderr: the local keys are
-    listed)."""
+    ``cluster_store``), the ids accepted, rejected or waiting (pending) on the other
+    masters that this one has not seen (a store that cannot be read is said on stderr:
+    the local keys are listed)."""
     if not in_cluster(opts):
         return entries
     try:
@@ -679,7 +679,7 @@ def with_cluster(opts: Mapping[str, Any], entries: list[KeyEntry]) -> list[KeyEn
                f"{text[0] if text else type(exc).__name__}")
         return entries
     here = {entry.id for entry in entries}
-    status = {"accepted": ACC, "rejected": REJ}
+    status = {"accepted": ACC, "rejected": REJ, "pending": PRE}
     extra = [KeyEntry(d.role, status[d.state], d.verhex, d.pubhex) for d in decisions
              if d.state in status and d.role not in here]
     return entries + extra if extra else entries

@@ -57,7 +57,7 @@ from raetsalt.auth.limits import (
     login_keys,
     plausible_username,
 )
-from raetsalt.auth.tokens import TokenStore
+from raetsalt.auth.tokens import token_store
 from raetsalt.drivers.cmdsock import (
     CONN_PREFIX,
     CommandServer,
@@ -88,6 +88,13 @@ LOGIN_WORKERS = 4
 """Threads that run password checks (PAM may sleep in them)."""
 TOKEN_CLEAN_EVERY = 3600.0
 """Seconds between sweeps of expired tokens (each is also removed when presented)."""
+SHARE_WAIT = 3.0
+"""Seconds a login in a cluster waits for its new token to be in the cluster's database
+before it is answered (in a worker thread; after that the token works here at once, and
+on the other masters when the database takes it)."""
+FETCH_WAIT = 2.0
+"""Seconds a request presenting a token unknown here waits for the cluster's database
+to be read (in a worker thread)."""
 
 
 def eauth_failure(kind: str, user: str | None = None) -> str:
@@ -110,6 +117,19 @@ class _Login:
     username: str
     keys: Keys
     started: float
+
+
+@dataclass(slots=True)
+class _Waiting:
+    """A token being shared with the cluster (``minted``) or read from it."""
+
+    future: Future[Any]
+    requester: Requester
+    yard: str
+    share: str
+    body: dict[str, Any]
+    username: str = ""
+    backend: str = ""
 
 
 @dataclass(order=True, slots=True)
@@ -165,7 +185,7 @@ class AccessGate:
         self.fire = fire
         self.estate = estate
         self.serving = serving
-        self.tokens = TokenStore(os.path.join(opts["cachedir"], "tokens"))
+        self.tokens = token_store(opts, str(estate or opts.get("id") or ""))
         self.server: CommandServer | None = None
         if opts.get("publisher_acl") or opts.get("external_auth"):
             self.server = CommandServer(command_socket_path(opts),
@@ -174,6 +194,11 @@ class AccessGate:
         self.limiter = LoginLimiter(options(LoginPolicy, opts, "eauth_"))
         self._pool: ThreadPoolExecutor | None = None
         self._logins: list[_Login] = []
+        self._minted: list[_Waiting] = []
+        """New tokens waiting to be in the cluster's database before they are answered."""
+        self._fetched: list[_Waiting] = []
+        """Requests presenting a token this master has not heard of: read from the
+        cluster's database first."""
         self._deferred: list[_Deferred] = []
         self._seq = 0
         self.dropped_logins = 0
@@ -261,12 +286,41 @@ class AccessGate:
                 result = AuthResult(False, reason=str(exc))
             ready.extend(self._logged_in(result, login, now))
         self._logins = still
+        ready.extend(self._shared_tokens(now))
         while self._deferred and self._deferred[0].at <= now:
             due = heapq.heappop(self._deferred)
             self._answer(due.yard, due.share, due.body, error=due.error)
         return ready
 
+    def _shared_tokens(self, now: float) -> list[Ready]:
+        """Logins whose token the cluster took, requests whose token was looked for."""
+        ready: list[Ready] = []
+        for waiting in [w for w in self._minted if w.future.done()]:
+            self._minted.remove(waiting)
+            try:
+                record = waiting.future.result()
+            except (OSError, ValueError) as exc:
+                log.error("eauth: token for %r not made: %s", waiting.username, exc)
+                self._answer(waiting.yard, waiting.share, waiting.body,
+                             error=f"token not made: {exc}")
+                continue
+            self._made(waiting.yard, waiting.share, waiting.body, waiting.username,
+                       waiting.backend, record)
+        for waiting in [w for w in self._fetched if w.future.done()]:
+            self._fetched.remove(waiting)
+            ready.extend(self._with_credentials(waiting.requester, waiting.yard,
+                                                waiting.share, waiting.body, now,
+                                                fetched=True))
+        return ready
+
+    def _workers(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=LOGIN_WORKERS,
+                                            thread_name_prefix="eauth")
+        return self._pool
+
     def close(self) -> None:
+        self.tokens.close()
         if self.server is not None:
             self.server.close()
         if self._pool is not None:
@@ -309,7 +363,8 @@ class AccessGate:
         return user_requester(cred.uid)
 
     def _with_credentials(self, requester: Requester, yard: str, share: str,
-                          body: dict[str, Any], now: float) -> list[Ready]:
+                          body: dict[str, Any], now: float, *,
+                          fetched: bool = False) -> list[Ready]:
         clean = {k: v for k, v in body.items() if k not in _CREDENTIALS}
         on_behalf = body.get("as_user")
         if on_behalf is not None:
@@ -327,6 +382,14 @@ class AccessGate:
         backend = body.get("eauth")
         if token is not None:
             record = self.tokens.get(token, time.time())
+            if record is None and not fetched and self.tokens.shared is not None \
+                    and len(self._fetched) < MAX_PENDING_LOGINS:
+                # Made on another master a moment ago?  Its database says (off the loop).
+                future = self._workers().submit(self.tokens.fetch, token, time.time(),
+                                                FETCH_WAIT)
+                future.add_done_callback(lambda _f: self._wake())
+                self._fetched.append(_Waiting(future, requester, yard, share, body))
+                return []
             if record is None:
                 if self._log_failures.note(("token", requester.uid), now):
                     log.warning("eauth: %s (uid %s) presented an unknown or expired token",
@@ -391,11 +454,8 @@ class AccessGate:
             self.limiter.cancel(keys)
             self._answer(yard, share, body, error="too many logins in progress; retry")
             return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=LOGIN_WORKERS,
-                                            thread_name_prefix="eauth")
         external = self.opts.get("external_auth") or {}
-        future = self._pool.submit(authenticate, external, backend, username, password)
+        future = self._workers().submit(authenticate, external, backend, username, password)
         future.add_done_callback(lambda _f: self._wake())
         self._logins.append(_Login(future, yard, share, clean, backend, username, keys, now))
 
@@ -413,15 +473,34 @@ class AccessGate:
                 keep = acl.fill_auth_list(section, f"external_auth[{backend!r}]", username,
                                           result.groups,
                                           permissive=bool(self.opts.get("permissive_acl")))
+            lifetime = float(self.opts.get("token_expire", 43200))
+            if self.tokens.shared is not None:  # answered once the cluster has it
+                future = self._workers().submit(self.tokens.create, username, backend,
+                                                result.groups, time.time(), lifetime, keep,
+                                                SHARE_WAIT)
+                future.add_done_callback(lambda _f: self._wake())
+                self._minted.append(_Waiting(future, Requester("eauth", username, None),
+                                             yard, share, body, username, backend))
+                return []
             record = self.tokens.create(username, backend, result.groups, time.time(),
-                                        float(self.opts.get("token_expire", 43200)), keep)
-            log.info("eauth: token for %r (%s) until %s", username, backend,
-                     time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record["expire"])))
-            self._answer(yard, share, body, token=record["token"], name=username,
-                         eauth=backend, expire=record["expire"])
+                                        lifetime, keep)
+            self._made(yard, share, body, username, backend, record)
             return []
         return [Ready(Requester("eauth", username, None, result.groups, backend), yard, share,
                       body)]
+
+    def _made(self, yard: str, share: str, body: dict[str, Any], username: str,
+              backend: str, record: dict[str, Any]) -> None:
+        until = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record["expire"]))
+        if record.get("shared") is False:
+            log.warning("eauth: token for %r (%s) until %s: the cluster's database did not "
+                        "take it yet: it works on this master now, on the others once the "
+                        "database has it", username, backend, until)
+        else:
+            log.info("eauth: token for %r (%s) until %s%s", username, backend, until,
+                     " (shared with the cluster)" if record.get("shared") else "")
+        self._answer(yard, share, body, token=record["token"], name=username,
+                     eauth=backend, expire=record["expire"])
 
     def _fail(self, login: _Login, result: AuthResult, now: float) -> None:
         """A failed login: counted, fired, logged once per burst, answered later."""
@@ -459,6 +538,7 @@ class AccessGate:
     def _owes(self, yard: str) -> bool:
         """A command connection still waits for a login, a deferred answer or returns."""
         return (any(login.yard == yard for login in self._logins)
+                or any(w.yard == yard for w in (*self._minted, *self._fetched))
                 or any(d.yard == yard for d in self._deferred) or self.serving(yard))
 
     def _answer(self, yard: str, share: str, body: Mapping[str, Any], **fields: Any) -> None:

@@ -6,8 +6,10 @@ another master joins here without a re-accept), the operator's decisions made he
 to the cluster (``publish``, called by the key commands), and the decisions made on the
 other masters are applied to this road as they arrive (``poll``): a pending key accepted
 elsewhere lets its minion in here at once, a key deleted or rejected elsewhere ends that
-minion's session here.  A minion the cluster accepted that moves here from another master
-starts its session with the allow alone (the road's ``adopt_key``: ``engine.adopt``).
+minion's session here.  A key waiting for an operator here is written to the cluster as
+pending (``pending``), so an operator on any master lists and decides it.  A minion the
+cluster accepted that moves here from another master starts its session with the allow
+alone (the road's ``adopt_key``: ``engine.adopt``).
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from raetsalt.errors import ConfigError, LocalError
-from raetsalt.keep.records import KeyRef
+from raetsalt.keep.records import Acceptance, KeyRef
 from raetsalt.node import Node
-from raetsalt.store.pgconfig import StoreConfigError, connection_params
+from raetsalt.store.pgconfig import cluster_params
 from raetsalt.store.sharedkeys import local_action
 
 log = logging.getLogger("raetsalt.daemon")
@@ -35,14 +37,9 @@ class ClusterKeyLink:
         if opts.get("cluster_store") is None:
             raise ConfigError("cluster_id needs cluster_store (the cluster's PostgreSQL "
                               "database, a libpq connection string)")
-        try:
-            params = connection_params(opts)
-            from raetsalt.store.pgkeys import ClusterKeys
-        except StoreConfigError as exc:
-            raise ConfigError(str(exc)) from None
-        except ImportError as exc:
-            raise ConfigError(f"cluster_id needs psycopg 3 ({exc}): "
-                              "pip install 'raetsalt[cluster]'") from None
+        params = cluster_params(opts)
+        from raetsalt.store.pgkeys import ClusterKeys
+
         self.node = node
         self.keys = ClusterKeys(params, str(cluster_id), str(opts["id"]))
         road = node.stack.road
@@ -74,6 +71,13 @@ class ClusterKeyLink:
         record = road.keys.roles.get(role)
         if record is not None:
             self.keys.joined(role, record.verhex, record.pubhex)
+
+    def pending(self, role: str) -> None:
+        """A minion's key waits for an operator here: the cluster lists it, and an
+        operator on any master may decide it."""
+        record = self.node.stack.road.keys.roles.get(role)
+        if record is not None and record.acceptance is Acceptance.PENDING:
+            self.keys.pending(role, record.verhex, record.pubhex)
 
     def poll(self) -> None:
         """Apply the decisions other masters made (their minions' sessions end here at

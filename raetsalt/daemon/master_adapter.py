@@ -42,6 +42,7 @@ from raetsalt.engine.events import (
     Allowed,
     Departed,
     Joined,
+    JoinPending,
     MessageReceived,
     PresenceChanged,
 )
@@ -180,8 +181,11 @@ class MasterAdapter:
             keys, _ = load_or_create(opts["cluster_pki_dir"])
             self.peers = ClusterRoad(opts, keys, deliver=self._deliver,
                                      returned=self._returned_elsewhere,
-                                     local=self._held_here, clock=node.clock)
+                                     local=self._held_here, clock=node.clock,
+                                     local_pillars=lambda: self.salt.requests.pillars)
             peers = self.peers
+            self.salt.requests.pillar_changed = peers.announce_pillar
+            self.jobs.fleet_pillar = peers.pillar_of
             self.roster.held_elsewhere = lambda: peers.elsewhere
             self.jobs.fleet_grains = lambda minion: peers.elsewhere.get(minion, ("", None))[1]
 
@@ -248,6 +252,9 @@ class MasterAdapter:
                         inbox.minions.append(event)
                     else:
                         inbox.link.append(event)
+                case JoinPending(role=role, here=True) if self.cluster is not None:
+                    self.cluster.pending(role)
+                    inbox.link.append(event)
                 case Joined(remote=remote) if self.cluster is not None:
                     self.cluster.joined(remote)
                     inbox.link.append(event)

@@ -22,6 +22,7 @@ master holding it, and its grains) and the jobs it delivered for another master
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import selectors
@@ -56,6 +57,14 @@ FORWARD_TTL = 86400.0
 """Seconds a delivered job's returns are still sent to its origin."""
 
 
+def pillar_size(pillar: Mapping[str, Any]) -> int | None:
+    """The JSON length of a pillar, or None when it cannot be sent (not JSON)."""
+    try:
+        return len(json.dumps(pillar, default=str))
+    except (TypeError, ValueError):
+        return None
+
+
 class ClusterRoad:
     """This master on the masters' road (module docstring).
 
@@ -64,13 +73,15 @@ class ClusterRoad:
     :param returned: a return forwarded by the master holding the minion, for a job
         published here.
     :param local: the minions this master holds now, with their grains.
+    :param local_pillars: the pillars compiled here for the minions this master holds.
     """
 
     def __init__(self, opts: Mapping[str, Any], keys: ClusterKeys, *,
                  deliver: Callable[[str, dict[str, Any]], bool],
                  returned: Callable[[str, dict[str, Any]], None],
                  local: Callable[[], dict[str, dict[str, Any] | None]],
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float],
+                 local_pillars: Callable[[], Mapping[str, dict[str, Any]]] = dict) -> None:
         from raetsalt.daemon.service import road_config
 
         port = int(opts.get("cluster_port", 4520))
@@ -82,10 +93,14 @@ class ClusterRoad:
         self.deliver = deliver
         self.returned = returned
         self.local = local
+        self.local_pillars = local_pillars
         self.clock = clock
         self.stats: Counter[str] = Counter()
         self.elsewhere: dict[str, tuple[str, dict[str, Any] | None]] = {}
         """Minion -> (the master holding it, its grains)."""
+        self.pillars: dict[str, tuple[str, dict[str, Any]]] = {}
+        """Minion -> (the master that compiled its pillar, the pillar): used while that
+        master holds the minion (``pillar_of``)."""
         self.forwarded: OrderedDict[str, tuple[str, float]] = OrderedDict()
         """jid -> (the origin master, until when its returns go there)."""
         self._outbox: dict[tuple[str, str], tuple[list[str], dict[str, Any]]] = {}
@@ -133,8 +148,7 @@ class ClusterRoad:
                 case Allowed(remote=remote):
                     log.info("cluster: master %s connected", remote)
                     self._lost_peers.discard(remote)
-                    for body in wire.held(self.local()):
-                        self._send(remote, body)
+                    self._send_held(remote)
                 case PresenceChanged(remote=remote, alive=False):
                     self._lost(remote)
                 case PresenceChanged(remote=remote, alive=True) if remote in self._lost_peers:
@@ -171,12 +185,16 @@ class ClusterRoad:
                 for minion, grains in minions.items():
                     self.elsewhere[minion] = (remote, grains)
             case wire.Ask():
-                for held in wire.held(self.local()):
-                    self._send(remote, held)
+                self._send_held(remote)
             case wire.Gone(minions=minions):
                 for minion in minions:
                     if self.elsewhere.get(minion, ("",))[0] == remote:
                         del self.elsewhere[minion]
+                    if self.pillars.get(minion, ("",))[0] == remote:
+                        del self.pillars[minion]
+            case wire.Pillars(minions=minions):
+                for minion, pillar in minions.items():
+                    self.pillars[minion] = (remote, pillar)
             case wire.Pub(jid=jid, minions=minions, body=pub):
                 self.forwarded[jid] = (remote, now + FORWARD_TTL)
                 self.forwarded.move_to_end(jid)
@@ -196,6 +214,8 @@ class ClusterRoad:
         gone = [m for m, (holder, _) in self.elsewhere.items() if holder == remote]
         for minion in gone:
             del self.elsewhere[minion]
+        for minion in [m for m, (holder, _) in self.pillars.items() if holder == remote]:
+            del self.pillars[minion]
         if gone:
             log.warning("cluster: master %s stopped answering; its %d minion(s) are out "
                         "of reach until they move", remote, len(gone))
@@ -206,6 +226,13 @@ class ClusterRoad:
         """The other master holding ``minion``'s session, if one said so."""
         found = self.elsewhere.get(minion)
         return None if found is None else found[0]
+
+    def pillar_of(self, minion: str) -> dict[str, Any] | None:
+        """The pillar of a minion another master holds, as that master compiled it."""
+        found = self.pillars.get(minion)
+        if found is None or self.holder(minion) != found[0]:
+            return None
+        return found[1]
 
     def origin_of(self, jid: str) -> str | None:
         """The master a job delivered here was published on (its returns go there)."""
@@ -233,7 +260,44 @@ class ClusterRoad:
             return
         for minion in held:
             self.elsewhere.pop(minion, None)
-        bodies = [*wire.held(held), *wire.gone(gone)]
+            self.pillars.pop(minion, None)
+        self._to_all([*wire.held(held), *wire.gone(gone)])
+
+    def announce_pillar(self, minion: str, pillar: dict[str, Any]) -> None:
+        """The pillar of a minion held here was compiled: tell every peer."""
+        self._to_all(list(wire.pillars(self._shareable({minion: pillar}))))
+
+    def _shareable(self, pillars: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """The pillars small enough to share (the others counted, logged)."""
+        kept: dict[str, dict[str, Any]] = {}
+        for minion, pillar in pillars.items():
+            size = pillar_size(pillar)
+            if size is not None and size <= wire.MAX_PILLAR:
+                kept[minion] = pillar
+                continue
+            self.stats["pillar_not_shared"] += 1
+            times = self._throttle.note("pillar", self.clock())
+            if times:
+                log.warning("cluster: the pillar of minion %s is not shared with the other "
+                            "masters (%s), which cannot target it by pillar (%d pillar(s) "
+                            "not shared since the last report)", clip(minion),
+                            "not JSON" if size is None else
+                            f"{size} characters, over {wire.MAX_PILLAR}", times)
+        return kept
+
+    def _send_held(self, remote: str) -> None:
+        """Every minion held here, then their pillars, to ``remote``."""
+        held = self.local()
+        for body in wire.held(held):
+            self._send(remote, body)
+        compiled = self.local_pillars()
+        mine = {m: compiled[m] for m in held if m in compiled}
+        for body in wire.pillars(self._shareable(mine)):
+            self._send(remote, body)
+
+    def _to_all(self, bodies: list[dict[str, Any]]) -> None:
+        if not bodies:
+            return
         for remote in self.stack.road.remotes.values():
             if remote.allowed:
                 for body in bodies:

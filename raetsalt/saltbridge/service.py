@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -134,6 +134,8 @@ class SaltRequests:
         self.estate = estate
         self.pillars: dict[str, dict[str, Any]] = {}
         """Minion id -> the pillar last compiled for it (for pillar targeting)."""
+        self.pillar_changed: Callable[[str, dict[str, Any]], None] = lambda m, p: None
+        """Told of each pillar compiled (a cluster shares it with the other masters)."""
         self.stats: Counter[str] = Counter()
         self._ops: dict[int, _Op] = {}
         self._next_id = 0
@@ -290,6 +292,7 @@ class SaltRequests:
             return []
         if not roots_exist:
             self.pillars[minion] = {}
+            self.pillar_changed(minion, {})
             return [self._push(minion, {})]
         state.busy = True
         args = {"minion": minion, "grains": dict(grains), "pillarenv": None, "override": {}}
@@ -304,6 +307,7 @@ class SaltRequests:
         ret = result.get("ret")
         if isinstance(ret, dict) and not _too_large(ret):
             self.pillars[minion] = ret
+            self.pillar_changed(minion, ret)
             actions.append(self._push(minion, ret))
         else:
             reason = (SaltRequestDrop.TOO_LARGE if isinstance(ret, dict)

@@ -14,6 +14,9 @@ Every message is a mapping with ``cluster`` naming its kind (docs/cluster.md):
           cache already.
 ``ask``   ``{}``: send me every minion you hold (``held``): the sender had taken the
           receiver for lost and forgot its minions, and it answers again.
+``pillar`` ``{minions: {id: pillar, ...}}``: the pillars the sender compiled for minions
+          it holds (sent with ``held`` to a peer whose session comes up, then as each
+          is compiled), so the origin of a job targets them with ``-I``/``I@``.
 
 Everything is checked here (names, sizes, shapes); what does not pass is None, for the
 caller to drop and count.  ``Peers`` is the ``cluster_peers`` allow-list.
@@ -32,6 +35,11 @@ MAX_MINIONS = 500
 """Minions named in one message at most (``held``, ``gone`` and ``pub`` are chunked)."""
 HELD_CHUNK = 50
 """Minions (with their grains) per ``held`` message."""
+PILLAR_CHUNK = 10
+"""Minions (with their pillars) per ``pillar`` message."""
+MAX_PILLAR = 64 * 1024
+"""Characters of a minion's pillar (as JSON) shared at most: a larger one is not sent,
+and that minion is not pillar-targeted from the other masters."""
 
 Address = tuple[str, int]
 
@@ -64,7 +72,12 @@ class Ask:
     pass
 
 
-PeerMessage = Held | Gone | Pub | Ret | Ask
+@dataclass(frozen=True, slots=True)
+class Pillars:
+    minions: dict[str, dict[str, Any]]
+
+
+PeerMessage = Held | Gone | Pub | Ret | Ask | Pillars
 
 
 def _ids(value: Any) -> list[str] | None:
@@ -103,6 +116,14 @@ def parse_untrusted(body: Any) -> PeerMessage | None:
         return Pub(jid, ids, pub)
     if kind == "ask":
         return Ask()
+    if kind == "pillar":
+        minions = body.get("minions")
+        if not isinstance(minions, dict) or len(minions) > PILLAR_CHUNK:
+            return None
+        if any(name_problem(m) is not None or not isinstance(p, dict)
+               for m, p in minions.items()):
+            return None
+        return Pillars(dict(minions))
     if kind == "ret":
         minion, ret = body.get("minion"), body.get("body")
         if not isinstance(minion, str) or name_problem(minion) is not None \
@@ -119,6 +140,13 @@ def held(minions: Mapping[str, dict[str, Any] | None]) -> Iterator[dict[str, Any
     items = list(minions.items())
     for start in range(0, len(items), HELD_CHUNK):
         yield {"cluster": "held", "minions": dict(items[start:start + HELD_CHUNK])}
+
+
+def pillars(minions: Mapping[str, dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """``pillar`` messages for these minions (chunked; the caller left out the large)."""
+    items = list(minions.items())
+    for start in range(0, len(items), PILLAR_CHUNK):
+        yield {"cluster": "pillar", "minions": dict(items[start:start + PILLAR_CHUNK])}
 
 
 def gone(minions: Sequence[str]) -> Iterator[dict[str, Any]]:

@@ -270,6 +270,8 @@ class MasterJobs:
         self.fleet_grains: Callable[[str], dict[str, Any] | None] = lambda minion: None
         """The grains of a minion another master of the cluster holds (what that master
         reported), for targeting here; None: unknown."""
+        self.fleet_pillar: Callable[[str], Mapping[str, Any] | None] = lambda minion: None
+        """The pillar of a minion another master of the cluster holds, as it compiled it."""
         self.mine_reader: Callable[[Any, Any, str], dict[str, Any]] | None = None
         """Reads the mine for the ``mine.get`` runner (``raetsalt.services.mine``)."""
 
@@ -532,7 +534,7 @@ class MasterJobs:
     def minion_table(self) -> dict[str, MinionFacts]:
         """Every accepted minion -> its reported grains and its pillar (None: unknown)."""
         return {m: MinionFacts(self.grains[m] if m in self.grains else self.fleet_grains(m),
-                               self.pillars.get(m))
+                               self.pillars[m] if m in self.pillars else self.fleet_pillar(m))
                 for m in self.roster.accepted()}
 
     def adopt_job(self, jid: str, now: float) -> None:

@@ -53,6 +53,22 @@ def connection_params(opts: Mapping[str, Any]) -> dict[str, Any]:
     return params
 
 
+def cluster_params(opts: Mapping[str, Any]) -> dict[str, Any]:
+    """``connection_params`` for a cluster's shared state: a bad store or psycopg 3
+    missing is a ``ConfigError`` saying what to do."""
+    from raetsalt.errors import ConfigError
+
+    try:
+        params = connection_params(opts)
+        import psycopg  # noqa: F401 - only whether it is there
+    except StoreConfigError as exc:
+        raise ConfigError(str(exc)) from None
+    except ImportError as exc:
+        raise ConfigError(f"cluster_id needs psycopg 3 ({exc}): "
+                          "pip install 'raetsalt[cluster]'") from None
+    return params
+
+
 def describe(params: Mapping[str, Any]) -> str:
     """Where the database is, for the log: never the password."""
     if "conninfo" in params:

@@ -21,9 +21,6 @@ from __future__ import annotations
 
 import logging
 import os
-import select
-import threading
-from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -32,9 +29,8 @@ import psycopg
 from raetsalt.drivers.clock import monotonic
 from raetsalt.keep.policy import Action
 from raetsalt.keep.records import Acceptance, KeyRef, KeyState
-from raetsalt.log import Throttle
-from raetsalt.store.pgconfig import describe
-from raetsalt.store.pgwriter import connect, connect_ready, first_line
+from raetsalt.store.pglisten import Listener, drain
+from raetsalt.store.pgwriter import connect
 from raetsalt.store.sharedkeys import (
     SharedKey,
     accepted_key,
@@ -42,6 +38,8 @@ from raetsalt.store.sharedkeys import (
     foreign,
     from_payload,
     from_row,
+    may_pend,
+    pending_key,
     to_payload,
     verdict,
 )
@@ -66,13 +64,15 @@ UPSERT = ("INSERT INTO raetsalt_cluster_keys (cluster_id, role, state, verhex, p
           "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (cluster_id, role) DO UPDATE SET "
           "state = EXCLUDED.state, verhex = EXCLUDED.verhex, pubhex = EXCLUDED.pubhex, "
           "origin = EXCLUDED.origin, alter_time = NOW()")
+PEND = ("INSERT INTO raetsalt_cluster_keys (cluster_id, role, state, verhex, pubhex, origin) "
+        "VALUES (%s, %s, 'pending', %s, %s, %s) ON CONFLICT (cluster_id, role) DO UPDATE SET "
+        "state = EXCLUDED.state, verhex = EXCLUDED.verhex, pubhex = EXCLUDED.pubhex, "
+        "origin = EXCLUDED.origin, alter_time = NOW() "
+        "WHERE raetsalt_cluster_keys.state IN ('pending', 'deleted') RETURNING role")
+"""A pending key is written unless a decision stands (the database decides the race)."""
 NOTIFY = "SELECT pg_notify(%s, %s)"
 SELECT = ("SELECT role, state, verhex, pubhex, origin FROM raetsalt_cluster_keys "
           "WHERE cluster_id = %s")
-RETRY = 1.0
-LISTEN_WAIT = 5.0
-"""Seconds the thread waits at most for a notification or a decision to write (the
-thread's only wake-up when nothing happens)."""
 MAX_QUEUED = 100_000
 
 
@@ -87,34 +87,29 @@ def stored(params: Mapping[str, Any], cluster_id: str) -> list[SharedKey]:
     return [found for row in rows if (found := from_row(*row)) is not None]
 
 
-class ClusterKeys:
+class ClusterKeys(Listener[SharedKey]):
     """The shared key decisions of cluster ``cluster_id`` (module docstring)."""
+
+    what = "key store"
+    shares = "key decisions"
+    channel = CHANNEL
+    create = CREATE
+    meanwhile = "decisions made here wait, joins are decided by this master alone"
 
     def __init__(self, params: Mapping[str, Any], cluster_id: str, origin: str, *,
                  clock: Callable[[], float] = monotonic) -> None:
-        self.params = dict(params)
-        self.cluster_id = cluster_id
+        super().__init__(params, cluster_id, name="cluster-keys", clock=clock)
         self.origin = origin
-        self.clock = clock
         self.book: dict[str, SharedKey] = {}
         self.by_verify: dict[str, str] = {}
         """verify key -> id of each decision heard (``accepted_key``)."""
-        self.stats: Counter[str] = Counter()
-        self.connected = False
-        self._lock = threading.Condition()
-        self._outbox: list[SharedKey] = []
         self._inbox: list[SharedKey] = []
-        self._stop = False
         self._woken = 0
         """Wake-up bytes written (after each byte); ``take`` reads the pipe only when
         this moved since ``_seen``, so the byte is there to read."""
         self._seen = 0
-        self._throttle = Throttle(60.0)
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._kick_r, self._kick_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        """Wakes the thread when a decision is to be written."""
-        self._thread = threading.Thread(target=self._run, name="cluster-keys", daemon=True)
-        self._thread.start()
+        self.start()
 
     # -- the loop's side ------------------------------------------------------------------
 
@@ -147,11 +142,22 @@ class ClusterKeys:
             return
         self.publish(Action.ACCEPT, KeyRef(role, KeyState.ACCEPTED, verhex, pubhex))
 
+    def pending(self, role: str, verhex: str, pubhex: str) -> None:
+        """A minion's key waits for an operator here: listed, and decided, on every
+        master (unless the cluster decided on that id already)."""
+        shared = pending_key(role, verhex, pubhex, self.origin)
+        with self._lock:
+            if not may_pend(self.book.get(role), shared):
+                return
+        self._queue(shared)
+
     def publish(self, action: str, ref: KeyRef) -> None:
         """An operator's decision on this master, for the whole cluster."""
         shared = decided(action, ref, self.origin)
-        if shared is None:
-            return
+        if shared is not None:
+            self._queue(shared)
+
+    def _queue(self, shared: SharedKey) -> None:
         with self._lock:
             self.book[shared.role] = shared
             self.by_verify[shared.verhex] = shared.role
@@ -159,11 +165,7 @@ class ClusterKeys:
                 self._outbox.append(shared)
             else:
                 self.stats["dropped"] += 1
-            self._lock.notify_all()
-        try:
-            os.write(self._kick_w, b"k")
-        except BlockingIOError:
-            pass
+        self.kick()
 
     def fileno(self) -> int:
         """Readable when decisions from the cluster wait for ``take``."""
@@ -175,93 +177,47 @@ class ClusterKeys:
         if self._woken == self._seen:
             return []
         self._seen = self._woken
-        self._drain(self._wake_r)
+        drain(self._wake_r)
         with self._lock:
             taken, self._inbox = self._inbox, []
         return taken
 
-    @staticmethod
-    def _drain(fd: int) -> None:
-        try:
-            while os.read(fd, 4096):
-                pass
-        except BlockingIOError:
-            pass
-
     def close(self) -> None:
-        with self._lock:
-            self._stop = True
-            self._lock.notify_all()
-        try:
-            os.write(self._kick_w, b"k")
-        except BlockingIOError:
-            pass
-        self._thread.join(5.0)
-        for fd in (self._wake_r, self._wake_w, self._kick_r, self._kick_w):
+        super().close()
+        for fd in (self._wake_r, self._wake_w):
             os.close(fd)
 
     # -- the thread -----------------------------------------------------------------------
 
-    def _run(self) -> None:
-        conn: psycopg.Connection[Any] | None = None
-        while True:
-            with self._lock:
-                if self._stop:
-                    break
-            try:
-                if conn is None:
-                    conn = self._connect()
-                self._write(conn)
-                # What arrived (while writing, too: psycopg keeps those), then wait for
-                # the database or a decision of ours.
-                for notify in conn.notifies(timeout=0.0):
-                    if foreign(self.cluster_id, notify.payload):
-                        self.stats["foreign"] += 1
-                        continue
-                    self._heard(from_payload(self.cluster_id, notify.payload))
-                select.select([conn.fileno(), self._kick_r], [], [], LISTEN_WAIT)
-                self._drain(self._kick_r)
-            except psycopg.Error as exc:
-                if conn is not None:
-                    conn.close()
-                    conn = None
-                self._failed(exc)
-                with self._lock:
-                    if not self._stop:
-                        self._lock.wait(RETRY)
-        if conn is not None:
-            conn.close()
+    def _work(self, conn: psycopg.Connection[Any]) -> None:
+        self._write(conn)
+        # What arrived (while writing, too: psycopg keeps those).
+        for notify in conn.notifies(timeout=0.0):
+            if foreign(self.cluster_id, notify.payload):
+                self.stats["foreign"] += 1
+                continue
+            self._heard(from_payload(self.cluster_id, notify.payload))
 
-    def _connect(self) -> psycopg.Connection[Any]:
-        conn = connect_ready(self.params, CREATE, autocommit=True)
-        try:
-            self._write(conn)  # ours first: they are newer than what is stored
-            conn.execute(f"LISTEN {CHANNEL}")
-            rows = conn.execute(SELECT, (self.cluster_id,)).fetchall()
-        except BaseException:
-            conn.close()
-            raise
+    def _catch_up(self, conn: psycopg.Connection[Any]) -> int:
+        rows = conn.execute(SELECT, (self.cluster_id,)).fetchall()
         for row in rows:
             self._heard(from_row(*row))
-        if not self.connected:
-            log.info("cluster %s: key decisions shared through %s (%d stored)",
-                     self.cluster_id, describe(self.params), len(rows))
-        self.connected = True
-        return conn
+        return len(rows)
 
-    def _write(self, conn: psycopg.Connection[Any]) -> None:
-        while True:
-            with self._lock:
-                if not self._outbox:
-                    return
-                shared = self._outbox[0]
-            with conn.transaction():
-                conn.execute(UPSERT, (self.cluster_id, shared.role, shared.state,
-                                      shared.verhex, shared.pubhex, shared.origin))
-                conn.execute(NOTIFY, (CHANNEL, to_payload(self.cluster_id, shared)))
-            with self._lock:
-                if self._outbox and self._outbox[0] is shared:
-                    del self._outbox[0]
+    def _write_one(self, conn: psycopg.Connection[Any], shared: SharedKey) -> None:
+        if shared.state == "pending":
+            written = conn.execute(PEND, (self.cluster_id, shared.role, shared.verhex,
+                                          shared.pubhex, shared.origin)).fetchone()
+        else:
+            conn.execute(UPSERT, (self.cluster_id, shared.role, shared.state,
+                                  shared.verhex, shared.pubhex, shared.origin))
+            written = True
+        if written is not None:
+            conn.execute(NOTIFY, (CHANNEL, to_payload(self.cluster_id, shared)))
+        else:  # a decision stood: the book takes it back
+            for row in conn.execute(SELECT + " AND role = %s",
+                                    (self.cluster_id, shared.role)).fetchall():
+                self._heard(from_row(*row))
 
     def _heard(self, shared: SharedKey | None) -> None:
         if shared is None:
@@ -283,13 +239,3 @@ class ClusterKeys:
         except BlockingIOError:
             pass  # the loop has bytes to read already
         self._woken += 1
-
-    def _failed(self, exc: psycopg.Error) -> None:
-        self.stats["failures"] += 1
-        was, self.connected = self.connected, False
-        reason = first_line(exc)
-        times = self._throttle.note("db", self.clock())
-        if was or times:
-            log.error("cluster %s: the key store %s is unreachable (%s); decisions made "
-                      "here wait, joins are decided by this master alone",
-                      self.cluster_id, describe(self.params), reason)

@@ -10,6 +10,12 @@ its keys and the decision) in the store (``raetsalt.store.pgkeys``).  Every mast
   key is accepted (its waiting join answered), a rejected or deleted one ends that
   minion's session there.
 
+A key waiting for an operator on one master is in the store too (``pending``: no
+decision, so no master acts on it), so that ``raetsalt-key`` on any master lists it and
+can accept or reject it; the master where the minion waits applies that decision as it
+hears of it.  A pending record never replaces a decision (``may_pend``): an id the
+cluster accepted or rejected stays so when someone presents other keys under it.
+
 A decision applies only to the very keys it names: another key pair under the same id
 is left to the master's own policy (denied as a key change, as on one master).
 """
@@ -25,7 +31,9 @@ from typing import Any
 from raetsalt.keep.policy import Action
 from raetsalt.keep.records import Acceptance, KeyRef, KeyState, RoleRecord, name_problem
 
-STATES = ("accepted", "rejected", "deleted")
+STATES = ("accepted", "rejected", "deleted", "pending")
+PENDABLE = ("pending", "deleted")
+"""The states a pending record may replace (no decision stands)."""
 _STATE_OF = {Action.ACCEPT: "accepted", Action.REJECT: "rejected", Action.DELETE: "deleted"}
 _ACTION_OF = {state: action for action, state in _STATE_OF.items()}
 _STATE_OF[Action.GEN_ACCEPT] = "accepted"  # shared as an acceptance of those keys
@@ -51,6 +59,20 @@ def decided(action: str, ref: KeyRef, origin: str) -> SharedKey | None:
     if state is None or ref.state is KeyState.DENIED:
         return None  # a denied pair is this master's memory of a refused key
     return SharedKey(ref.role, state, ref.verhex, ref.pubhex, origin)
+
+
+def pending_key(role: str, verhex: str, pubhex: str, origin: str) -> SharedKey:
+    """The shared record of a key waiting for an operator on ``origin``."""
+    return SharedKey(role, "pending", verhex, pubhex, origin)
+
+
+def may_pend(held: SharedKey | None, new: SharedKey) -> bool:
+    """Whether the pending record ``new`` goes to the store over ``held`` (not when it
+    says the same, nor over a decision)."""
+    if held is None:
+        return True
+    return held != new and held.state in PENDABLE and (
+        held.state, held.verhex, held.pubhex) != (new.state, new.verhex, new.pubhex)
 
 
 def verdict(book: Mapping[str, SharedKey], role: str, verhex: str,
@@ -85,6 +107,8 @@ def local_action(shared: SharedKey, local: RoleRecord | None) -> tuple[str, KeyR
         return None
     if shared.state == "rejected" and local.acceptance is Acceptance.REJECTED:
         return None
+    if shared.state not in _ACTION_OF:
+        return None  # pending: nothing decided
     ref = KeyRef(local.role, KeyState.of(local.acceptance), local.verhex, local.pubhex)
     return _ACTION_OF[shared.state], ref
 

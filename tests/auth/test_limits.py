@@ -389,3 +389,72 @@ def test_a_command_socket_client_cannot_act_for_another_user(gate: Gate) -> None
     [body] = gate.answers()
     assert "may not be acted for here" in body["error"]
     client.close()
+
+
+class FakeShared:
+    """A cluster's token store in memory: ``remote`` holds tokens another master made
+    that this one has not heard of (``fetch`` brings them in)."""
+
+    def __init__(self) -> None:
+        self.mirror: dict[str, dict[str, Any]] = {}
+        self.remote: dict[str, dict[str, Any]] = {}
+        self.waits: list[float] = []
+        self.fetched: list[str] = []
+
+    def lookup(self, digest: str, now: float) -> dict[str, Any] | None:
+        record = self.mirror.get(digest)
+        return dict(record) if record is not None and record["expire"] > now else None
+
+    def revoked(self, digest: str) -> bool:
+        return False
+
+    def put(self, digest: str, record: dict[str, Any], wait: float = 0.0) -> bool:
+        self.waits.append(wait)
+        self.mirror[digest] = record
+        return True
+
+    def revoke(self, digest: str, expire: float, wait: float = 0.0) -> bool:
+        self.mirror.pop(digest, None)
+        return True
+
+    def fetch(self, digest: str, timeout: float) -> None:
+        self.fetched.append(digest)
+        if digest in self.remote:
+            self.mirror[digest] = self.remote.pop(digest)
+
+    def close(self) -> None:
+        pass
+
+
+def test_in_a_cluster_tokens_are_shared_before_the_answer_and_fetched_when_unknown(
+        gate: Gate) -> None:
+    from raetsalt import protocol as p
+    from raetsalt.auth.tokens import digest_of
+
+    shared = FakeShared()
+    gate.gate.tokens.shared = shared
+    client = gate.login("fred", "fred-secret")
+    gate.pump(lambda: bool(gate.sent))
+    [answer] = gate.answers()
+    assert answer["name"] == "fred" and shared.waits == [3.0]  # waited for the commit
+    client.close()
+    # a token made on another master a moment ago: read from the cluster, then served
+    token = "ab" * 32
+    shared.remote[digest_of(token)] = {"name": "ann", "eauth": "file", "groups": [],
+                                       "start": 0.0, "expire": time.time() + 60}
+    ready: list[Any] = []
+    client = StreamClient(gate.path)
+    client.request(p.SHARE_PUBLISH, token=token, tgt="*", fun="test.ping")
+    deadline = time.monotonic() + 5.0  # a hang detector: the gate answers by itself
+    while not ready and time.monotonic() < deadline:
+        ready.extend(gate.gate.poll(gate.now))
+        gate.selector.select(0.05)
+    assert [r.requester.name for r in ready] == ["ann"]
+    assert shared.fetched == [digest_of(token)] and gate.sent == []
+    # one that no master made: refused once the cluster was asked
+    client.request(p.SHARE_PUBLISH, token="cd" * 32, tgt="*", fun="test.ping")
+    gate.pump(lambda: bool(gate.sent))
+    [answer] = gate.answers()
+    assert 'Authentication failure of type "token"' in answer["error"]
+    assert shared.fetched == [digest_of(token), digest_of("cd" * 32)]
+    client.close()

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from raetsalt.daemon.clusterpki import load_or_create
-from raetsalt.daemon.peerroad import ClusterRoad
+from raetsalt.daemon.peerroad import ClusterRoad, pillar_size
 from raetsalt.engine.events import MessageReceived, PresenceChanged
+from raetsalt.services import clusterwire as wire
 
 JID = "20261126190000123456"
 
@@ -128,3 +129,27 @@ def test_a_peer_back_without_a_new_session_is_asked_for_its_minions(road: Any) -
     assert sent == [("mb", {"cluster": "ask"})]
     peer.handle([MessageReceived("mb", {"cluster": "ask"})])  # and it answers one
     assert sent[1] == ("mb", {"cluster": "held", "minions": {"m5": None}})
+
+
+def test_a_pillar_counts_only_while_its_master_holds_the_minion(road: Any) -> None:
+    peer, _ = road
+    peer.handle([MessageReceived("mb", {"cluster": "held", "minions": {"m1": None}}),
+                 MessageReceived("mb", {"cluster": "pillar", "minions": {"m1": {"t": "b"}}}),
+                 MessageReceived("mc", {"cluster": "pillar", "minions": {"m2": {"t": "r"}}})])
+    assert peer.pillar_of("m1") == {"t": "b"}
+    assert peer.pillar_of("m2") is None  # mc does not hold m2
+    # the minion moves to mc: mb's pillar of it no longer counts
+    peer.handle([MessageReceived("mc", {"cluster": "held", "minions": {"m1": None}})])
+    assert peer.pillar_of("m1") is None
+    peer.handle([MessageReceived("mc", {"cluster": "pillar", "minions": {"m1": {"t": "c"}}})])
+    assert peer.pillar_of("m1") == {"t": "c"}
+    peer.handle([MessageReceived("mc", {"cluster": "gone", "minions": ["m1"]})])
+    assert peer.pillar_of("m1") is None and "m1" not in peer.pillars
+    # malformed: counted
+    peer.handle([MessageReceived("mc", {"cluster": "pillar", "minions": {"m1": [1]}})])
+    assert peer.stats["malformed"] == 1
+    # a pillar too large to share is not sent, and said
+    peer.announce_pillar("m5", {"blob": "x" * (wire.MAX_PILLAR + 1)})
+    assert peer.stats["pillar_not_shared"] == 1
+    assert pillar_size({"a": 1}) == len('{"a": 1}')
+    assert pillar_size({1j: 1}) is None  # type: ignore[dict-item]

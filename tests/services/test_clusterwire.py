@@ -73,3 +73,13 @@ def test_only_the_cluster_keys_join_and_nothing_is_recorded() -> None:
     forged = policy.decide("mb", "a" * 64, "c" * 64, None)
     assert forged.acceptance is Acceptance.REJECTED and forged.record is None
     assert forged.denied is None and forged.unpinned
+
+
+def test_pillar_messages_are_chunked_and_checked() -> None:
+    bodies = list(wire.pillars({f"m{i}": {"team": "blue"} for i in range(25)}))
+    assert len(bodies) == 3
+    parsed = [wire.parse_untrusted(body) for body in bodies]
+    assert sum(len(m.minions) for m in parsed if isinstance(m, wire.Pillars)) == 25
+    bad_ones: list[Any] = [{"m1": None}, {"bad id!": {}}, {f"m{i}": {} for i in range(11)}, []]
+    for bad in bad_ones:
+        assert wire.parse_untrusted({"cluster": "pillar", "minions": bad}) is None

@@ -2,20 +2,32 @@
 PostgreSQL) and real minions: a key accepted on master A is accepted on master B without
 a re-accept, whether the minion was already waiting on B (heard through LISTEN/NOTIFY)
 or joins B later (the cluster's decision asked at the join); a key deleted on A ends the
-minion's session on B."""
+minion's session on B; a key waiting on A is listed and decided on B; an eauth token
+made on A works on B, and a logout on B ends it on A."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import os
+import pwd
 import re
 import shutil
 import tempfile
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from daemons.helpers import MINION_TUNING, Daemon, key_tool
+from helpers.waiting import wait_for
 from pg import Postgres
+from remote.cluster import json_docs, run_as
+
+from raetsalt.auth.tokens import digest_of
+from raetsalt.cli import salt as salt_cli
+from raetsalt.config import load_node_config
 
 pytestmark = pytest.mark.integration
 
@@ -27,12 +39,13 @@ class Fleet:
         self.daemons: list[Daemon] = []
         self.ports: dict[str, int] = {}
 
-    def master(self, name: str) -> Daemon:
+    def master(self, name: str, extra: str = "") -> Daemon:
         conf = self.root / name
         conf.mkdir()
         (conf / "master").write_text(
             f"root_dir: {conf}\ninterface: 127.0.0.1\nid: {name}\nraet_port: 0\n"
-            f"raet_alive_period: 1.0\ncluster_id: fleet1\ncluster_store: '{self.database}'\n")
+            f"raet_alive_period: 1.0\ncluster_id: fleet1\ncluster_store: '{self.database}'\n"
+            f"{extra}")
         daemon = Daemon("master", conf)
         self.daemons.append(daemon)
         line = daemon.expect("serving on 127.0.0.1:", timeout=30)
@@ -105,3 +118,96 @@ def test_a_key_accepted_on_one_master_is_accepted_on_the_other(fleet: Fleet) -> 
     assert "m1" not in fleet.listing("mb")["minions"]
     assert fleet.listing("mb")["minions"] == ["m2"]
     assert not any("by the cluster" in line for line in a.drain())  # its own decisions
+
+
+def test_a_key_waiting_on_one_master_is_listed_and_decided_on_another(fleet: Fleet) -> None:
+    a, _b = fleet.master("ma"), fleet.master("mb")
+    m1 = fleet.minion("m1", "m1", "ma")
+    m1.expect("is pending on the master", timeout=15)
+    m2 = fleet.minion("m2", "m2", "ma")
+    m2.expect("is pending on the master", timeout=15)
+    # B never saw either minion: it lists them as waiting (written as the joins arrive)
+    wait_for(lambda: fleet.listing("mb")["minions_pre"] == ["m1", "m2"], timeout=30)
+    done = key_tool(fleet.root / "mb", "-a", "m1", "-y")
+    assert done.returncode == 0, done.stderr
+    assert "Key for minion m1 accepted." in done.stdout
+    # the minion waiting on A gets in, with no restart and no key command on A
+    a.expect("m1 (pending): accept by the cluster (on mb)", timeout=15)
+    m1.expect("connected to the master ma", timeout=15)
+    done = key_tool(fleet.root / "mb", "-r", "m2", "-y")
+    assert done.returncode == 0, done.stderr
+    a.expect("m2 (pending): reject by the cluster (on mb)", timeout=15)
+    for name in ("ma", "mb"):
+        listing = fleet.listing(name)
+        assert (listing["minions"], listing["minions_pre"], listing["minions_rejected"]) \
+            == (["m1"], [], ["m2"]), (name, listing)
+
+
+EAUTH = """auto_accept: true
+external_auth:
+  file:
+    ^filename: {users}
+    ^filetype: htpasswd
+    fred:
+      - '.*'
+"""
+API = """rest_cherrypy:
+  port: 0
+  host: 127.0.0.1
+  disable_ssl: true
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the CLI as another user")
+def test_an_eauth_token_made_on_one_master_works_on_the_other(fleet: Fleet) -> None:
+    users = fleet.root / "users.htpasswd"
+    users.write_text("fred:{SHA}" + base64.b64encode(
+        hashlib.sha1(b"fred-secret").digest()).decode() + "\n")  # noqa: S324 - htpasswd's
+    os.chmod(fleet.root, 0o755)  # the CLI runs as nobody and reads the config
+    fleet.master("ma", EAUTH.format(users=users))
+    fleet.master("mb", EAUTH.format(users=users) + API)
+    for name, master in (("m1", "ma"), ("m2", "mb")):
+        fleet.minion(name, name, master).expect(f"connected to the master {master}",
+                                                timeout=30)
+    home = fleet.root / "home"
+    home.mkdir()
+    os.chown(home, pwd.getpwnam("nobody").pw_uid, -1)
+
+    def salt(master: str, *args: str) -> tuple[int, dict[str, object], str]:
+        code, out, err = run_as("nobody", str(home), salt_cli.main,
+                                ["-c", str(fleet.root / master), *args, "--out", "json"])
+        return code, json_docs(out) if code == 0 else {}, err
+
+    code, out, err = salt("ma", "-a", "file", "--username", "fred", "--password",
+                          "fred-secret", "-T", "m1", "test.ping")
+    assert (code, out) == (0, {"m1": True}), err
+    token = (home / ".raetsalt_token").read_text().strip()
+    # the token made on A, presented to B (which never saw the login)
+    code, out, err = salt("mb", "m2", "test.echo", "from-a")
+    assert (code, out) == (0, {"m2": "from-a"}), err
+    # logged out through B's REST API: A refuses it too, and its own copy is gone
+    api = Daemon("api", fleet.root / "mb", "-l", "warning", "--port-file",
+                 str(fleet.root / "api.port"))
+    fleet.daemons.append(api)
+    api.expect("raetsalt-api listening on", timeout=30)
+    url = f"http://127.0.0.1:{int((fleet.root / 'api.port').read_text())}"
+    request = urllib.request.Request(url + "/logout", data=b"{}", method="POST", headers={
+        "X-Auth-Token": token, "Content-Type": "application/json",
+        "Accept": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        assert answer.status == 200
+    code, _, err = wait_for(lambda: (got := salt("ma", "m1", "test.ping"))[0] != 0 and got,
+                            timeout=30)
+    assert code == 2 and 'Authentication failure of type "token" occurred.' in err
+    cachedir = load_node_config(fleet.root / "ma", "master")["cachedir"]
+    assert not (Path(cachedir) / "tokens" / digest_of(token)).exists()
+    # a token made by B's REST API works on A
+    request = urllib.request.Request(url + "/login", data=json.dumps({
+        "username": "fred", "password": "fred-secret", "eauth": "file"}).encode(),
+        method="POST", headers={"Content-Type": "application/json",
+                                "Accept": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        fresh = json.loads(answer.read())["return"][0]["token"]
+    (home / ".raetsalt_token").write_text(fresh + "\n")
+    code, out, err = salt("ma", "m1", "test.echo", "from-b")
+    assert (code, out) == (0, {"m1": "from-b"}), err

@@ -19,6 +19,7 @@ from raetsalt.store.sharedkeys import (
     decided,
     from_payload,
     local_action,
+    may_pend,
     to_payload,
     verdict,
 )
@@ -118,3 +119,49 @@ def test_a_verify_key_finds_only_what_the_cluster_accepted_with_it() -> None:
     assert accepted_key(book, {v2: "m1"}, v2) is None  # the index is stale: m1 has v1
     for state in ("rejected", "deleted"):
         assert accepted_key({"m1": SharedKey("m1", state, v1, p1)}, {v1: "m1"}, v1) is None
+
+
+def test_a_pending_key_is_listed_but_never_replaces_a_decision() -> None:
+    new = SharedKey("m1", "pending", V, P, "ma")
+    assert may_pend(None, new)
+    assert may_pend(SharedKey("m1", "deleted", V, P), new)
+    assert may_pend(SharedKey("m1", "pending", OTHER, P), new)  # the newest wait shows
+    assert not may_pend(SharedKey("m1", "pending", V, P, "mb"), new)  # said already
+    for state in ("accepted", "rejected"):
+        assert not may_pend(SharedKey("m1", state, V, P), new)
+        assert not may_pend(SharedKey("m1", state, OTHER, P), new)
+    # pending decides nothing: no verdict, nothing applied to a master's keys
+    assert verdict({"m1": new}, "m1", V, P) is None
+    assert local_action(new, RoleRecord("m1", Acceptance.PENDING, V, P)) is None
+    assert from_payload("c1", to_payload("c1", new)) == new
+
+
+def test_a_key_pending_on_one_master_is_decided_on_another(postgres: Postgres) -> None:
+    database = postgres.create_database("pending")
+    params = {"conninfo": database}
+    a, b = ClusterKeys(params, "c1", "ma"), ClusterKeys(params, "c1", "mb")
+    try:
+        a.pending("m1", V, P)
+        (heard,) = _wait_for(b, 1)
+        assert heard == SharedKey("m1", "pending", V, P, "ma")
+        assert b.holds(KeyRef("m1", KeyState.PENDING, V, P))
+        b.publish(Action.ACCEPT, KeyRef("m1", KeyState.PENDING, V, P))
+        (heard,) = _wait_for(a, 1)
+        assert heard.state == "accepted"
+        todo = local_action(heard, RoleRecord("m1", Acceptance.PENDING, V, P))
+        assert todo == (Action.ACCEPT, KeyRef("m1", KeyState.PENDING, V, P))
+        # Another key pair waiting under the accepted id on a master that has not heard
+        # of the decision yet (its book stale): the database keeps the decision, and
+        # that master learns so.
+        assert wait_for(lambda: b.book["m1"].state == "accepted", timeout=30)
+        with b._lock:
+            del b.book["m1"]
+        b.pending("m1", OTHER, P)
+        assert wait_for(lambda: b.book["m1"].state == "accepted", timeout=30)
+        with psycopg.connect(database) as conn:
+            row = conn.execute("SELECT state, verhex FROM raetsalt_cluster_keys "
+                               "WHERE role = 'm1'").fetchone()
+        assert row == ("accepted", V)
+    finally:
+        a.close()
+        b.close()
