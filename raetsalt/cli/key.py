@@ -659,8 +659,8 @@ def in_cluster(opts: Mapping[str, Any]) -> bool:
 def with_cluster(opts: Mapping[str, Any], entries: list[KeyEntry]) -> list[KeyEntry]:
     """The keys of this master's keep and, in a cluster (``cluster_id`` with
     ``cluster_store``), the ids accepted, rejected or waiting (pending) on the other
-    masters that this one has not seen (a store that cannot be read is said on stderr:
-    the local keys are listed)."""
+    masters that this one has not seen, and the keys denied on any master (a store that
+    cannot be read is said on stderr: the local keys are listed)."""
     if not in_cluster(opts):
         return entries
     try:
@@ -679,9 +679,12 @@ def with_cluster(opts: Mapping[str, Any], entries: list[KeyEntry]) -> list[KeyEn
                f"{text[0] if text else type(exc).__name__}")
         return entries
     here = {entry.id for entry in entries}
+    denied_here = {(e.id, e.verhex, e.pubhex) for e in entries if e.status == DEN}
     status = {"accepted": ACC, "rejected": REJ, "pending": PRE}
     extra = [KeyEntry(d.role, status[d.state], d.verhex, d.pubhex) for d in decisions
              if d.state in status and d.role not in here]
+    extra += [KeyEntry(d.role, DEN, d.verhex, d.pubhex) for d in decisions
+              if d.state == "denied" and (d.role, d.verhex, d.pubhex) not in denied_here]
     return entries + extra if extra else entries
 
 

@@ -7,7 +7,9 @@ to the cluster (``publish``, called by the key commands), and the decisions made
 other masters are applied to this road as they arrive (``poll``): a pending key accepted
 elsewhere lets its minion in here at once, a key deleted or rejected elsewhere ends that
 minion's session here.  A key waiting for an operator here is written to the cluster as
-pending (``pending``), so an operator on any master lists and decides it.  A minion the
+pending (``pending``), so an operator on any master lists and decides it; a key denied
+here (``denied``) is listed by every master, and a denied key deleted on any master
+leaves this master's denied keys too.  A minion the
 cluster accepted that moves here from another master starts its session with the allow
 alone (the road's ``adopt_key``: ``engine.adopt``).
 """
@@ -21,7 +23,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from raetsalt.errors import ConfigError, LocalError
-from raetsalt.keep.records import Acceptance, KeyRef
+from raetsalt.keep.policy import Action
+from raetsalt.keep.records import Acceptance, KeyRef, KeyState
 from raetsalt.node import Node
 from raetsalt.store.pgconfig import cluster_params
 from raetsalt.store.sharedkeys import local_action
@@ -43,7 +46,8 @@ class ClusterKeyLink:
         self.node = node
         self.keys = ClusterKeys(params, str(cluster_id), str(opts["id"]))
         road = node.stack.road
-        road.keys.policy = dataclasses.replace(road.keys.policy, shared=self.keys.verdict)
+        road.keys.policy = dataclasses.replace(road.keys.policy, shared=self.keys.verdict,
+                                               taken=self.keys.taken)
         road.adopt_key = self.keys.accepted_key  # a minion moving here needs no join
 
     def register(self, selector: selectors.BaseSelector, data: Any = None) -> None:
@@ -58,8 +62,20 @@ class ClusterKeyLink:
     def publish(self, action: str, ref: KeyRef) -> None:
         self.keys.publish(action, ref)
 
-    def holds(self, ref: KeyRef) -> bool:
+    def holds(self, action: str, ref: KeyRef) -> bool:
+        """Is ``ref`` a key the cluster holds that this master does not, and may an
+        operator here do ``action`` on it?  A denied key denied elsewhere can only be
+        deleted from here (accepting it is done where it was denied)."""
+        if ref.state is KeyState.DENIED and action != Action.DELETE:
+            return False
         return self.keys.holds(ref)
+
+    def denied(self, role: str) -> None:
+        """A key of ``role`` was denied here: the cluster lists this master's denied
+        pairs of that id."""
+        pairs = self.node.stack.road.keys.denied.get(role, ())
+        if pairs:
+            self.keys.deny(role, pairs)
 
     def joined(self, remote: str) -> None:
         """A minion joined this master: the cluster lists its key as accepted."""
@@ -83,8 +99,10 @@ class ClusterKeyLink:
         """Apply the decisions other masters made (their minions' sessions end here at
         once when a key is deleted or rejected)."""
         stack = self.node.stack
+        keys = stack.road.keys
         for shared in self.keys.take():
-            todo = local_action(shared, stack.road.keys.roles.get(shared.role))
+            todo = local_action(shared, keys.roles.get(shared.role),
+                                keys.denied.get(shared.role, ()))
             if todo is None:
                 continue
             action, ref = todo

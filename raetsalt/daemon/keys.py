@@ -75,7 +75,7 @@ class KeyService:
         trusted: Callable[[str], object | None],
         send: Callable[[str, dict[str, Any]], None],
         decided: Callable[[str, KeyRef], None] | None = None,
-        elsewhere: Callable[[KeyRef], bool] | None = None,
+        elsewhere: Callable[[str, KeyRef], bool] | None = None,
     ) -> None:
         self.node = node
         self.trusted = trusted
@@ -83,8 +83,9 @@ class KeyService:
         self.decided = decided
         """Told of each decision applied (the cluster's shared keys)."""
         self.elsewhere = elsewhere
-        """Is this key one the cluster decided, unknown here?  (A decision on it goes
-        to the cluster only: the master holding that minion applies it.)"""
+        """May this action on this key, one the cluster holds but this master does not,
+        go to the cluster?  (The master holding that minion, or those listing that
+        denied key, apply it.)"""
         self._waiting: list[tuple[int, str, dict[str, Any]]] = []
         self._attempts = 0  # the writer's commit attempts seen here
 
@@ -126,7 +127,7 @@ class KeyService:
         for index, ref in enumerate(refs):
             changed = stack.change_key(str(action), ref)
             if changed is None and self.decided is not None and self.elsewhere is not None \
-                    and self.elsewhere(ref):
+                    and self.elsewhere(str(action), ref):
                 self.decided(str(action), ref)
                 log.info("key of minion %s (%s): %s by the operator, for the cluster",
                          ref.role, ref.state.value, action)

@@ -43,6 +43,7 @@ from raetsalt.engine.events import (
     Departed,
     Joined,
     JoinPending,
+    JoinRejected,
     MessageReceived,
     PresenceChanged,
 )
@@ -257,6 +258,10 @@ class MasterAdapter:
                     inbox.link.append(event)
                 case Joined(remote=remote) if self.cluster is not None:
                     self.cluster.joined(remote)
+                    inbox.link.append(event)
+                case JoinRejected(role=role, here=True, denied=True) \
+                        if self.cluster is not None:
+                    self.cluster.denied(role)
                     inbox.link.append(event)
                 case PresenceChanged(alive=False) if self.cluster is not None:
                     minion = self._role(event.remote)

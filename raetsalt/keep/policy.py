@@ -30,7 +30,9 @@ role (Salt's "denied" state) and the stored record is left alone.
   An already denied pair changes nothing.
 
 A master of a cluster asks the cluster first (``shared``): an id the cluster's operators
-accepted or rejected with these very keys is recorded so here too, without asking again.
+accepted or rejected with these very keys is recorded so here too, without asking again;
+an id this master holds no record of, that the cluster holds accepted or pending under
+other keys (``taken``), is denied as if this master held that record.
 
 The master's options on top (Salt's ``open_mode``, ``autosign_file``,
 ``autoreject_file``): ``open_mode`` accepts whatever is presented (the keys replace the
@@ -86,6 +88,9 @@ class KeyPolicy:
     shared: Callable[[str, str, str], Acceptance | None] | None = None
     """The cluster's decision on a role presenting these keys (accepted or rejected by
     an operator on another master), asked first for undecided ids; None: no decision."""
+    taken: Callable[[str, str, str], bool] | None = None
+    """Does the cluster hold this role accepted or pending under other keys than these?
+    Asked for a role with no record here: then the keys are denied."""
 
     def decide(
         self,
@@ -116,6 +121,8 @@ class KeyPolicy:
             verdict = self.shared(role, verhex, pubhex)
             if verdict in (Acceptance.ACCEPTED, Acceptance.REJECTED):
                 return KeyDecision(verdict, RoleRecord(role, verdict, verhex, pubhex))
+        if stored is None and self.taken is not None and self.taken(role, verhex, pubhex):
+            return _deny(keys, denied)
         if undecided:
             for ask, verdict in (
                 (self.autoreject, Acceptance.REJECTED),
@@ -129,16 +136,21 @@ class KeyPolicy:
         if stored.acceptance is Acceptance.REJECTED:
             return KeyDecision(Acceptance.REJECTED)
         if (stored.verhex, stored.pubhex) != keys:
-            if keys in denied:
-                return KeyDecision(Acceptance.REJECTED, denial=True)
-            return KeyDecision(
-                Acceptance.REJECTED, denied=(*denied, keys)[-MAX_DENIED_PER_ROLE:], denial=True
-            )
+            return _deny(keys, denied)
         if stored.acceptance is Acceptance.PENDING and self.auto is not AutoMode.NEVER:
             return KeyDecision(
                 Acceptance.ACCEPTED, RoleRecord(role, Acceptance.ACCEPTED, verhex, pubhex)
             )
         return KeyDecision(stored.acceptance)
+
+
+def _deny(keys: Pair, denied: Sequence[Pair]) -> KeyDecision:
+    """Refused as a key change: the pair joins the role's denied pairs (newest kept)."""
+    if keys in denied:
+        return KeyDecision(Acceptance.REJECTED, denial=True)
+    return KeyDecision(
+        Acceptance.REJECTED, denied=(*denied, keys)[-MAX_DENIED_PER_ROLE:], denial=True
+    )
 
 
 class Action:

@@ -17,7 +17,14 @@ hears of it.  A pending record never replaces a decision (``may_pend``): an id t
 cluster accepted or rejected stays so when someone presents other keys under it.
 
 A decision applies only to the very keys it names: another key pair under the same id
-is left to the master's own policy (denied as a key change, as on one master).
+is denied (Salt's meaning: the id is accepted or pending under other keys), by the
+cluster's decision (``taken``: the key policy's hook) as by the master's own records.
+
+Denied keys are cluster-wide too, apart from the decisions (a denied pair never
+replaces one): each is a row of its own, keyed by (id, keys), at most
+``MAX_DENIED_PER_ID`` per id and ``MAX_DENIED`` in all (a flood of made-up keys under one
+id is refused beyond that, counted, not stored).  A denied key deleted on any master
+(``undenied``) leaves every master's list (``local_action``).
 """
 
 from __future__ import annotations
@@ -28,10 +35,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from raetsalt.keep.policy import Action
+from raetsalt.keep.policy import MAX_DENIED_PER_ROLE, Action, Pair
 from raetsalt.keep.records import Acceptance, KeyRef, KeyState, RoleRecord, name_problem
 
 STATES = ("accepted", "rejected", "deleted", "pending")
+"""A decision's states (one row per id)."""
+DENIAL = ("denied", "undenied")
+"""A denied pair listed, or deleted (a row per pair)."""
+NOTIFIED = STATES + DENIAL
+MAX_DENIED_PER_ID = MAX_DENIED_PER_ROLE
+"""Denied pairs the cluster lists per id (as each master's keep)."""
+MAX_DENIED = 10_000
+"""Denied pairs the cluster lists in all."""
 PENDABLE = ("pending", "deleted")
 """The states a pending record may replace (no decision stands)."""
 _STATE_OF = {Action.ACCEPT: "accepted", Action.REJECT: "rejected", Action.DELETE: "deleted"}
@@ -64,6 +79,23 @@ def decided(action: str, ref: KeyRef, origin: str) -> SharedKey | None:
 def pending_key(role: str, verhex: str, pubhex: str, origin: str) -> SharedKey:
     """The shared record of a key waiting for an operator on ``origin``."""
     return SharedKey(role, "pending", verhex, pubhex, origin)
+
+
+def denial(state: str, role: str, pair: Pair, origin: str) -> SharedKey:
+    """A pair denied here (``denied``), or a denied pair deleted (``undenied``)."""
+    return SharedKey(role, state, pair[0], pair[1], origin)
+
+
+def is_denial(shared: SharedKey) -> bool:
+    return shared.state in DENIAL
+
+
+def taken(book: Mapping[str, SharedKey], role: str, verhex: str, pubhex: str) -> bool:
+    """Whether the cluster holds ``role`` accepted or pending under other keys (then
+    these are denied, whichever master they are presented to)."""
+    shared = book.get(role)
+    return shared is not None and shared.state in ("accepted", "pending") and (
+        shared.verhex, shared.pubhex) != (verhex, pubhex)
 
 
 def may_pend(held: SharedKey | None, new: SharedKey) -> bool:
@@ -99,8 +131,14 @@ def accepted_key(book: Mapping[str, SharedKey], by_verify: Mapping[str, str],
     return shared.role, shared.pubhex
 
 
-def local_action(shared: SharedKey, local: RoleRecord | None) -> tuple[str, KeyRef] | None:
-    """The operator action that makes this master's record agree with ``shared``."""
+def local_action(shared: SharedKey, local: RoleRecord | None,
+                 denied: tuple[Pair, ...] = ()) -> tuple[str, KeyRef] | None:
+    """The operator action that makes this master's record (or its denied pairs of that
+    id, ``denied``) agree with ``shared``."""
+    if shared.state == "undenied":
+        pair = (shared.verhex, shared.pubhex)
+        return (Action.DELETE, KeyRef(shared.role, KeyState.DENIED, *pair)) \
+            if pair in denied else None
     if local is None or (local.verhex, local.pubhex) != (shared.verhex, shared.pubhex):
         return None
     if shared.state == "accepted" and local.acceptance is Acceptance.ACCEPTED:
@@ -120,9 +158,10 @@ def to_payload(cluster_id: str, shared: SharedKey) -> str:
 
 
 def from_row(role: Any, state: Any, verhex: Any, pubhex: Any,
-             origin: Any = "") -> SharedKey | None:
-    """A stored or notified decision; None if any field is not what a master writes."""
-    if name_problem(role) is not None or state not in STATES:
+             origin: Any = "", *, states: tuple[str, ...] = STATES) -> SharedKey | None:
+    """A stored or notified decision (or denial: ``states``); None if any field is not
+    what a master writes."""
+    if name_problem(role) is not None or state not in states:
         return None
     if not isinstance(verhex, str) or not isinstance(pubhex, str):
         return None
@@ -152,4 +191,4 @@ def from_payload(cluster_id: str, text: str) -> SharedKey | None:
     if not isinstance(data, dict) or data.get("cluster") != cluster_id:
         return None
     return from_row(data.get("role"), data.get("state"), data.get("verhex"),
-                    data.get("pubhex"), data.get("origin", ""))
+                    data.get("pubhex"), data.get("origin", ""), states=NOTIFIED)

@@ -7,19 +7,24 @@ import select
 import time
 
 import psycopg
+import pytest
 from helpers.waiting import wait_for
 from pg import Postgres
 
 from raetsalt.keep.policy import Action, KeyPolicy
 from raetsalt.keep.records import Acceptance, KeyRef, KeyState, RoleRecord
-from raetsalt.store.pgkeys import CHANNEL, ClusterKeys
+from raetsalt.store import pgkeys
+from raetsalt.store.pgkeys import CHANNEL, ClusterKeys, stored
 from raetsalt.store.sharedkeys import (
+    MAX_DENIED_PER_ID,
     SharedKey,
     accepted_key,
     decided,
     from_payload,
+    from_row,
     local_action,
     may_pend,
+    taken,
     to_payload,
     verdict,
 )
@@ -165,3 +170,104 @@ def test_a_key_pending_on_one_master_is_decided_on_another(postgres: Postgres) -
     finally:
         a.close()
         b.close()
+
+
+def _pair(n: int) -> tuple[str, str]:
+    return (f"{n:064x}", f"{n + 1:064x}")
+
+
+def test_an_id_the_cluster_holds_under_other_keys_is_denied_here() -> None:
+    """A master with no record of m1 denies other keys under it when the cluster holds it
+    accepted or pending; a denied pair never becomes the record."""
+    book = {"m1": SharedKey("m1", "accepted", V, P), "m2": SharedKey("m2", "pending", V, P),
+            "m3": SharedKey("m3", "deleted", V, P), "m4": SharedKey("m4", "rejected", V, P)}
+    policy = KeyPolicy(shared=lambda role, v, p: verdict(book, role, v, p),
+                       taken=lambda role, v, p: taken(book, role, v, p))
+    for role in ("m1", "m2"):
+        decision = policy.decide(role, V, OTHER, None)
+        assert (decision.acceptance, decision.denial, decision.record) == (
+            Acceptance.REJECTED, True, None)
+        assert decision.denied == ((V, OTHER),)
+        again = policy.decide(role, V, OTHER, None, [(V, OTHER)])
+        assert again.denial and again.denied is None  # already listed: nothing new
+    assert policy.decide("m1", V, P, None).acceptance is Acceptance.ACCEPTED
+    assert policy.decide("m3", V, OTHER, None).acceptance is Acceptance.PENDING
+    assert policy.decide("m4", V, OTHER, None).acceptance is Acceptance.PENDING
+    # A record here decides as before (the cluster is asked only when there is none).
+    mine = RoleRecord("m2", Acceptance.PENDING, V, OTHER)
+    assert policy.decide("m2", V, OTHER, mine).acceptance is Acceptance.PENDING
+
+
+def test_a_denied_pair_deleted_anywhere_leaves_this_masters_list() -> None:
+    gone = SharedKey("m1", "undenied", V, OTHER, "ma")
+    accepted = RoleRecord("m1", Acceptance.ACCEPTED, V, P)
+    assert local_action(gone, accepted, ((V, OTHER),)) == (
+        Action.DELETE, KeyRef("m1", KeyState.DENIED, V, OTHER))
+    assert local_action(gone, accepted, ((V, P),)) is None
+    assert local_action(SharedKey("m1", "denied", V, OTHER), accepted, ((V, OTHER),)) is None
+    for state in ("denied", "undenied"):
+        shared = SharedKey("m1", state, V, OTHER, "ma")
+        assert from_payload("c1", to_payload("c1", shared)) == shared
+        assert from_row("m1", state, V, OTHER) is None  # never a decision row
+    assert from_row("m1", "denied", V, OTHER, states=("denied",)) is not None
+
+
+def test_denied_keys_are_listed_everywhere_bounded_and_deleted_everywhere(
+        postgres: Postgres, monkeypatch: pytest.MonkeyPatch) -> None:
+    database = postgres.create_database("denied")
+    params = {"conninfo": database}
+    monkeypatch.setattr(pgkeys, "MAX_DENIED", 12)
+    a, b = ClusterKeys(params, "c1", "ma"), ClusterKeys(params, "c1", "mb")
+    try:
+        a.publish(Action.ACCEPT, KeyRef("m1", KeyState.PENDING, V, P))
+        assert _wait_for(b, 1)[0].state == "accepted"
+        b.deny("m1", [(V, OTHER)])
+        wait_for(lambda: a.holds(KeyRef("m1", KeyState.DENIED, V, OTHER)), timeout=30)
+        assert a.book["m1"].state == "accepted"  # the decision stays
+        listed = stored(params, "c1")
+        assert SharedKey("m1", "denied", V, OTHER, "mb") in listed
+        assert SharedKey("m1", "accepted", V, P, "ma") in listed
+        # At most MAX_DENIED_PER_ID per id: a flood of made-up keys stops at the mirror.
+        b.deny("m1", [_pair(n) for n in range(20)])
+        wait_for(lambda: len(a.denied.get("m1", ())) == MAX_DENIED_PER_ID, timeout=30)
+        assert b.stats["denied_dropped"] == 20 - (MAX_DENIED_PER_ID - 1)
+        # ... and at the database, for a master whose mirror missed the others' rows.
+        with b._lock:
+            b.denied.clear()
+            b._denied_count = 0
+        b.deny("m1", [_pair(100)])
+        wait_for(lambda: b.stats["denied_dropped"] == 20 - (MAX_DENIED_PER_ID - 1) + 1,
+                 timeout=30)
+        assert _count(database, "m1") == MAX_DENIED_PER_ID
+        # At most MAX_DENIED in all (12 here: 8 of m1, 4 more).
+        b.deny("m2", [_pair(200 + n) for n in range(6)])
+        wait_for(lambda: b.stats["denied_dropped"] == 14 + 2, timeout=30)
+        assert _count(database, None) == 12
+        # Deleted on A (B denied it): gone from the table, and B is told.
+        a.publish(Action.DELETE, KeyRef("m1", KeyState.DENIED, V, OTHER))
+        heard = _wait_for(b, 1)
+        assert heard == [SharedKey("m1", "undenied", V, OTHER, "ma")]
+        assert not b.holds(KeyRef("m1", KeyState.DENIED, V, OTHER))
+        assert _count(database, "m1") == MAX_DENIED_PER_ID - 1
+        # A row no master writes is dropped and counted when a master reads the table.
+        with psycopg.connect(database, autocommit=True) as conn:
+            conn.execute("INSERT INTO raetsalt_cluster_denied (cluster_id, role, verhex, "
+                         "pubhex, origin) VALUES ('c1', '../x', %s, %s, 'm?')", (V, P))
+        c = ClusterKeys(params, "c1", "mc")
+        try:
+            wait_for(lambda: c.stats["malformed"] == 1, timeout=30)
+            assert "../x" not in c.denied and len(c.denied["m1"]) == MAX_DENIED_PER_ID - 1
+        finally:
+            c.close()
+    finally:
+        a.close()
+        b.close()
+
+
+def _count(database: str, role: str | None) -> int:
+    with psycopg.connect(database) as conn:
+        sql = "SELECT count(*) FROM raetsalt_cluster_denied"
+        row = conn.execute(sql + (" WHERE role = %s" if role else ""),
+                           (role,) if role else ()).fetchone()
+    assert row is not None
+    return int(row[0])
