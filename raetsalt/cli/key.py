@@ -678,7 +678,7 @@ def with_cluster(opts: Mapping[str, Any], entries: list[KeyEntry]) -> list[KeyEn
         _stale(f"the cluster's keys are not listed (only this master's): "
                f"{text[0] if text else type(exc).__name__}")
         return entries
-    here = {entry.id for entry in entries}
+    here = {entry.id for entry in entries if entry.status != DEN}  # a record here
     denied_here = {(e.id, e.verhex, e.pubhex) for e in entries if e.status == DEN}
     status = {"accepted": ACC, "rejected": REJ, "pending": PRE}
     extra = [KeyEntry(d.role, status[d.state], d.verhex, d.pubhex) for d in decisions

@@ -3,7 +3,8 @@ PostgreSQL) and real minions: a key accepted on master A is accepted on master B
 a re-accept, whether the minion was already waiting on B (heard through LISTEN/NOTIFY)
 or joins B later (the cluster's decision asked at the join); a key deleted on A ends the
 minion's session on B; a key waiting on A is listed and decided on B; an eauth token
-made on A works on B, and a logout on B ends it on A."""
+made on A works on B, and a logout on B ends it on A; a key denied on B is listed on A
+and C and deleted everywhere from A."""
 
 from __future__ import annotations
 
@@ -141,6 +142,37 @@ def test_a_key_waiting_on_one_master_is_listed_and_decided_on_another(fleet: Fle
         listing = fleet.listing(name)
         assert (listing["minions"], listing["minions_pre"], listing["minions_rejected"]) \
             == (["m1"], [], ["m2"]), (name, listing)
+
+
+def test_a_key_denied_on_one_master_is_listed_and_deleted_on_every_master(
+        fleet: Fleet) -> None:
+    """m1 is accepted through A; another minion presenting other keys under the id m1 to
+    B (which never saw m1, auto_accept on) is denied there, not accepted: A and C list
+    the denied key, and deleting it on A removes it from B's keep and every listing,
+    while the accepted key stays."""
+    a = fleet.master("ma", "auto_accept: true\n")
+    b = fleet.master("mb", "auto_accept: true\n")
+    fleet.master("mc", "auto_accept: true\n")
+    m1 = fleet.minion("m1", "m1", "ma")
+    m1.expect("connected to the master ma", timeout=15)
+    wait_for(lambda: fleet.listing("mb")["minions"] == ["m1"], timeout=30)
+    impostor = fleet.minion("impostor", "m1", "mb")  # its own, new keys
+    b.expect("minion m1: key denied", timeout=15)
+    impostor.stop()  # it would try again (the master's refusal is not signed)
+    for name in ("ma", "mb", "mc"):
+        wait_for(lambda name=name: fleet.listing(name)["minions_denied"] == ["m1"],
+                 timeout=30)
+        assert fleet.listing(name)["minions"] == ["m1"], name  # never displaced
+    done = key_tool(fleet.root / "ma", "-d", "m1", "--state", "denied", "-y")
+    assert done.returncode == 0, done.stderr
+    assert "Key for minion m1 deleted." in done.stdout
+    a.expect("key of minion m1 (denied): delete by the operator, for the cluster",
+             timeout=15)
+    b.expect("key of minion m1 (denied): delete by the cluster (on ma)", timeout=15)
+    assert not list((fleet.root / "mb").rglob("denied/m1.json"))
+    for name in ("ma", "mb", "mc"):
+        listing = fleet.listing(name)
+        assert (listing["minions"], listing["minions_denied"]) == (["m1"], []), name
 
 
 EAUTH = """auto_accept: true
