@@ -608,7 +608,9 @@ def _run(args: argparse.Namespace, out: _Out) -> int:
     keep = FileKeep(keep_dir(opts))
 
     def cluster(entries: list[KeyEntry]) -> list[KeyEntry]:
-        return with_cluster(opts, entries)
+        # A key denied on another master is accepted or rejected there (its keep holds
+        # it); from here it is listed, and deleted everywhere.
+        return with_cluster(opts, entries, denied=action not in ("accept", "reject"))
 
     if action == "list":
         if in_cluster(opts):
@@ -656,11 +658,12 @@ def in_cluster(opts: Mapping[str, Any]) -> bool:
     return bool(opts.get("cluster_id") and opts.get("cluster_store"))
 
 
-def with_cluster(opts: Mapping[str, Any], entries: list[KeyEntry]) -> list[KeyEntry]:
+def with_cluster(opts: Mapping[str, Any], entries: list[KeyEntry], *,
+                 denied: bool = True) -> list[KeyEntry]:
     """The keys of this master's keep and, in a cluster (``cluster_id`` with
     ``cluster_store``), the ids accepted, rejected or waiting (pending) on the other
-    masters that this one has not seen, and the keys denied on any master (a store that
-    cannot be read is said on stderr: the local keys are listed)."""
+    masters that this one has not seen, and (``denied``) the keys denied on any master (a
+    store that cannot be read is said on stderr: the local keys are listed)."""
     if not in_cluster(opts):
         return entries
     try:
@@ -684,7 +687,8 @@ def with_cluster(opts: Mapping[str, Any], entries: list[KeyEntry]) -> list[KeyEn
     extra = [KeyEntry(d.role, status[d.state], d.verhex, d.pubhex) for d in decisions
              if d.state in status and d.role not in here]
     extra += [KeyEntry(d.role, DEN, d.verhex, d.pubhex) for d in decisions
-              if d.state == "denied" and (d.role, d.verhex, d.pubhex) not in denied_here]
+              if denied and d.state == "denied"
+              and (d.role, d.verhex, d.pubhex) not in denied_here]
     return entries + extra if extra else entries
 
 

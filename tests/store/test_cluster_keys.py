@@ -163,6 +163,10 @@ def test_a_key_denied_on_one_master_is_listed_and_deleted_on_every_master(
         wait_for(lambda name=name: fleet.listing(name)["minions_denied"] == ["m1"],
                  timeout=30)
         assert fleet.listing(name)["minions"] == ["m1"], name  # never displaced
+    # Accepting it is for the master that denied it (A's keep does not hold it).
+    done = key_tool(fleet.root / "ma", "-a", "m1", "--include-denied", "-y")
+    assert done.returncode == 0, done.stderr
+    assert "does not match any unaccepted or denied keys" in done.stdout
     done = key_tool(fleet.root / "ma", "-d", "m1", "--state", "denied", "-y")
     assert done.returncode == 0, done.stderr
     assert "Key for minion m1 deleted." in done.stdout
