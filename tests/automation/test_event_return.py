@@ -166,19 +166,51 @@ BURST = 30000
 """More events than an ordinary bus listener may have waiting (20,000)."""
 
 
+def _master_with_event_return(world: Any, whitelist: str) -> tuple[Any, Path, Path, int]:
+    """A master with event_return to SQLite for tags ``whitelist``: (the daemon, its
+    config dir, the database, the automation process's pid)."""
+    import re
+
+    db = world.root / "events.db"
+    conf = world.master_dir(f"event_return: sqlite3\nsqlite3.database: {db}\n"
+                            f"event_return_whitelist: ['{whitelist}']\n")
+    master = world.start("master", conf)
+    line = master.expect("event_return listening on the master's bus", timeout=30)
+    pid = int(re.search(r"\(pid (\d+)\)", line).group(1))  # type: ignore[union-attr]
+    return master, conf, db, pid
+
+
+def _stored(db: Path, want: int, sql: str = "SELECT COUNT(DISTINCT tag) FROM salt_events",
+            timeout: float = 120.0) -> Any:
+    """The first answer of ``sql`` that reaches ``want`` rows' worth (a count, or the rows
+    of a listing), or the last one after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got: Any = None
+        if db.exists():
+            with sqlite3.connect(db) as conn:
+                try:
+                    rows = conn.execute(sql).fetchall()
+                    got = rows[0][0] if "COUNT" in sql else rows
+                except sqlite3.OperationalError:
+                    got = None
+        size = got if isinstance(got, int) else len(got or [])
+        if size >= want or time.monotonic() > deadline:
+            return got
+        time.sleep(0.05)  # polling the database for the rows
+
+
+BURST = 30000
+"""More events than an ordinary bus listener may have waiting (20,000)."""
+
+
 @pytest.mark.integration
 def test_a_burst_while_the_automation_process_is_stopped_loses_no_event() -> None:
     import os
-    import re
     import signal
 
     with make_world() as world:
-        db = world.root / "events.db"
-        conf = world.master_dir(f"event_return: sqlite3\nsqlite3.database: {db}\n"
-                                "event_return_whitelist: ['burst/*']\n")
-        master = world.start("master", conf)
-        line = master.expect("event_return listening on the master's bus", timeout=30)
-        pid = int(re.search(r"\(pid (\d+)\)", line).group(1))  # type: ignore[union-attr]
+        master, conf, db, pid = _master_with_event_return(world, "burst/*")
         os.kill(pid, signal.SIGSTOP)  # far behind: nothing of the burst is read meanwhile
         try:
             bus = SaltEvent("master", load_node_config(conf, "master")["sock_dir"])
@@ -187,17 +219,7 @@ def test_a_burst_while_the_automation_process_is_stopped_loses_no_event() -> Non
             bus.destroy()
         finally:
             os.kill(pid, signal.SIGCONT)
-        deadline = time.monotonic() + 120
-        count = 0
-        while count < BURST and time.monotonic() < deadline:
-            if db.exists():
-                with sqlite3.connect(db) as conn:
-                    try:
-                        (count,), = conn.execute("SELECT COUNT(DISTINCT tag) FROM salt_events")
-                    except sqlite3.OperationalError:
-                        count = 0
-            time.sleep(0.05)  # polling the database for the rows
-        assert count == BURST
+        assert _stored(db, BURST) == BURST
         assert master.terminate() == 0
         assert not [line for line in master.drain() if "the bus dropped" in line]
 
@@ -226,16 +248,10 @@ def test_a_corrupt_segment_never_raises(frames: list[bytes]) -> None:
 @pytest.mark.integration
 def test_the_automation_process_is_started_again_when_it_dies() -> None:
     import os
-    import re
     import signal
 
     with make_world() as world:
-        db = world.root / "events.db"
-        conf = world.master_dir(f"event_return: sqlite3\nsqlite3.database: {db}\n"
-                                "event_return_whitelist: ['again/*']\n")
-        master = world.start("master", conf)
-        line = master.expect("event_return listening on the master's bus", timeout=30)
-        pid = int(re.search(r"\(pid (\d+)\)", line).group(1))  # type: ignore[union-attr]
+        master, conf, db, pid = _master_with_event_return(world, "again/*")
         os.kill(pid, signal.SIGKILL)
         master.expect("the reactor/event_return process exited with -9; starting it again",
                       timeout=30)
@@ -243,15 +259,5 @@ def test_the_automation_process_is_started_again_when_it_dies() -> None:
         bus = SaltEvent("master", load_node_config(conf, "master")["sock_dir"])
         assert bus.fire_event({"n": 1}, "again/1")
         bus.destroy()
-        deadline = time.monotonic() + 30
-        rows: list[Any] = []
-        while not rows and time.monotonic() < deadline:
-            if db.exists():
-                with sqlite3.connect(db) as conn:
-                    try:
-                        rows = conn.execute("SELECT tag FROM salt_events").fetchall()
-                    except sqlite3.OperationalError:
-                        rows = []
-            time.sleep(0.05)  # polling the database for the row
-        assert rows == [("again/1",)]
+        assert _stored(db, 1, "SELECT tag FROM salt_events", 30) == [("again/1",)]
         assert master.terminate() == 0
