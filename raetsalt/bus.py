@@ -236,6 +236,12 @@ class EventBus:
         entry = self._listeners.get(listener)
         return entry.lost if entry is not None else 0
 
+    def bounds(self, listener: str) -> tuple[int, int]:
+        """The events and bytes ``listener`` may have waiting (a claimed hold's own)."""
+        entry = self._listeners.get(listener)
+        return ((entry.max_events, entry.max_bytes) if entry is not None
+                else (self.max_events, self.max_bytes))
+
     def queued(self, listener: str) -> int:
         entry = self._listeners.get(listener)
         return len(entry.queue) if entry is not None else 0

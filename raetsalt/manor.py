@@ -295,7 +295,7 @@ class Manor:
             if claim is not None and not known and (lost := self.bus.lost(source)):
                 log.warning("%d events held for %s before it subscribed were dropped (the "
                             "oldest; a hold keeps %d events, %d bytes at most)", lost,
-                            clip(claim, bare=True), self.bus.max_events, self.bus.max_bytes)
+                            clip(claim, bare=True), *self.bus.bounds(source))
             self.lane.send({"route": self._route_to(source, SHARE_ACK)}, source)
         elif share == SHARE_UNSUBSCRIBE:
             self.bus.unsubscribe(source, release=body.get("release") is True)

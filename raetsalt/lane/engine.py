@@ -331,6 +331,10 @@ class Lane:
         if yard is None or yard.retry_at is None:
             return
         self.stats["tx_unblocked"] += 1
+        self._release(yard)
+
+    def _release(self, yard: _RemoteYard) -> None:
+        """End ``yard``'s back-off: its waiting pages go with the next sends."""
         yard.retry_at = None
         if yard.tx:
             self._ready[yard.name] = yard
@@ -362,9 +366,7 @@ class Lane:
         """Release backed-off destinations and discard expired books."""
         for yard in self._yards.values():
             if yard.retry_at is not None and yard.retry_at <= now:
-                yard.retry_at = None
-                if yard.tx:
-                    self._ready[yard.name] = yard
+                self._release(yard)
             if yard.books:
                 for key in [k for k, b in yard.books.items() if b.expires <= now]:
                     self._close_book(yard, key)

@@ -257,13 +257,14 @@ def test_events_dropped_from_a_hold_are_said_once_when_it_is_claimed(
         caplog: pytest.LogCaptureFixture) -> None:
     manor = Manor(lane=Lane(lane_name=LANE, yard_name="manor"), node="master",
                   bus=EventBus(max_events=2))
-    manor.bus.hold("automation")
-    for n in range(5):
+    manor.bus.hold("automation", max_events=3, max_bytes=1 << 20)
+    for n in range(6):
         manor.fire_event("t", {"n": n})
     with caplog.at_level(logging.WARNING, logger="raetsalt.manor"):
         Client("ev1").send(manor, "event_req", claim="automation")
     [line] = [r.getMessage() for r in caplog.records]
     assert line.startswith("3 events held for automation before it subscribed were dropped")
+    assert "a hold keeps 3 events, 1048576 bytes at most" in line  # the hold's own bounds
     assert manor.bus.stats["held_lost"] == 3
 
 
