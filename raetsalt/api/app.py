@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import cherrypy
-from cheroot.errors import MaxSizeExceeded
+from cherrypy._cpwsgi_server import CPWSGIServer
 from cherrypy.lib import static as cp_static
 
 from raetsalt.errors import DaemonUnavailable
@@ -33,8 +33,10 @@ from raetsalt.log import Throttle, clip
 from . import formats
 from .auth import COOKIE, Tokens
 from .config import ApiConfig
+from .formats import media_of, read_body
+from .front import LowstateFront
 from .keytar import key_tarball
-from .lowstate import CLIENTS, Dispatcher, HttpProblem, unauthorized
+from .lowstate import CLIENTS, Dispatcher, HttpProblem, lowstate_of, unauthorized
 from .master import MasterLink, MasterTimeout, Refused
 from .sse import EventHub
 
@@ -148,31 +150,16 @@ class Api:
         chunked = "chunked" in request.headers.get("Transfer-Encoding", "").lower()
         if length in (None, "0") and not chunked:
             return b"", None
-        try:
-            raw = request.rfile.read()  # bounded by Cheroot: max_request_body_size
-        except MaxSizeExceeded:
-            raise HttpProblem(413, "Request Entity Too Large") from None
-        except OSError as exc:  # a chunked body over the limit, a client gone or slow
-            if "Too Large" in str(exc):
-                raise HttpProblem(413, "Request Entity Too Large") from None
-            raise HttpProblem(400, "the request body could not be read") from None
+        raw = read_body(request.rfile.read)
         if not raw:
             return b"", None
-        media = str(request.headers.get("Content-Type", "")).split(";")[0].strip().lower()
-        return raw, formats.parse(media or "application/x-www-form-urlencoded", raw)
+        return raw, formats.parse(media_of(request.headers.get("Content-Type")), raw)
 
     def _body(self) -> Any:
         return self._read()[1]
 
     def _lowstate(self) -> list[Any]:
-        data = self._body()
-        if data is None:
-            raise HttpProblem(400, "a lowstate is needed in the request body")
-        if isinstance(data, Mapping):
-            data = [dict(data)]
-        if not isinstance(data, list):
-            raise HttpProblem(400, "Lowstates must be a list")
-        return data
+        return lowstate_of(self._body())
 
     def _wants_app(self) -> bool:
         """A browser asking for a page: serve the web app (as rest_cherrypy does)."""
@@ -228,32 +215,31 @@ class Api:
             out = _respond(data, status)
             status = _status_of(cherrypy.response.status)
             return out
-        except HttpProblem as exc:
-            status = exc.status
-            return _problem(exc.status, exc.text)
-        except formats.BadBody as exc:
-            status = exc.status
-            return _problem(exc.status, str(exc))
-        except cherrypy.HTTPError as exc:
-            status = exc.status
-            return _problem(exc.status, clip(exc._message or "", bare=True))
-        except DaemonUnavailable as exc:
-            status = 503
-            return _problem(503, str(exc))
-        except MasterTimeout as exc:
-            status = 504
-            return _problem(504, str(exc))
-        except Refused as exc:
-            status = 401 if exc.denied else 400
-            return _problem(status, str(exc))
-        except Exception:  # noqa: BLE001 - never a traceback to the client
-            status = 500
-            if self._errors.note("unexpected", time.monotonic()):
-                log.exception("unexpected error serving %s %s", request.method,
-                              clip(request.path_info))
-            return _problem(500, "An unexpected error occurred")
+        except Exception as exc:  # noqa: BLE001 - answered, never with a traceback
+            status, text = self.failure(exc, request.method, request.path_info)
+            return _problem(status, text)
         finally:
             self.counters.count(status)
+
+    def failure(self, exc: Exception, method: str, path: str) -> tuple[int, str]:
+        """The status and text that answer a handler's failure; an unexpected one is
+        logged (with its traceback, at most once a minute) and answered 500."""
+        match exc:
+            case HttpProblem():
+                return exc.status, exc.text
+            case formats.BadBody():
+                return exc.status, str(exc)
+            case cherrypy.HTTPError():
+                return exc.status, clip(exc._message or "", bare=True)
+            case DaemonUnavailable():
+                return 503, str(exc)
+            case MasterTimeout():
+                return 504, str(exc)
+            case Refused():
+                return (401 if exc.denied else 400), str(exc)
+        if self._errors.note("unexpected", time.monotonic()):
+            log.error("unexpected error serving %s %s", method, clip(path), exc_info=exc)
+        return 500, "An unexpected error occurred"
 
     # -- URLs -----------------------------------------------------------------------------
 
@@ -508,6 +494,16 @@ def mount(api: Api, config: ApiConfig) -> None:
         conf[config.static_path] = {"tools.staticdir.on": True,
                                     "tools.staticdir.dir": os.path.abspath(config.static)}
     cherrypy.tree.mount(api, "/", conf)
+
+
+def serve_through_front(api: Api, *, access_logged: bool) -> LowstateFront:
+    """Cheroot's server for ``cherrypy.server`` (its settings as configured), calling
+    the lowstate front first (``front``)."""
+    server = CPWSGIServer(cherrypy.server)
+    front = LowstateFront(server.wsgi_app, api, access_logged=access_logged)
+    server.wsgi_app = front
+    cherrypy.server.instance = server
+    return front
 
 
 def server_config(config: ApiConfig) -> dict[str, Any]:

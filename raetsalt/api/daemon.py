@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("raetsalt-api: CherryPy is not installed (pip install 'raetsalt[api]')",
               file=sys.stderr)
         return EX_CONFIG
-    from raetsalt.api.app import Api, mount, server_config
+    from raetsalt.api.app import Api, mount, serve_through_front, server_config
     from raetsalt.api.auth import Tokens
     from raetsalt.api.lowstate import Dispatcher
     from raetsalt.api.master import MasterLink
@@ -81,12 +81,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     mount(api, config)
     # CherryPy's loggers carry their own level (info): bring them to the console's
     level = max(logging.getLogger().getEffectiveLevel(), logging.INFO)
+    access_logged = False
     for manager in (cherrypy.log, *(app.log for app in cherrypy.tree.apps.values())):
         manager.access_log.setLevel(level)
         manager.error_log.setLevel(level)
-        if not manager.access_log.isEnabledFor(logging.INFO):
+        if manager.access_log.isEnabledFor(logging.INFO):
+            access_logged = True
+        else:
             # CherryPy formats each request's access line before the logger drops it
             manager.access = _no_access_line
+    serve_through_front(api, access_logged=access_logged)
     if hasattr(cherrypy.engine, "signal_handler"):
         cherrypy.engine.signal_handler.subscribe()
     hub.start()

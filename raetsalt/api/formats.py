@@ -13,11 +13,12 @@ it accepts neither.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl
 
 import yaml
+from cheroot.errors import MaxSizeExceeded
 
 from raetsalt.wire.body import nests_deeper_than
 
@@ -25,15 +26,34 @@ MAX_DEPTH = 32
 JSON = "application/json"
 YAML = "application/x-yaml"
 OUT_TYPES = (JSON, YAML)
-IN_TYPES = (JSON, YAML, "text/yaml", "application/x-www-form-urlencoded", "text/plain")
+FORM = "application/x-www-form-urlencoded"
+IN_TYPES = (JSON, YAML, "text/yaml", FORM, "text/plain")
 
 
 class BadBody(Exception):
-    """The body cannot be read: ``status`` (400 or 406) and a short reason."""
+    """The body cannot be read: ``status`` (400, 406 or 413) and a short reason."""
 
     def __init__(self, status: int, text: str) -> None:
         super().__init__(text)
         self.status = status
+
+
+def media_of(content_type: str | None) -> str:
+    """A ``Content-Type`` header's media type, lower case (a form when there is none)."""
+    return str(content_type or "").split(";")[0].strip().lower() or FORM
+
+
+def read_body(read: Callable[[], bytes]) -> bytes:
+    """The body ``read`` returns (Cheroot's reader, bounded by ``max_request_body_size``);
+    413 over that bound, 400 when the client goes away or stalls."""
+    try:
+        return read()
+    except MaxSizeExceeded:
+        raise BadBody(413, "Request Entity Too Large") from None
+    except OSError as exc:  # a chunked body over the limit, a client gone or slow
+        if "Too Large" in str(exc):
+            raise BadBody(413, "Request Entity Too Large") from None
+        raise BadBody(400, "the request body could not be read") from None
 
 
 def _checked(value: Any, what: str) -> Any:

@@ -85,6 +85,17 @@ def unauthorized(text: str = "Authentication failure") -> HttpProblem:
     return HttpProblem(401, text)
 
 
+def lowstate_of(data: Any) -> list[Any]:
+    """A request body's data as a list of chunks (one mapping is one chunk)."""
+    if data is None:
+        raise HttpProblem(400, "a lowstate is needed in the request body")
+    if isinstance(data, Mapping):
+        data = [dict(data)]
+    if not isinstance(data, list):
+        raise HttpProblem(400, "Lowstates must be a list")
+    return data
+
+
 class Dispatcher:
     def __init__(self, opts: Mapping[str, Any], link: MasterLink, tokens: Tokens) -> None:
         self.opts = opts

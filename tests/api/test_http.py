@@ -579,3 +579,77 @@ def test_an_event_stream_ends_when_its_token_does(site: Site) -> None:
             bus.destroy()
     finally:
         sock.close()
+
+
+# ------------------------------------------------------------------ the lowstate front
+
+ORIGIN = "Origin: http://elsewhere.example\r\n"
+"""A request with an ``Origin`` header goes to CherryPy (the front leaves CORS to it)."""
+
+
+def _raw_exchange(site: Site, head: str, body: bytes) -> tuple[str, list[str], bytes]:
+    """One request on its own connection: (status line, headers but Date, body)."""
+    with socket.create_connection(("127.0.0.1", site.api.port), timeout=60) as sock:
+        sock.sendall(head.encode("latin-1") + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                     + body)
+        conn = http.client.HTTPResponse(sock)
+        conn.begin()
+        data = conn.read()
+        fields = [f"{k}: {v}" for k, v in conn.getheaders() if k.lower() != "date"]
+        return f"{conn.status} {conn.reason}", fields, data
+
+
+def _lowstate_cases(token: str, ann: str) -> list[tuple[str, str, bytes]]:
+    ping = json.dumps([{"client": "local", "tgt": "*", "fun": "test.ping"}]).encode()
+    auth = f"X-Auth-Token: {token}\r\n"
+    json_in = "Content-Type: application/json\r\n"
+    deep = ("[" * 40 + "]" * 40).encode()
+    return [
+        ("ping", auth + json_in + "Accept: application/json\r\n", ping),
+        ("yaml out", auth + json_in + "Accept: application/x-yaml\r\n", ping),
+        ("any out", auth + json_in + "Accept: */*\r\n", ping),
+        ("no accept", auth + json_in, ping),
+        ("token padded", f"X-Auth-Token:   {token}  \r\n" + json_in, ping),
+        ("unknown token", "X-Auth-Token: " + "0" * 64 + "\r\n" + json_in, ping),
+        ("no credentials", json_in, ping),
+        ("restricted user", f"X-Auth-Token: {ann}\r\n" + json_in,
+         b'[{"client": "local", "tgt": "*", "fun": "cmd.run", "arg": ["id"]}]'),
+        ("eauth in chunk", json_in, json.dumps([{
+            "client": "local", "tgt": "minion1", "fun": "test.ping", "username": "ann",
+            "password": ANN[1], "eauth": "file"}]).encode()),
+        ("token in chunk", json_in, json.dumps([{
+            "client": "local", "tgt": "minion2", "fun": "test.ping", "token": token}]).encode()),
+        ("one mapping", auth + json_in, b'{"client": "local", "tgt": "*", "fun": "test.ping"}'),
+        ("not json", auth + json_in, b"[{"),
+        ("not a list", auth + json_in, b'"text"'),
+        ("empty list", auth + json_in, b"[]"),
+        ("unknown client", auth + json_in, b'[{"client": "nope", "fun": "test.ping"}]'),
+        ("too deep", auth + json_in, deep),
+        ("not utf-8", auth + json_in, b"[\xff\xfe]"),
+        ("yaml in", auth + "Content-Type: application/x-yaml\r\n",
+         b"- client: local\n  tgt: '*'\n  fun: test.ping\n"),
+        ("form in", auth + "Content-Type: application/x-www-form-urlencoded\r\n",
+         b"client=local&tgt=minion1&fun=test.ping"),
+        ("no type", auth, b"client=local&tgt=minion1&fun=test.ping"),
+        ("text in", auth + "Content-Type: text/plain; charset=utf-8\r\n", ping),
+        ("xml in", auth + "Content-Type: application/xml\r\n", ping),
+        ("html out", auth + json_in + "Accept: text/html\r\n", ping),
+    ]
+
+
+def test_the_lowstate_front_answers_as_cherrypy_does(site: Site, token: str) -> None:
+    """Each ``POST /`` sent twice, once as the front takes it and once with an
+    ``Origin`` header (CherryPy's handler): the same status, headers and body."""
+    ann = site.login(ANN)
+    for name, headers, body in _lowstate_cases(token, ann):
+        head = f"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}"
+        front = _raw_exchange(site, head, body)
+        cherry = _raw_exchange(site, head + ORIGIN, body)
+        # the same answer; the minions' returns come in the order they arrived
+        assert front[:2] == cherry[:2], name
+        assert yaml.safe_load(front[2]) == yaml.safe_load(cherry[2]), name
+        assert b"Traceback" not in front[2], name
+    # each kind of answer was among them
+    statuses = {_raw_exchange(site, f"POST / HTTP/1.1\r\nHost: x\r\n{h}", b)[0][:3]
+                for _n, h, b in _lowstate_cases(token, ann)}
+    assert {"200", "400", "401", "406"} <= statuses
