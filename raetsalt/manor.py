@@ -142,7 +142,11 @@ class Manor:
             if not lane.has_yard(listener):
                 bus.unsubscribe(listener)
                 continue
-            while lane.backlog(listener) < _MAX_LISTENER_BACKLOG:
+            # While a listener's socket is full its events stay on the bus, so that the
+            # pages made once it has room are full ones: its kernel queue holds a
+            # number of datagrams, whatever their size.
+            while (lane.backlog(listener) < _MAX_LISTENER_BACKLOG
+                   and not lane.backed_off(listener)):
                 batch = bus.take(listener, _BATCH_BYTES)
                 if not batch:
                     break

@@ -223,6 +223,11 @@ class Lane:
         yard = self._yards.get(name)
         return len(yard.tx) if yard is not None else 0
 
+    def backed_off(self, name: str) -> bool:
+        """Yard ``name``'s socket was full and has not been reported to have room since."""
+        yard = self._yards.get(name)
+        return yard is not None and yard.retry_at is not None
+
     def has_output(self) -> bool:
         """Pages wait to go to some yard (now or after a back-off)."""
         return any(yard.tx for yard in self._yards.values())

@@ -308,3 +308,25 @@ def test_the_manor_says_how_many_events_its_bus_dropped_once_a_minute(
     assert len(lines) == 2
     assert lines[0].startswith("the bus dropped 3 events")
     assert lines[1].startswith("the bus dropped 3 events")
+
+
+def test_a_full_listener_gets_full_pages_once_it_has_room() -> None:
+    """While a listener's socket is full no page is made for it: once the kernel says
+    there is room, the events fired meanwhile go in one page, not one page per pass."""
+    manor = make_manor()
+    slow = Client("ev1")
+    slow.send(manor, "event_req")
+    manor.datagrams_to_send(0.0)  # the ack
+    manor.fire_event("t", {"n": 0})
+    first = manor.datagrams_to_send(0.0)
+    assert len(first) == 1
+    manor.send_blocked(path("ev1"), [d for d, _p in first], 0.0)
+    for n in range(1, 301):  # 300 passes of the daemon's loop, one event each
+        manor.fire_event("t", {"n": n})
+        assert manor.datagrams_to_send(0.001 * n) == []
+    assert manor.lane.backlog("ev1") == 1 and manor.bus.queued("ev1") == 300
+    manor.send_unblocked(path("ev1"), 0.5)
+    out = manor.datagrams_to_send(0.5)
+    assert len(out) == 2  # the page that waited, then one page of the 300 events
+    got = events_of(slow.bodies(out))
+    assert [e[1]["n"] for e in got] == list(range(301))
