@@ -460,7 +460,8 @@ class BusHost:
         prepare_sock_dir(sock_dir, gid)
         lane = Lane(lane_name=lane_name_for(node, node_id), yard_name=MANOR)
         self.manor = manor if manor is not None else Manor(lane=lane, node=node, node_id=node_id)
-        self.socket = UxdSocket(self.path, group=gid, replace_stale=True, sock_dir=sock_dir)
+        self.socket = UxdSocket(self.path, group=gid, replace_stale=True, sock_dir=sock_dir,
+                                manor=True)
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.socket.fileno(), selectors.EVENT_READ)
         wait_fd = self.socket.wait_fileno()

@@ -133,7 +133,8 @@ class Node:
         for name in holds:
             self.manor.bus.hold(name, max_bytes=hold_max_bytes, max_events=(
                 hold_max_bytes // HELD_EVENT_BYTES if hold_max_bytes else None))
-        self.uxd = UxdSocket(self.manor_path, group=gid, replace_stale=True, sock_dir=sock_dir)
+        self.uxd = UxdSocket(self.manor_path, group=gid, replace_stale=True, sock_dir=sock_dir,
+                             manor=True)
         self._selector = selectors.DefaultSelector()
         self._registered: list[selectors.BaseSelector] = []
         try:

@@ -7,7 +7,8 @@ sans-IO handler (``raetsalt.lane.Lane`` or ``raetsalt.manor.Manor``), which must
 
 Sending never blocks: a destination whose queue is full (EAGAIN) is handed back to the
 handler with the unsent datagrams, which retries later; a destination with nobody bound
-(ENOENT, ECONNREFUSED) is reported as failed; anything else is counted and dropped.
+(ENOENT, ECONNREFUSED), or whose socket is connected to another socket (EPERM), is
+reported as failed; anything else is counted and dropped.
 "Later" is as soon as the kernel has room: for each full destination (up to
 ``MAX_SEND_WAITERS``) the socket keeps an unbound probe connected to it, in an epoll set
 whose descriptor (``wait_fileno``) the caller watches for reading; the kernel reports a
@@ -18,16 +19,23 @@ timer stays the fallback (no probe left, or the destination went away).
 Access control is the file system's: a yard's socket file is mode 0600 (0660 with a
 group), and the node's socket directory 0700 (0750 with a group).
 
-A client of a manor (``connect_to``) takes datagrams only from the manor's socket (the
-others are dropped and counted as ``foreign_source``), and its own socket is *not*
-connected: Linux skips the receiver's queue limit (``net.unix.max_dgram_qlen``) for a
-sender the receiver is connected to, so a connected client that stops reading would
-hold the manor's datagrams until the manor's whole send buffer is spent, and the manor
-could then send to nobody.  Unconnected, a client that stops reading fills only its own
-queue and the manor backs off for it alone.  To wait for room in the manor's queue
-(``send_waiting``) without spinning, the client keeps a second, unbound socket connected
-to the manor only to be polled: the kernel reports it writable when the manor's queue
-has room.
+Linux skips the receiver's queue limit (``net.unix.max_dgram_qlen``) for a sender the
+receiver is connected to, so a client connected to the socket its manor sends from could
+stop reading and hold the manor's datagrams until the manor's whole send buffer is
+spent; the manor could then send to nobody.  So a manor (``manor=True``) receives on its
+yard's path and sends from a second socket, at ``outbound_path`` (``<...>.tx.uxd``),
+mode 0600 whatever the group and shut for reading: only the manor's own user could
+connect to it.  A client that connects to the manor's path by its own hand gets nothing
+(the kernel refuses a connected socket datagrams from any other socket) and is forgotten;
+one that does not connect and stops reading fills only its own queue, and the manor
+backs off for it alone.
+
+A client of a manor (``connect_to``) takes datagrams only from the manor's two sockets
+(the others are dropped and counted as ``foreign_source``), and its own socket is not
+connected (it could not receive from the outbound socket).  To wait for room in the
+manor's queue (``send_waiting``) without spinning, the client keeps a second, unbound
+socket connected to the manor only to be polled: the kernel reports it writable when the
+manor's queue has room.
 """
 
 from __future__ import annotations
@@ -94,6 +102,35 @@ def unlink_if_stale(path: str, kind: int = socket.SOCK_DGRAM) -> None:
     raise LocalError(f"another process serves {path!r}")
 
 
+def outbound_path(manor_path: str) -> str:
+    """Where a manor at ``manor_path`` binds the socket it sends from."""
+    root, ext = os.path.splitext(manor_path)
+    return f"{root}.tx{ext}"
+
+
+def _bound(path: str, group: int | None, *, replace_stale: bool) -> socket.socket:
+    """A non-blocking datagram socket bound at ``path``, mode 0600 (0660 with ``group``)."""
+    if replace_stale:
+        unlink_if_stale(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+            sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
+        sock.bind(path)
+        try:
+            if group is not None:
+                os.chown(path, -1, group)
+            os.chmod(path, 0o660 if group is not None else 0o600)
+        except BaseException:
+            os.unlink(path)
+            raise
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 class UxdSocket:
     """One bound, non-blocking AF_UNIX datagram socket.
 
@@ -101,6 +138,8 @@ class UxdSocket:
     :param group: gid that may use the socket too (mode 0660 instead of 0600).
     :param connect_to: a peer path to connect to (clients connect to their manor).
     :param replace_stale: unlink a dead socket file at ``path`` first (servers).
+    :param manor: this is a manor's socket: it also binds ``outbound_path(path)``, owner
+        only, and sends from there (module docstring).
     """
 
     def __init__(
@@ -111,33 +150,24 @@ class UxdSocket:
         connect_to: str | None = None,
         replace_stale: bool = False,
         sock_dir: str | None = None,
+        manor: bool = False,
     ) -> None:
         self.path = check_socket_path(path, sock_dir)
         self.stats: Counter[str] = Counter()
+        out_path = check_socket_path(outbound_path(path), sock_dir) if manor else None
         if replace_stale:
             unlink_if_stale(path)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        try:
-            for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
-                sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
-            sock.bind(path)
-            try:
-                if group is not None:
-                    os.chown(path, -1, group)
-                os.chmod(path, 0o660 if group is not None else 0o600)
-            except BaseException:
-                os.unlink(path)
-                raise
-            sock.setblocking(False)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
+        self.sock = _bound(path, group, replace_stale=False)
+        self._out: socket.socket | None = None
+        """A manor's sending socket (bound at ``out_path``, mode 0600), else None."""
+        self.out_path = out_path
         self.connected_to: str | None = None
         """The manor this client talks to (its socket is not connected: module docstring)."""
         self._probe: socket.socket | None = None
+        self._manor_out: str | None = None
+        """The path a client's manor sends from (``outbound_path``)."""
         self._peer_names: dict[str, bool] = {}
-        """Source path -> whether it names the manor's socket (bounded)."""
+        """Source path -> whether it names the manor's sockets (bounded)."""
         self._waits: select.epoll | None = None
         """Probes of full destinations (module docstring); a manor's socket only."""
         self._waiters: dict[int, tuple[str, socket.socket]] = {}
@@ -148,16 +178,24 @@ class UxdSocket:
             except (AttributeError, OSError):  # no epoll: the handler's timer alone
                 self._waits = None
         if connect_to is not None:
-            manor = check_socket_path(connect_to, sock_dir)
+            manor_path = check_socket_path(connect_to, sock_dir)
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             try:
-                probe.connect(manor)  # raises as a connect did: nobody serves it
+                probe.connect(manor_path)  # raises as a connect did: nobody serves it
                 probe.setblocking(False)
             except BaseException:
                 probe.close()
                 self.close()
                 raise
-            self.connected_to, self._probe = manor, probe
+            self.connected_to, self._probe = manor_path, probe
+            self._manor_out = outbound_path(manor_path)
+        if out_path is not None:
+            try:
+                self._out = _bound(out_path, None, replace_stale=replace_stale)
+                self._out.shutdown(socket.SHUT_RD)  # it only sends: others are refused
+            except BaseException:
+                self.close()
+                raise
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -177,6 +215,13 @@ class UxdSocket:
         if self._probe is not None:
             self._probe.close()
             self._probe = None
+        if self._out is not None and self._out.fileno() >= 0:
+            self._out.close()
+            assert self.out_path is not None
+            try:
+                os.unlink(self.out_path)
+            except FileNotFoundError:
+                pass
         if self.sock.fileno() >= 0:
             self.sock.close()
             try:
@@ -187,7 +232,7 @@ class UxdSocket:
     def receive_into(self, handler: DatagramHandler, now: float, limit: int = 512) -> int:
         """Hand up to ``limit`` waiting datagrams to ``handler``; returns how many."""
         recvfrom = self.sock.recvfrom
-        manor = self.connected_to
+        manor, manor_out = self.connected_to, self._manor_out
         count = 0
         while count < limit:
             try:
@@ -196,24 +241,31 @@ class UxdSocket:
             except (BlockingIOError, InterruptedError):
                 break
             count += 1
-            if manor is not None and address != manor and not self._is_manor(address):
-                self.stats["foreign_source"] += 1
-                continue
+            if manor is not None and address != manor:
+                # the manor sends from its outbound socket: its pages are the manor's
+                if address != manor_out and not self._is_manor(address):
+                    self.stats["foreign_source"] += 1
+                    continue
+                address = manor
             # Unbound senders show up as '' or None; abstract addresses as bytes.
             handler.receive_datagram(data, address if isinstance(address, str) else None, now)
         return count
 
     def _is_manor(self, address: object) -> bool:
-        """Whether a source path other than ``connected_to``'s text names the same socket
-        file (another spelling of the same directory); remembered per path."""
-        if not isinstance(address, str) or not address or self.connected_to is None:
+        """Whether a source path other than the text of ``connected_to`` or its outbound
+        path names one of those socket files (another spelling of the same directory);
+        remembered per path."""
+        manor, manor_out = self.connected_to, self._manor_out
+        if not isinstance(address, str) or not address or manor is None or manor_out is None:
             return False
         known = self._peer_names.get(address)
         if known is None:
-            try:
-                known = os.path.samefile(address, self.connected_to)
-            except OSError:
-                known = False
+            known = False
+            for own in (manor, manor_out):
+                try:
+                    known = known or os.path.samefile(address, own)
+                except OSError:
+                    pass
             if len(self._peer_names) < 64:
                 self._peer_names[address] = known
         return known
@@ -224,7 +276,7 @@ class UxdSocket:
         """Send each (datagram, path) without blocking; report outcomes to ``handler``."""
         if not datagrams:
             return
-        sendto = self.sock.sendto
+        sendto = (self._out or self.sock).sendto
         blocked: dict[str, list[bytes]] = {}
         failed: set[str] = set()
         sent: set[str] = set()
@@ -239,7 +291,9 @@ class UxdSocket:
             except (BlockingIOError, InterruptedError):
                 blocked[path] = [data]
             except OSError as exc:
-                if exc.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTDIR):
+                # EPERM: the yard's socket is connected to another socket than ours
+                if exc.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTDIR,
+                                 errno.EPERM):
                     failed.add(path)
                 elif exc.errno == errno.ENOBUFS:
                     blocked[path] = [data]

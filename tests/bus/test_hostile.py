@@ -108,6 +108,43 @@ def test_a_client_that_stops_reading_does_not_starve_the_others(
         assert roundtrip(sock_dir, "still-serving") is not None
 
 
+def test_a_hostile_client_connected_to_the_manor_does_not_starve_the_others(
+    procs: list[Proc], short_dir: str
+) -> None:
+    """The same stalled subscriber, but its socket connected to the manor's path by its
+    own hand (a local user who may use the bus does not have to run our client).  Linux
+    would queue without limit what the manor's socket sends to it; the manor sends from
+    a socket of its own that nobody else may connect to, so this client is bounded by
+    its queue limit (here: the kernel refuses it everything, as it is connected to
+    another socket, and the manor forgets it)."""
+    sock_dir = os.path.join(short_dir, "s")
+    manor = start_bus(procs, "master", sock_dir)
+    lane = lane_name_for("master", None)
+    stalled = raw_yard(sock_dir, lane, "evhoard")
+    stalled.connect(manor)
+    stalled.send(page("evhoard", {"route": {"src": [None, "evhoard", None],
+                                            "dst": [None, "manor", "event_req"]}}))
+    with SaltEvent("master", sock_dir) as emitter:
+        pad = "x" * 4096
+        for n in range(4000):  # 16 MiB: beyond any send buffer Linux grants the manor
+            assert emitter.fire_event({"n": n, "pad": pad}, "flood")
+    # Everybody else is still served: a new listener subscribes and gets an event.
+    assert roundtrip(sock_dir, "still-serving") is not None
+    # and the kernel kept the hoarder to its queue limit (it allows one more than it)
+    with open("/proc/sys/net/unix/max_dgram_qlen", encoding="ascii") as handle:
+        limit = int(handle.read())
+    stalled.setblocking(False)
+    waiting = 0
+    while waiting <= limit + 1:
+        try:
+            stalled.recv(70000)
+        except BlockingIOError:
+            break
+        waiting += 1
+    assert waiting <= limit + 1
+    stalled.close()
+
+
 def test_a_client_takes_datagrams_only_from_its_manor(procs: list[Proc], short_dir: str
                                                       ) -> None:
     """A client's socket is not connected to the manor (see above), so the kernel no longer

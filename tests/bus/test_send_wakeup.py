@@ -181,3 +181,43 @@ def iter_drain(sock: socket.socket) -> list[bytes]:
             out.append(sock.recv(100))
         except BlockingIOError:
             return out
+
+
+def test_a_manor_sends_from_a_socket_only_its_user_may_reach(short_dir: str) -> None:
+    """The outbound socket: mode 0600 whatever the group, refusing datagrams, removed
+    with the manor; a client takes its pages as the manor's."""
+    from raetsalt.drivers.uxd import outbound_path
+
+    path = os.path.join(short_dir, f"{LANE}.manor.uxd")
+    uxd = UxdSocket(path, group=os.getgid(), replace_stale=True, manor=True)
+    out = outbound_path(path)
+    try:
+        assert out == os.path.join(short_dir, f"{LANE}.manor.tx.uxd") == uxd.out_path
+        assert os.stat(path).st_mode & 0o777 == 0o660
+        assert os.stat(out).st_mode & 0o777 == 0o600
+        other = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            other.sendto(b"x", out)
+        except OSError:
+            pass
+        else:
+            raise AssertionError("the outbound socket took a datagram")
+        finally:
+            other.close()
+        lane = Lane(lane_name=LANE, yard_name="manor")
+        me = UxdSocket(os.path.join(short_dir, f"{LANE}.cl1.uxd"), connect_to=path)
+        try:
+            lane.add_yard("cl1", me.path)
+            assert lane.send({"hello": 1}, "cl1")
+            uxd.send_all(lane.datagrams_to_send(0.0), lane, 0.0)
+            client_lane = Lane(lane_name=LANE, yard_name="cl1", accept=False)
+            client_lane.add_yard("manor", path)
+            assert me.receive_into(client_lane, 0.0) == 1
+            assert me.stats["foreign_source"] == 0
+            event = client_lane.next_event()
+            assert event is not None and getattr(event, "body", None) == {"hello": 1}
+        finally:
+            me.close()
+    finally:
+        uxd.close()
+    assert not os.path.exists(out) and not os.path.exists(path)
