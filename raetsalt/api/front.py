@@ -15,21 +15,39 @@ while the access log is written (CherryPy writes its lines).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import cherrypy
 from cherrypy.lib import httputil
 
 from . import formats
-from .lowstate import lowstate_of
+from .config import ApiConfig
+from .lowstate import Dispatcher, lowstate_of
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
-    from .app import Api
-
 SERVER = f"CherryPy/{cherrypy.__version__}"
 """The ``Server`` header CherryPy's own answers carry."""
+
+
+class Counters(Protocol):
+    def count(self, status: int) -> None: ...
+
+
+class Api(Protocol):
+    """What the front uses of the CherryPy application (``app.Api``)."""
+
+    @property
+    def config(self) -> ApiConfig: ...
+
+    @property
+    def dispatcher(self) -> Dispatcher: ...
+
+    @property
+    def counters(self) -> Counters: ...
+
+    def failure(self, exc: Exception, method: str, path: str) -> tuple[int, str]: ...
 
 
 class LowstateFront:
