@@ -155,9 +155,7 @@ class UxdSocket:
         self.path = check_socket_path(path, sock_dir)
         self.stats: Counter[str] = Counter()
         out_path = check_socket_path(outbound_path(path), sock_dir) if manor else None
-        if replace_stale:
-            unlink_if_stale(path)
-        self.sock = _bound(path, group, replace_stale=False)
+        self.sock = _bound(path, group, replace_stale=replace_stale)
         self._out: socket.socket | None = None
         """A manor's sending socket (bound at ``out_path``, mode 0600), else None."""
         self.out_path = out_path
