@@ -32,7 +32,7 @@ from typing import Any
 from raetsalt.errors import ConfigError, LocalError
 
 __all__ = ["KEEP_SUBDIR", "MAX_SOCKET_PATH", "check_socket_path", "keep_dir", "lane_name_for",
-           "resolve_group"]
+           "resolve_group", "sending_path", "yard_of_sending_path"]
 
 KEEP_SUBDIR = "road"
 
@@ -70,8 +70,13 @@ SOCKET_SUFFIX = ".uxd"
 MANOR = "manor"
 """The yard name of a node's manor (its event bus and command router)."""
 # Longest client yard name ("ev" + 8 hex), used to reject a sock_dir that is too long up
-# front rather than at the first client.
+# front rather than at the first client (whose longest path is its sending socket's).
 _CLIENT_YARD_EXAMPLE = "ev00000000"
+
+SENDING_MARK = ".tx"
+"""Put before ``SOCKET_SUFFIX`` in the path of the socket a yard sends from: a manor
+answers from ``<lane>.manor.tx.uxd``, a client writes to its manor from
+``<lane>.<yard>.tx.uxd`` (``raetsalt.drivers.uxd``).  No yard is called ``tx``."""
 
 
 def yard_file_name(lane_name: str, yard_name: str) -> str:
@@ -79,12 +84,28 @@ def yard_file_name(lane_name: str, yard_name: str) -> str:
     return f"{lane_name}.{yard_name}{SOCKET_SUFFIX}"
 
 
+def sending_path(path: str) -> str:
+    """The path of the socket that the yard bound at ``path`` sends from."""
+    root, ext = os.path.splitext(path)
+    return f"{root}{SENDING_MARK}{ext}"
+
+
+def yard_of_sending_path(path: str) -> str | None:
+    """The yard path whose sending socket is ``path``, or None when ``path`` is not a
+    sending socket's (the inverse of ``sending_path``, in the same directory)."""
+    mark = SENDING_MARK + SOCKET_SUFFIX
+    if not path.endswith(mark) or path.endswith("/" + mark) or path == mark:
+        return None
+    return path[: -len(mark)] + SOCKET_SUFFIX
+
+
 def manor_path(sock_dir: str, node: str, node_id: str | None) -> str:
     """Socket path of the node's manor yard in ``sock_dir`` (``node`` is ``'master'`` or
     ``'minion'``); raises ConfigError when a client yard's path next to it would not fit
     ``sun_path``."""
     lane = lane_name_for(node, node_id)
-    check_socket_path(os.path.join(sock_dir, yard_file_name(lane, _CLIENT_YARD_EXAMPLE)), sock_dir)
+    client = os.path.join(sock_dir, yard_file_name(lane, _CLIENT_YARD_EXAMPLE))
+    check_socket_path(sending_path(client), sock_dir)
     return os.path.join(sock_dir, yard_file_name(lane, MANOR))
 
 

@@ -23,19 +23,23 @@ Linux skips the receiver's queue limit (``net.unix.max_dgram_qlen``) for a sende
 receiver is connected to, so a client connected to the socket its manor sends from could
 stop reading and hold the manor's datagrams until the manor's whole send buffer is
 spent; the manor could then send to nobody.  So a manor (``manor=True``) receives on its
-yard's path and sends from a second socket, at ``outbound_path`` (``<...>.tx.uxd``),
+yard's path and sends from a second socket, at ``sending_path`` (``<...>.tx.uxd``),
 mode 0600 whatever the group and shut for reading: only the manor's own user could
 connect to it.  A client that connects to the manor's path by its own hand gets nothing
 (the kernel refuses a connected socket datagrams from any other socket) and is forgotten;
 one that does not connect and stops reading fills only its own queue, and the manor
 backs off for it alone.
 
-A client of a manor (``connect_to``) takes datagrams only from the manor's two sockets
-(the others are dropped and counted as ``foreign_source``), and its own socket is not
-connected (it could not receive from the outbound socket).  To wait for room in the
-manor's queue (``send_waiting``) without spinning, the client keeps a second, unbound
-socket connected to the manor only to be polled: the kernel reports it writable when the
-manor's queue has room.
+A client of a manor (``connect_to``) is the mirror image.  Its yard's socket receives,
+unconnected (it could not receive from the manor's sending socket otherwise), and takes
+datagrams only from the manor's two sockets (the others are dropped and counted as
+``foreign_source``).  It sends from a second socket bound at its own ``sending_path``,
+shut for reading and connected to the manor: a send names no path, so the kernel does
+not walk the manor's path for every datagram, and the manor's queue limit still applies
+to it (the manor is connected to nobody).  The kernel reports that socket writable when
+the manor's queue has room (``send_waiting`` waits so, without spinning).  A manor takes
+a datagram from a sending socket as its yard's (``yard_of_sending_path``: the same name
+without ``.tx``, in the same directory, so nobody gains a name they could not bind).
 """
 
 from __future__ import annotations
@@ -51,10 +55,18 @@ from typing import Protocol
 
 from raetsalt.errors import ConfigError, LocalError
 from raetsalt.lane.page import MAX_PAGE_SIZE
-from raetsalt.paths import check_socket_path
+from raetsalt.paths import (
+    SENDING_MARK,
+    SOCKET_SUFFIX,
+    check_socket_path,
+    sending_path,
+    yard_of_sending_path,
+)
 
 # Asked for; Linux caps it at net.core.[rw]mem_max (raet asks for 100 pages' worth too).
 SOCKET_BUFFER = 100 * MAX_PAGE_SIZE
+
+_SENDING_END = SENDING_MARK + SOCKET_SUFFIX
 
 MAX_SEND_WAITERS = 64
 """Full destinations watched for room at once; more wait for the handler's timer."""
@@ -102,12 +114,6 @@ def unlink_if_stale(path: str, kind: int = socket.SOCK_DGRAM) -> None:
     raise LocalError(f"another process serves {path!r}")
 
 
-def outbound_path(manor_path: str) -> str:
-    """Where a manor at ``manor_path`` binds the socket it sends from."""
-    root, ext = os.path.splitext(manor_path)
-    return f"{root}.tx{ext}"
-
-
 def _bound(path: str, group: int | None, *, replace_stale: bool) -> socket.socket:
     """A non-blocking datagram socket bound at ``path``, mode 0600 (0660 with ``group``)."""
     if replace_stale:
@@ -136,9 +142,10 @@ class UxdSocket:
 
     :param path: where to bind (checked against the ``sun_path`` limit).
     :param group: gid that may use the socket too (mode 0660 instead of 0600).
-    :param connect_to: a peer path to connect to (clients connect to their manor).
+    :param connect_to: the manor this client talks to (it sends from a second socket,
+        bound at ``sending_path(path)`` and connected there: module docstring).
     :param replace_stale: unlink a dead socket file at ``path`` first (servers).
-    :param manor: this is a manor's socket: it also binds ``outbound_path(path)``, owner
+    :param manor: this is a manor's socket: it also binds ``sending_path(path)``, owner
         only, and sends from there (module docstring).
     """
 
@@ -154,16 +161,18 @@ class UxdSocket:
     ) -> None:
         self.path = check_socket_path(path, sock_dir)
         self.stats: Counter[str] = Counter()
-        out_path = check_socket_path(outbound_path(path), sock_dir) if manor else None
+        out_path = (check_socket_path(sending_path(path), sock_dir)
+                    if manor or connect_to is not None else None)
         self.sock = _bound(path, group, replace_stale=replace_stale)
         self._out: socket.socket | None = None
         """A manor's sending socket (bound at ``out_path``, mode 0600), else None."""
+        self._tx: socket.socket | None = None
+        """A client's sending socket (bound at ``out_path``, connected to its manor)."""
         self.out_path = out_path
         self.connected_to: str | None = None
         """The manor this client talks to (its socket is not connected: module docstring)."""
-        self._probe: socket.socket | None = None
         self._manor_out: str | None = None
-        """The path a client's manor sends from (``outbound_path``)."""
+        """The path a client's manor sends from (``sending_path``)."""
         self._peer_names: dict[str, bool] = {}
         """Source path -> whether it names the manor's sockets (bounded)."""
         self._waits: select.epoll | None = None
@@ -175,22 +184,19 @@ class UxdSocket:
                 self._waits = select.epoll()
             except (AttributeError, OSError):  # no epoll: the handler's timer alone
                 self._waits = None
-        if connect_to is not None:
-            manor_path = check_socket_path(connect_to, sock_dir)
-            probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            try:
-                probe.connect(manor_path)  # raises as a connect did: nobody serves it
-                probe.setblocking(False)
-            except BaseException:
-                probe.close()
-                self.close()
-                raise
-            self.connected_to, self._probe = manor_path, probe
-            self._manor_out = outbound_path(manor_path)
         if out_path is not None:
             try:
-                self._out = _bound(out_path, None, replace_stale=replace_stale)
-                self._out.shutdown(socket.SHUT_RD)  # it only sends: others are refused
+                out = _bound(out_path, None, replace_stale=replace_stale)
+                if connect_to is None:
+                    self._out = out
+                else:
+                    self._tx = out
+                out.shutdown(socket.SHUT_RD)  # it only sends: others are refused
+                if connect_to is not None:
+                    manor_path = check_socket_path(connect_to, sock_dir)
+                    out.connect(manor_path)  # raises as a connect did: nobody serves it
+                    self.connected_to = manor_path
+                    self._manor_out = sending_path(manor_path)
             except BaseException:
                 self.close()
                 raise
@@ -210,11 +216,10 @@ class UxdSocket:
         if self._waits is not None:
             self._waits.close()
             self._waits = None
-        if self._probe is not None:
-            self._probe.close()
-            self._probe = None
-        if self._out is not None and self._out.fileno() >= 0:
-            self._out.close()
+        for out in (self._out, self._tx):
+            if out is None or out.fileno() < 0:
+                continue
+            out.close()
             assert self.out_path is not None
             try:
                 os.unlink(self.out_path)
@@ -231,6 +236,7 @@ class UxdSocket:
         """Hand up to ``limit`` waiting datagrams to ``handler``; returns how many."""
         recvfrom = self.sock.recvfrom
         manor, manor_out = self.connected_to, self._manor_out
+        serves = self._out is not None
         count = 0
         while count < limit:
             try:
@@ -240,11 +246,13 @@ class UxdSocket:
                 break
             count += 1
             if manor is not None and address != manor:
-                # the manor sends from its outbound socket: its pages are the manor's
+                # the manor sends from its sending socket: its pages are the manor's
                 if address != manor_out and not self._is_manor(address):
                     self.stats["foreign_source"] += 1
                     continue
                 address = manor
+            elif serves and type(address) is str and address.endswith(_SENDING_END):
+                address = yard_of_sending_path(address)  # a client's sending socket
             # Unbound senders show up as '' or None; abstract addresses as bytes.
             handler.receive_datagram(data, address if isinstance(address, str) else None, now)
         return count
@@ -366,18 +374,15 @@ class UxdSocket:
 
         Returns False on timeout.  Raises OSError when the manor is gone.
         """
-        manor, probe = self.connected_to, self._probe
-        if manor is None or probe is None:
+        tx = self._tx
+        if tx is None:
             raise LocalError("send_waiting needs a socket made with connect_to")
-        try:
-            self.sock.sendto(data, manor)
+        if self._send_tx(tx, data):
             return True
-        except BlockingIOError:
-            pass
-        # The probe is connected to the manor: the kernel reports it writable only when the
-        # manor's queue has room, so this waits for the manor instead of spinning.
+        # The sending socket is connected to the manor: the kernel reports it writable only
+        # when the manor's queue has room, so this waits for the manor instead of spinning.
         poller = select.poll()
-        poller.register(probe.fileno(), select.POLLOUT)
+        poller.register(tx.fileno(), select.POLLOUT)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             remaining_ms = None
@@ -385,16 +390,32 @@ class UxdSocket:
                 remaining_ms = max(0, round((deadline - time.monotonic()) * 1000))
             if not poller.poll(remaining_ms) and remaining_ms is not None:
                 return False
-            try:
-                self.sock.sendto(data, manor)
+            if self._send_tx(tx, data):
                 return True
-            except BlockingIOError:
-                pass
-            # Room was reported and there is none: another client took it, or the manor
-            # was started again and the probe still names its predecessor's (empty)
-            # socket.  Connecting again names the socket bound at the path now.
-            self.stats["probe_reconnects"] += 1
-            probe.connect(manor)
+
+    def _send_tx(self, tx: socket.socket, data: bytes) -> bool:
+        """One send to the manor: True when sent, False when its queue is full.
+
+        A manor started again since the last send leaves ``tx`` connected to its
+        predecessor's closed socket (ECONNREFUSED once, then ENOTCONN): connecting again
+        names the socket bound at the path now, or raises when nobody serves it.
+        """
+        try:
+            tx.send(data)
+            return True
+        except BlockingIOError:
+            return False
+        except OSError as exc:
+            if exc.errno not in (errno.ECONNREFUSED, errno.ENOTCONN):
+                raise
+        assert self.connected_to is not None
+        self.stats["reconnects"] += 1
+        tx.connect(self.connected_to)
+        try:
+            tx.send(data)
+            return True
+        except BlockingIOError:
+            return False
 
     def wait_readable(self, timeout: float | None) -> bool:
         """Block until a datagram is waiting or ``timeout`` seconds pass (None: forever)."""

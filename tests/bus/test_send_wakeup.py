@@ -154,9 +154,9 @@ def test_a_client_waiting_for_room_follows_a_manor_started_again(short_dir: str)
         sent: list[bool] = []
         waiter = threading.Thread(target=lambda: sent.append(me.send_waiting(b"late", 60)))
         waiter.start()
-        # Its probe still named the old socket (empty, so "writable"): it connects again
+        # Its sending socket was still connected to the old one (refused): it connects again
         # and then waits on the new one.
-        assert wait_for(lambda: me.stats["probe_reconnects"] >= 1, 30)
+        assert wait_for(lambda: me.stats["reconnects"] >= 1, 30)
         assert not sent
         got = []
         while not sent:
@@ -186,11 +186,11 @@ def iter_drain(sock: socket.socket) -> list[bytes]:
 def test_a_manor_sends_from_a_socket_only_its_user_may_reach(short_dir: str) -> None:
     """The outbound socket: mode 0600 whatever the group, refusing datagrams, removed
     with the manor; a client takes its pages as the manor's."""
-    from raetsalt.drivers.uxd import outbound_path
+    from raetsalt.paths import sending_path
 
     path = os.path.join(short_dir, f"{LANE}.manor.uxd")
     uxd = UxdSocket(path, group=os.getgid(), replace_stale=True, manor=True)
-    out = outbound_path(path)
+    out = sending_path(path)
     try:
         assert out == os.path.join(short_dir, f"{LANE}.manor.tx.uxd") == uxd.out_path
         assert os.stat(path).st_mode & 0o777 == 0o660
@@ -221,3 +221,79 @@ def test_a_manor_sends_from_a_socket_only_its_user_may_reach(short_dir: str) -> 
     finally:
         uxd.close()
     assert not os.path.exists(out) and not os.path.exists(path)
+
+
+def test_a_client_sends_from_a_connected_socket_the_manor_takes_as_its_yard(
+    short_dir: str,
+) -> None:
+    """A client writes to its manor from ``<lane>.<yard>.tx.uxd``, connected to the manor
+    (no path to look up per send) and shut for reading; the manor hands its pages up as
+    the yard's, so the lane knows the yard by the path it answers to."""
+    from raetsalt.lane.engine import YardMessage
+    from raetsalt.paths import sending_path
+
+    path = os.path.join(short_dir, f"{LANE}.manor.uxd")
+    uxd = UxdSocket(path, replace_stale=True, manor=True)
+    me = UxdSocket(os.path.join(short_dir, f"{LANE}.cl2.uxd"), connect_to=path)
+    raw = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    tx = sending_path(me.path)
+    try:
+        assert tx == os.path.join(short_dir, f"{LANE}.cl2.tx.uxd") == me.out_path
+        assert os.stat(tx).st_mode & 0o777 == 0o600
+        try:
+            raw.sendto(b"x", tx)
+        except OSError:
+            pass
+        else:
+            raise AssertionError("the client's sending socket took a datagram")
+        client_lane = Lane(lane_name=LANE, yard_name="cl2", accept=False)
+        client_lane.add_yard("manor", path)
+        (page,) = client_lane.pack({"hi": 2}, "manor")
+        assert me.send_waiting(page, 5)
+        # What the kernel reports as the source is the sending socket's path ...
+        peek, source = uxd.sock.recvfrom(70000, socket.MSG_PEEK)
+        assert source == tx and peek == page
+        # ... and the manor's socket hands the page up as the yard's.
+        lane = Lane(lane_name=LANE, yard_name="manor")
+        assert uxd.receive_into(lane, 0.0) == 1
+        event = lane.next_event()
+        assert isinstance(event, YardMessage)
+        assert (event.source, event.source_path, event.body) == ("cl2", me.path, {"hi": 2})
+        # So its answer goes to the yard's own socket.
+        assert lane.send({"back": 3}, "cl2")
+        uxd.send_all(lane.datagrams_to_send(0.0), lane, 0.0)
+        assert me.receive_into(client_lane, 0.0) == 1
+        answer = client_lane.next_event()
+        assert isinstance(answer, YardMessage) and answer.body == {"back": 3}
+    finally:
+        raw.close()
+        me.close()
+        uxd.close()
+    assert not os.path.exists(tx) and not os.path.exists(me.path)
+
+
+def test_a_sending_socket_without_its_yard_socket_gets_no_answer(short_dir: str) -> None:
+    """A datagram from a ``….tx.uxd`` socket is taken as its yard's, in the same
+    directory: a sender with no yard socket beside it is answered nowhere."""
+    from raetsalt.lane.engine import YardMessage
+
+    path = os.path.join(short_dir, f"{LANE}.manor.uxd")
+    uxd = UxdSocket(path, replace_stale=True, manor=True)
+    lone = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    lone.bind(os.path.join(short_dir, f"{LANE}.cl3.tx.uxd"))
+    try:
+        client_lane = Lane(lane_name=LANE, yard_name="cl3", accept=False)
+        client_lane.add_yard("manor", path)
+        (page,) = client_lane.pack({"hi": 3}, "manor")
+        lone.sendto(page, path)
+        lane = Lane(lane_name=LANE, yard_name="manor")
+        assert uxd.receive_into(lane, 0.0) == 1
+        event = lane.next_event()
+        assert isinstance(event, YardMessage)
+        assert event.source_path == os.path.join(short_dir, f"{LANE}.cl3.uxd")
+        assert lane.send({"back": 3}, "cl3")
+        uxd.send_all(lane.datagrams_to_send(0.0), lane, 0.0)
+        assert lane.stats["yard_reaped"] == 1 and "cl3" not in lane.yard_names()
+    finally:
+        lone.close()
+        uxd.close()
