@@ -219,9 +219,11 @@ def rs_serve(stack: Any, on_event: Callable[[Any], None], deadline: float) -> st
             return "timeout"
         wait = stack.timeout(now)
         wait = deadline - now if wait is None else min(wait, deadline - now)
-        for key, _ in sel.select(wait):
-            if key.data == "stdin":
-                stdin.read()
+        # The stack's busy poll first (what ``RoadStack.service`` does in its own waits).
+        if wait <= 0.0 or not stack.spin(wait):
+            for key, _ in sel.select(wait):
+                if key.data == "stdin":
+                    stdin.read()
         for event in stack.service_ready():
             on_event(event)
     return "eof"

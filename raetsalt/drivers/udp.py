@@ -19,7 +19,16 @@ writability while datagrams are queued) at most until ``Road.get_timer()``: no b
 loop, no fixed sleeps.  What the application queued since the last wake-up is sent
 before that wait, not after a read.  To embed a stack in another selector loop, ``register`` it with
 that selector, call ``service_ready()`` when its file descriptor is ready and also when
-``timeout()`` expires.
+``timeout()`` expires (and ``spin()`` before that selector's wait, below).
+
+Busy polling: when what was just sent awaits its answer from a nearby peer (a request,
+or a reply the peer will acknowledge with its next request: ``Road.answer_within``, a
+smoothed round trip of at most ``SPIN_RTT_FACTOR`` times the budget), the wait starts by
+polling the socket without sleeping for up to ``busy_poll`` seconds (50 us).  Waking a
+sleeping process costs more than that on a virtual machine (an interrupt to an idle
+virtual CPU), so request/response traffic on one host or a fast LAN answers sooner;
+bulk transfers (more than a few datagrams in flight), far peers and an idle road never
+spin.  ``busy_poll=0`` turns it off.  ``stats``: ``spin_hits``, ``spin_misses``.
 
 The keep is read once, when the stack opens; operator decisions reach a running stack
 as commands (``change_key``), never by re-reading files.
@@ -91,6 +100,11 @@ MAX_DRAIN_BYTES = 256 * 1024
 """Bytes read per wake-up before timers, sends and events get their turn: acks and
 replies go out (and messages reach the application) within a quarter megabyte of input,
 not after a whole socket buffer of bulk data."""
+BUSY_POLL = 50e-6
+"""Seconds a wait may poll the socket without sleeping while an answer is due (above)."""
+SPIN_RTT_FACTOR = 4
+"""Spin only for peers whose smoothed round trip is at most this many budgets: a farther
+answer would come after the spin and the spin would only cost CPU."""
 CRYPTO_BATCH = 64
 """Datagrams read before their handshake crypto goes to the crypto threads (with them)."""
 
@@ -203,6 +217,7 @@ class RoadStack:
         policy: KeyPolicy | None = None,
         accept: Accept = "anyone",
         crypto_threads: int = 0,
+        busy_poll: float = BUSY_POLL,
     ) -> None:
         self._keep_arg = keep
         self.accept: Accept = accept
@@ -242,6 +257,12 @@ class RoadStack:
         self._io: DatagramIO
         self._failures = Throttle(60.0)
         self.policy = policy
+        self.busy_poll = busy_poll
+        """Seconds a wait polls without sleeping while an answer is due (module docstring)."""
+        self._spin_until = 0.0
+        """Clock time until which the next wait may spin (0: it may not)."""
+        self._spin_rtt = SPIN_RTT_FACTOR * busy_poll
+        """The farthest peer (smoothed round trip) worth a spin."""
         self.crypto_threads = crypto_threads
         """Threads checking handshake signatures and agreeing box keys for a batch of
         datagrams before the road takes them (``engine/precrypt.py``); 0: the road does."""
@@ -540,6 +561,14 @@ class RoadStack:
             # timeout() is 0 while the road has output, so nothing waits to be sent here
             # but datagrams the socket refused (write interest wakes us for those).
             poll = self._poll
+            if self._spin_until and poll is not None:
+                if self.spin(wait):
+                    return self._service(read=True, readable=True)
+                wait = self.timeout()
+                if timeout is not None:
+                    wait = max(0.0, timeout) if wait is None else min(wait, max(0.0, timeout))
+                if wait is not None and wait <= 0.0:
+                    return self._service(read=True)
             if poll is not None:
                 ready = poll.poll(None if wait is None else math.ceil(wait * 1000.0))
             else:
@@ -552,6 +581,37 @@ class RoadStack:
     def service_ready(self) -> list[Event]:
         """Do whatever is possible without blocking and return the events."""
         return self._service(read=True)
+
+    def spin(self, limit: float | None = None) -> bool:
+        """Before a wait: when an answer is due from a nearby peer (module docstring),
+        poll the socket without sleeping until it is readable, the ``busy_poll`` budget
+        since the send is spent, a timer is due or ``limit`` seconds passed.  True when
+        it became readable (then call ``service_ready``).  A loop with a selector of its
+        own calls this before that selector's wait; ``service`` does it by itself."""
+        until = self._spin_until
+        if not until:
+            return False
+        self._spin_until = 0.0
+        poll = self._poll
+        road = self._road
+        if poll is None or road is None:
+            return False
+        timer = road.get_timer()
+        if timer is not None and timer < until:
+            until = timer
+        clock = self.clock
+        now = clock()
+        if limit is not None and now + limit < until:
+            until = now + limit
+        if now >= until:
+            return False
+        while True:
+            if poll.poll(0):
+                self.stats["spin_hits"] += 1
+                return True
+            if clock() >= until:
+                self.stats["spin_misses"] += 1
+                return False
 
     def _service(self, *, read: bool, readable: bool = False) -> list[Event]:
         road = self._road
@@ -768,10 +828,15 @@ class RoadStack:
     def _flush(self, now: float, road: Road) -> None:
         txq = self._txq
         out = road.datagrams_to_send(now)
+        within = road.answer_within
+        if within is not None and within <= self._spin_rtt:
+            self._spin_until = -1.0  # the budget counts from the end of the sends
         if not txq:
             # Nothing held back: send straight from the road's list.
             if out:
                 self._send_list(out)
+            if self._spin_until < 0.0:
+                self._spin_until = self.clock() + self.busy_poll
             return
         txq.extend(out)
         pending = list(txq)
@@ -779,6 +844,8 @@ class RoadStack:
         self._send_list(pending)
         if not self._txq:
             self._set_want_write(False)
+        if self._spin_until < 0.0:
+            self._spin_until = self.clock() + self.busy_poll
 
     def _send_list(self, out: list[tuple[Datagram, Address]]) -> None:
         """Send ``out`` (``DatagramIO``: GSO, sendmmsg or one by one); what the full

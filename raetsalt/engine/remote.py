@@ -126,6 +126,8 @@ class SessionChannel(Protocol):
 
     def seal_packet(self, plain: bytes) -> bytearray: ...
 
+    def answer_expected(self) -> float | None: ...
+
 
 @dataclass(slots=True)
 class Outgoing:

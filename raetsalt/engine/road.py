@@ -183,6 +183,11 @@ class Road:
         self._long_boxes: dict[bytes, SessionBox] = {}
         self.precomputed = Precomputed(self.stats)
         self._dirty: dict[SessionChannel, None] = {}
+        self.answer_within: float | None = None
+        """After ``datagrams_to_send``: the shortest smoothed round trip among the native
+        sessions it flushed that await the answer to a little request/response traffic
+        (``Channel.answer_expected``); None when none does.  A driver may poll its socket
+        for that long instead of sleeping at once."""
         self._persisted: dict[str, RemoteRecord] = {}
         self._next_mid = 0
         self.keys = KeyBook(
@@ -306,12 +311,17 @@ class Road:
     def datagrams_to_send(self, now: float) -> list[tuple[Datagram, Address]]:
         # Native channels send here, once per batch: everything queued since the last
         # call shares datagrams, and one ack answers a whole batch of received packets.
+        soon: float | None = None
         while self._dirty:
             channel = next(iter(self._dirty))
             del self._dirty[channel]
             remote = getattr(channel, "remote", None)
             if remote is not None and remote.channel is channel:
                 channel.flush(now, self._outbox)
+                within = channel.answer_expected()
+                if within is not None and (soon is None or within < soon):
+                    soon = within
+        self.answer_within = soon
         out, self._outbox = self._outbox, []
         return out
 

@@ -81,6 +81,9 @@ driver that asked for them (``RoadConfig.native_trains``)."""
 
 MAX_CONTROL = 8
 """Path and key frames waiting for the next flush (more are not sent)."""
+QUICK_IN_FLIGHT = 16 * 1024
+"""At most this many bytes in flight is request/response traffic (``answer_expected``),
+not a bulk transfer."""
 FLUSH_BYTES = 256 * 1024
 """Bytes of datagrams one ``flush`` makes while packets are in flight: then the driver
 reads (acks, replies) before it sends more, so a reply does not wait behind the
@@ -293,6 +296,17 @@ class Channel:
         if hint:  # no ack to ride with
             out.append((self.seal_packet(hint), self.remote.ha))
         self._arm()
+
+    def answer_expected(self) -> float | None:
+        """The smoothed round trip when what is in flight is a little request/response
+        traffic (at most ``QUICK_IN_FLIGHT`` bytes, nothing more waiting to go) whose
+        answer, an ack or a reply, the remote owes; None otherwise (nothing in flight, a
+        bulk transfer, no round trip measured yet)."""
+        recovery = self.recovery
+        if (0 < recovery.bytes_in_flight <= QUICK_IN_FLIGHT and recovery.rtt_sampled
+                and not self.scheduler.has_data()):
+            return recovery.srtt
+        return None
 
     def _burst(self, now: float, out: list[tuple[Datagram, tuple[str, int]]]) -> bool:
         """The pieces of a bulk transfer, one per datagram, sealed in one call (a train):
