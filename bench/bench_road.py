@@ -22,7 +22,9 @@ version's baseline) and ``zmq-raw`` (bytes encoded before the clock starts, comp
 not decoded: libzmq CURVE alone) are extra rows.  ``--datagram-size 1400`` makes the
 native profile use real-network datagrams on loopback too (where it would use 65,000 B).
 ``raetsalt-native`` queues many messages with ``send_many`` (the batch API);
-``raetsalt-native-single`` with one ``send`` each.
+``raetsalt-native-single`` with one ``send`` each; ``raetsalt-native-nospin`` is case d
+without the driver's busy polling (``RoadStack(busy_poll=0)``), so the round trip and
+the CPU per round trip (both processes) it trades are side by side.
 
 Every message is checked by the receiver (sequence number and full content, see
 ``road_worker.Payload``); a run counts only if all ``count`` messages arrived intact and
@@ -122,6 +124,9 @@ class Variant:
 VARIANTS = [
     Variant("raetsalt-native", "raetsalt", {"native": True}, worker={"batch": True}),
     Variant("raetsalt-native-single", "raetsalt", {"native": True}, cases="abd"),
+    # Case d without busy polling (docs/transport.md): the latency and CPU it trades.
+    Variant("raetsalt-native-nospin", "raetsalt", {"native": True}, cases="d",
+            worker={"busy_poll": 0.0}),
     Variant("raetsalt-compat", "raetsalt", config_if_known={"native": False}),
     Variant("raet-0.6.8", "raet", cases="abcdef"),
     Variant("zmq-curve", "zmq", cases="abcdef", worker={"codec": "msgpack"}),
@@ -136,6 +141,7 @@ RAET, ZMQ = "raet-0.6.8", "zmq-curve"
 COUNTS = {
     "raetsalt-native": {"a": 50000, "b": 50000, "c": 100, "d": 3000, "h": 500, "E": 10},
     "raetsalt-native-single": {"a": 50000, "b": 50000, "d": 3000},
+    "raetsalt-native-nospin": {"d": 3000},
     "raetsalt": {"a": 3000, "b": 2000, "c": 10, "d": 1000, "h": 50, "E": 3},
     "raet": {"a": 1000, "b": 600, "c": 3, "d": 300},
     "zmq": {"a": 50000, "b": 50000, "c": 300, "d": 3000},
@@ -306,16 +312,22 @@ def request_response(
         options = {"tmp": tmp, "peer": ready["ha"], "key": ready.get("key"), **options}
         client = worker(client_role, variant, options, client_role)
         procs.append(client)
-        return client.expect("result", RUN_TIMEOUT + 20)
+        result: dict[str, Any] = client.expect("result", RUN_TIMEOUT + 20)
+        if server_role == "echo":  # what answering cost the server (busy polling included)
+            server.eof()
+            result["cpu_server"] = server.expect("final", 20).get("cpu")
+        return result
 
 
 def run_rtt(variant: Variant, tmp: str, count: int) -> dict[str, Any]:
     result = request_response(variant, tmp, ("echo", "ping"), {"size": 100, "count": count})
+    server = result.get("cpu_server")
     return {
         "ok": bool(result["verified"]),
         "p50_us": result["p50_us"],
         "p99_us": result["p99_us"],
         "cpu_s_client": result["cpu"],
+        "cpu_us_per_rtt": (result["cpu"] + server) / count * 1e6 if server is not None else None,
     }
 
 
@@ -424,7 +436,7 @@ def one_run(variant: Variant, case: str, tmp: str, args: argparse.Namespace) -> 
 
 def summarize_paired(case: str, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if case == "d":
-        keys = ["p50_us", "p99_us", "cpu_s_client"]
+        keys = ["p50_us", "p99_us", "cpu_s_client", "cpu_us_per_rtt"]
         return [{"count": runs[0]["count"], **summarize(runs, keys)}]
     keys = ["msg_per_s", "mb_per_s", "cpu_s_per_msg", "cpu_s_per_mb", "out_of_order"]
     size = SIZES[case]
@@ -529,7 +541,11 @@ METRICS: dict[str, list[tuple[str, str, bool, int]]] = {
         ("  CPU s/MB", "cpu_s_per_mb", True, 3),
     ],
     "c": [("1 MiB MB/s", "mb_per_s", False, 2), ("  CPU s/MB", "cpu_s_per_mb", True, 3)],
-    "d": [("RTT p50 us", "p50_us", True, 0), ("RTT p99 us", "p99_us", True, 0)],
+    "d": [
+        ("RTT p50 us", "p50_us", True, 0),
+        ("RTT p99 us", "p99_us", True, 0),
+        ("  CPU us/RTT (both)", "cpu_us_per_rtt", True, 0),
+    ],
     "h": [
         ("HOL idle p50 us", "idle_p50_us", True, 0),
         ("HOL p50 us (4x1MiB)", "p50_us", True, 0),

@@ -202,8 +202,10 @@ def rs_stack(opts: dict[str, Any], *, main: bool, name: str) -> Any:
     keepdir = tempfile.mkdtemp(prefix=f"{name}-", dir=opts["tmp"])
     config = RoadConfig(auto=AutoMode.ALWAYS, **opts.get("config", {}))
     # durable=False: no fsync per keep write (the bench measures the protocol, not the disk).
+    spin = {"busy_poll": opts["busy_poll"]} if "busy_poll" in opts else {}
     return RoadStack(
-        FileKeep(keepdir, durable=False), ("127.0.0.1", 0), name=name, main=main, config=config
+        FileKeep(keepdir, durable=False), ("127.0.0.1", 0), name=name, main=main,
+        config=config, **spin,
     ).open()
 
 
@@ -306,14 +308,17 @@ def rs_echo(opts: dict[str, Any]) -> None:
     from raetsalt.engine.events import MessageReceived
 
     stack = rs_stack(opts, main=True, name="main")
+    first: list[float] = []  # CPU time at the first request
 
     def on_event(event: Any) -> None:
         if isinstance(event, MessageReceived):
+            if not first:
+                first.append(cpu())
             stack.send(event.remote, event.body)
 
     emit("ready", ha=list(stack.address))
     rs_serve(stack, on_event, time.monotonic() + opts["timeout"])
-    emit("final", maxrss_kib=maxrss_kib())
+    emit("final", maxrss_kib=maxrss_kib(), cpu=cpu() - first[0] if first else None)
     stack.close()
 
 
@@ -671,16 +676,19 @@ def raet_send(opts: dict[str, Any]) -> None:
 def raet_echo(opts: dict[str, Any]) -> None:
     env = RaetEnv()
     stack = env.stack(opts, main=True, name="main")
+    first: list[float] = []  # CPU time at the first request
 
     def on_pass() -> None:
         rx = stack.rxMsgs
+        if rx and not first:
+            first.append(cpu())
         while rx:
             body, name = rx.popleft()
             stack.transmit(body, uid=stack.nameRemotes[name].uid)
 
     emit("ready", ha=list(stack.ha))
     env.serve(stack, on_pass, time.monotonic() + opts["timeout"])
-    emit("final", maxrss_kib=maxrss_kib())
+    emit("final", maxrss_kib=maxrss_kib(), cpu=cpu() - first[0] if first else None)
     stack.server.close()
 
 
@@ -940,14 +948,17 @@ def zmq_echo(opts: dict[str, Any]) -> None:
     poller.register(stdin.fd, env.zmq.POLLIN)
     deadline = time.monotonic() + opts["timeout"]
     codec = Codec(opts.get("codec", "msgpack"), Payload(100))
+    first: list[float] = []  # CPU time at the first request
     while not stdin.eof and time.monotonic() < deadline:
         for what, _ in poller.poll(100):
             if what is sock:
                 data = sock.recv()
+                if not first:
+                    first.append(cpu())
                 sock.send(data if codec.name == "raw" else codec.encode(codec.decode(data)))
             else:
                 stdin.read()
-    emit("final", maxrss_kib=maxrss_kib())
+    emit("final", maxrss_kib=maxrss_kib(), cpu=cpu() - first[0] if first else None)
     sock.close(linger=0)
 
 
