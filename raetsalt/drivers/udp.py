@@ -829,22 +829,19 @@ class RoadStack:
         txq = self._txq
         out = road.datagrams_to_send(now)
         within = road.answer_within
-        if within is not None and within <= self._spin_rtt:
-            self._spin_until = -1.0  # the budget counts from the end of the sends
         if not txq:
             # Nothing held back: send straight from the road's list.
             if out:
                 self._send_list(out)
-            if self._spin_until < 0.0:
-                self._spin_until = self.clock() + self.busy_poll
-            return
-        txq.extend(out)
-        pending = list(txq)
-        txq.clear()
-        self._send_list(pending)
-        if not self._txq:
-            self._set_want_write(False)
-        if self._spin_until < 0.0:
+        else:
+            txq.extend(out)
+            pending = list(txq)
+            txq.clear()
+            self._send_list(pending)
+            if not self._txq:
+                self._set_want_write(False)
+        if within is not None and within <= self._spin_rtt:
+            # An answer is due soon: the next wait may spin, counted from the sends' end.
             self._spin_until = self.clock() + self.busy_poll
 
     def _send_list(self, out: list[tuple[Datagram, Address]]) -> None:
