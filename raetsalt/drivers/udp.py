@@ -84,6 +84,8 @@ from raetsalt.log import Throttle, clip
 
 log = logging.getLogger(__name__)
 
+sched_yield: Callable[[], None] = getattr(os, "sched_yield", lambda: None)
+
 SOCKET_BUFFER = 4 * 1024 * 1024
 """Bytes asked for SO_RCVBUF and SO_SNDBUF; the kernel may grant less (or double it)."""
 _BUFFER_OPTIONS = (
@@ -612,6 +614,9 @@ class RoadStack:
             if clock() >= until:
                 self.stats["spin_misses"] += 1
                 return False
+            # The peer may be waiting for this very CPU (both processes on one): let it
+            # run.  With nothing else runnable here this returns at once.
+            sched_yield()
 
     def _service(self, *, read: bool, readable: bool = False) -> list[Event]:
         road = self._road
