@@ -443,3 +443,23 @@ def test_losses_among_a_few_datagrams_tell_no_share_many_do() -> None:
     assert cc.on_congestion(1.0, 1.001, big, BASE_RTT) is False  # 1 of 4: no share yet
     cc.on_acked(20 * big, 24 * big, 1.01, cc.snapshot, BASE_RTT, BASE_RTT, 1.01 + BASE_RTT)
     assert cc.on_congestion(1.01, 1.02, 5 * big, BASE_RTT) is True  # 6 of 29: too many
+
+
+def test_a_learned_share_allows_the_spread_of_few_datagrams_but_not_more() -> None:
+    """Once a probe found the line losing 10 % at random, the losses of two round trips
+    are the line's within three standard deviations of as many draws: a quarter of 20
+    datagrams is (it happens often on a 10 % line), a quarter of 400 is not."""
+    cc = Controller(MSS, 2 * MiB)
+    cc._line_share = 0.10
+
+    def few(datagrams: int, lost: int) -> bool:
+        cc._acked_round, cc._lost_round = (datagrams - lost) * MSS, lost * MSS
+        cc._acked_last = cc._lost_last = 0
+        return cc._few_lost()
+
+    assert few(20, 5)
+    assert not few(20, 8)
+    assert not few(400, 100)
+    assert few(400, 60)
+    cc._line_share = 0.0  # no share learned: one in RANDOM_LOSS_SHARE, however few
+    assert not few(20, 5)
