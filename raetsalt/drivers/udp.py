@@ -556,9 +556,8 @@ class RoadStack:
             # request/response traffic: one system call fewer per round trip).
             self._flush(self.clock(), road)
             self._collect(road)
-        wait = self.timeout()
-        if timeout is not None:
-            wait = max(0.0, timeout) if wait is None else min(wait, max(0.0, timeout))
+        deadline = None if timeout is None else self.clock() + max(0.0, timeout)
+        wait = self._wait(deadline)
         if wait is None or wait > 0.0:
             # timeout() is 0 while the road has output, so nothing waits to be sent here
             # but datagrams the socket refused (write interest wakes us for those).
@@ -566,9 +565,7 @@ class RoadStack:
             if self._spin_until and poll is not None:
                 if self.spin(wait):
                     return self._service(read=True, readable=True)
-                wait = self.timeout()
-                if timeout is not None:
-                    wait = max(0.0, timeout) if wait is None else min(wait, max(0.0, timeout))
+                wait = self._wait(deadline)  # what is left of it after the spin
                 if wait is not None and wait <= 0.0:
                     return self._service(read=True)
             if poll is not None:
@@ -579,6 +576,16 @@ class RoadStack:
                 return self._service(read=False)  # a timer or the caller's time-out
             return self._service(read=True, readable=True)
         return self._service(read=True)
+
+    def _wait(self, deadline: float | None) -> float | None:
+        """Seconds to wait: until the road's next timer, and at most until ``deadline``
+        (clock time; None: no limit)."""
+        wait = self.timeout()
+        if deadline is not None:
+            left = deadline - self.clock()
+            left = left if left > 0.0 else 0.0
+            wait = left if wait is None or left < wait else wait
+        return wait
 
     def service_ready(self) -> list[Event]:
         """Do whatever is possible without blocking and return the events."""

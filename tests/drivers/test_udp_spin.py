@@ -23,6 +23,12 @@ pytestmark = pytest.mark.integration
 # one that finds nothing spins for SHORT.
 GENEROUS = 10.0
 SHORT = 0.1
+PASSES = 2000
+"""Wake-ups a step may take before the test fails (instead of hanging)."""
+
+
+def passes() -> range:
+    return range(PASSES)
 
 
 @contextmanager
@@ -36,30 +42,48 @@ def stacks(tmp_path: Path, busy_poll: float) -> Iterator[tuple[RoadStack, RoadSt
     with main, minion:
         uid = minion.connect(main.address)
         allowed = {main: False, minion: False}
-        while not all(allowed.values()):
+        for _ in passes():
             for stack in (main, minion):
                 allowed[stack] |= any(isinstance(e, Allowed) for e in stack.service(0.01))
+            if all(allowed.values()):
+                break
+        else:
+            raise AssertionError("the stacks did not join")
         minion.send(uid, {"warm": 1})
         answered = delivered = False
-        while not (answered and delivered):
+        for _ in passes():
             for event in main.service(0.01):
                 if isinstance(event, MessageReceived):
                     main.send(event.remote, {"warm": 2})
             for event in minion.service(0.01):
                 answered |= isinstance(event, MessageReceived)
                 delivered |= isinstance(event, MessageDelivered)
+            if answered and delivered:
+                break
+        else:
+            raise AssertionError("the warm-up exchange did not complete")
         minion.stats.clear()
         yield main, minion, uid
 
 
 def answer(main: RoadStack) -> None:
     """The main takes the request waiting on its socket and answers it at once."""
-    while True:
+    for _ in passes():
         for event in main.service(1.0):
             if isinstance(event, MessageReceived):
                 main.send(event.remote, {"pong": event.body["ping"]})
                 main.flush()
                 return
+    raise AssertionError("no request came")
+
+
+def pong(minion: RoadStack) -> list[object]:
+    """The bodies of the first wake-up that brings messages to ``minion``."""
+    for _ in passes():
+        got = [e.body for e in minion.service(5.0) if isinstance(e, MessageReceived)]
+        if got:
+            return got
+    raise AssertionError("no answer came")
 
 
 def test_the_answer_of_a_request_is_taken_by_the_spin(tmp_path: Path) -> None:
@@ -79,10 +103,7 @@ def test_a_spin_that_finds_nothing_gives_up_and_the_wait_goes_on(tmp_path: Path)
         minion.service(0.5)
         assert minion.stats["spin_misses"] == 1 and minion.stats["spin_hits"] == 0
         answer(main)  # the request is still answered, after the sleep
-        got: list[object] = []
-        while not got:
-            got = [e.body for e in minion.service(5.0) if isinstance(e, MessageReceived)]
-        assert got == [{"pong": 1}]
+        assert pong(minion) == [{"pong": 1}]
 
 
 @pytest.mark.parametrize("budget", [0.0, 1e-9])
@@ -92,10 +113,7 @@ def test_no_spin_when_turned_off_or_the_peer_is_too_far(tmp_path: Path, budget: 
         minion.send(uid, {"ping": 1})
         minion.service(0.0)
         answer(main)
-        got: list[object] = []
-        while not got:
-            got = [e.body for e in minion.service(5.0) if isinstance(e, MessageReceived)]
-        assert got == [{"pong": 1}]
+        assert pong(minion) == [{"pong": 1}]
         assert minion.stats["spin_hits"] == minion.stats["spin_misses"] == 0
 
 

@@ -443,8 +443,7 @@ class Controller:
         allowed = 1 / RANDOM_LOSS_SHARE + LINE_SHARE_MARGIN * share
         if share:
             spread = SHARE_SIGMAS * math.sqrt(share * (1.0 - share) * self.mss / (acked + lost))
-            if 1 / RANDOM_LOSS_SHARE + share + spread > allowed:
-                allowed = 1 / RANDOM_LOSS_SHARE + share + spread
+            allowed = max(allowed, 1 / RANDOM_LOSS_SHARE + share + spread)
         return lost <= allowed * acked
 
     def _verdict(self) -> bool:
