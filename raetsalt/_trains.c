@@ -33,6 +33,8 @@ static box_fn box_open_easy = NULL; /* crypto_box_open_easy_afternm */
 #define PIECE_HEAD (LEAST_SIZE + DATA_SIZE)
 #define LEAST_FRAME 3
 #define DATA_FRAME 1
+#define ACK_FRAME 2
+#define ONE_RANGE 18 /* 0x02, range count 1, first counter (8), last counter (8) */
 #define ACK_NOW_FRAME 5
 #define BATCH_FRAME 4
 #define BATCH_HEAD 9 /* 0x04, kind, stream, first seq (4), count (2) */
@@ -41,7 +43,7 @@ static box_fn box_open_easy = NULL; /* crypto_box_open_easy_afternm */
 #define MAGIC0 0xf5
 #define MAGIC1 0x01
 #define MAX_DATAGRAM 65535
-#define ABI 3 /* raetsalt.engine.native.trains.ABI: a module built from other source is not used */
+#define ABI 4 /* raetsalt.engine.native.trains.ABI: a module built from other source is not used */
 
 enum { ENTRY_RUN = 0, ENTRY_PLAIN = 1, ENTRY_RAW = 2, ENTRY_FORGED = 3, ENTRY_MESSAGES = 4 };
 
@@ -665,6 +667,100 @@ done:
     return list;
 }
 
+/* seal_message(key, nonce_head, fuid, counter, least, with_ack, ack_first, ack_last, kind,
+ *              stream, seq, body, ack_now) -> bytearray
+ * The datagram of one whole message: LEAST(least), a one-range ACK (ack_first..ack_last)
+ * when ``with_ack``, a BATCH frame of the single ``body`` (message ``seq``), and ACK_NOW
+ * when ``ack_now``; what the channel's flush frames for a lone request or reply. */
+static PyObject *seal_message(PyObject *self, PyObject *args) {
+    Py_buffer key, nonce_head, body;
+    unsigned long fuid, seq;
+    unsigned long long counter, least, ack_first, ack_last;
+    int with_ack, kind, stream, ack_now;
+    PyObject *out = NULL;
+    if (!ready()) return NULL;
+    if (!PyArg_ParseTuple(args, "y*y*kKKpKKiiky*p:seal_message", &key, &nonce_head, &fuid,
+                          &counter, &least, &with_ack, &ack_first, &ack_last, &kind, &stream,
+                          &seq, &body, &ack_now))
+        return NULL;
+    if (!key_and_nonce(&key, &nonce_head)) goto done;
+    Py_ssize_t plain = LEAST_SIZE + (with_ack ? ONE_RANGE : 0) + BATCH_HEAD + BATCH_LENGTH
+                       + body.len + (ack_now ? 1 : 0);
+    if (fuid > 0xffffffffUL || seq > 0xffffffffUL || kind < 0 || kind > 0xff || stream < 0
+        || stream >= STREAMS || body.len > 0xffff || plain > MAX_DATAGRAM - PREFIX - TAG) {
+        PyErr_SetString(PyExc_ValueError, "seal_message: arguments out of range");
+        goto done;
+    }
+    out = PyByteArray_FromStringAndSize(NULL, PREFIX + TAG + plain);
+    if (out == NULL) goto done;
+    unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(out);
+    unsigned char *w = p + PREFIX + TAG, nonce[24];
+    put_prefix(p, (uint32_t)fuid, counter);
+    w[0] = LEAST_FRAME; put64(w + 1, least); w += LEAST_SIZE;
+    if (with_ack) {
+        w[0] = ACK_FRAME; w[1] = 1; put64(w + 2, ack_first); put64(w + 10, ack_last);
+        w += ONE_RANGE;
+    }
+    w[0] = BATCH_FRAME; w[1] = (unsigned char)kind; w[2] = (unsigned char)stream;
+    put32(w + 3, (uint32_t)seq); w[7] = 0; w[8] = 1;
+    w[9] = (unsigned char)(body.len >> 8); w[10] = (unsigned char)body.len;
+    w += BATCH_HEAD + BATCH_LENGTH;
+    memcpy(w, body.buf, body.len);
+    w += body.len;
+    if (ack_now) *w = ACK_NOW_FRAME;
+    make_nonce(nonce, &nonce_head, counter);
+    box_easy(p + PREFIX, p + PREFIX + TAG, (unsigned long long)plain, nonce, key.buf);
+done:
+    PyBuffer_Release(&key);
+    PyBuffer_Release(&nonce_head);
+    PyBuffer_Release(&body);
+    return out;
+}
+
+/* open_message(key, nonce_head, data, counter) -> tuple | bytearray | None
+ * None if the box does not open.  A datagram whose frames are exactly, in this order and
+ * each at most once, LEAST, a one-range ACK, a BATCH frame of one message (stream in
+ * range, its length filling the frame) and ACK_NOW, at least one of the first three, is
+ * handed back taken apart: (plain, least, ack_first, ack_last, kind, stream, seq, at,
+ * length, ack_now), None for an absent frame's fields (kind None: no message; ``at`` and
+ * ``length`` place its body in ``plain``).  Any other datagram's frames: the bytearray,
+ * for the ordinary parser. */
+static PyObject *open_message(PyObject *self, PyObject *args) {
+    PyObject *plain = open_box(self, args), *out = NULL;
+    if (plain == NULL || plain == Py_None) return plain;
+    const unsigned char *q = (const unsigned char *)PyByteArray_AS_STRING(plain);
+    Py_ssize_t end = PyByteArray_GET_SIZE(plain), pos = 0;
+    int has_least = 0, has_ack = 0, has_batch = 0, ack_now = 0;
+    uint64_t least = 0, first = 0, last = 0;
+    uint32_t seq = 0, length = 0;
+    int kind = 0, stream = 0;
+    Py_ssize_t at = 0;
+    if (end - pos >= LEAST_SIZE && q[pos] == LEAST_FRAME) {
+        has_least = 1; least = get64(q + pos + 1); pos += LEAST_SIZE;
+    }
+    if (end - pos >= ONE_RANGE && q[pos] == ACK_FRAME && q[pos + 1] == 1) {
+        has_ack = 1; first = get64(q + pos + 2); last = get64(q + pos + 10); pos += ONE_RANGE;
+    }
+    if (end - pos >= BATCH_HEAD + BATCH_LENGTH && q[pos] == BATCH_FRAME
+        && q[pos + 7] == 0 && q[pos + 8] == 1 && q[pos + 2] < STREAMS) {
+        length = ((uint32_t)q[pos + 9] << 8) | q[pos + 10];
+        if (end - pos - BATCH_HEAD - BATCH_LENGTH >= (Py_ssize_t)length) {
+            has_batch = 1; kind = q[pos + 1]; stream = q[pos + 2]; seq = get32(q + pos + 3);
+            at = pos + BATCH_HEAD + BATCH_LENGTH;
+            pos = at + length;
+        }
+    }
+    if (end - pos == 1 && q[pos] == ACK_NOW_FRAME) { ack_now = 1; pos += 1; }
+    if (pos != end || !(has_least || has_ack || has_batch)) return plain;
+    out = Py_BuildValue("(NNNNNiIniO)", plain,
+        has_least ? PyLong_FromUnsignedLongLong(least) : Py_NewRef(Py_None),
+        has_ack ? PyLong_FromUnsignedLongLong(first) : Py_NewRef(Py_None),
+        has_ack ? PyLong_FromUnsignedLongLong(last) : Py_NewRef(Py_None),
+        has_batch ? PyLong_FromLong(kind) : Py_NewRef(Py_None),
+        stream, (unsigned int)seq, at, (int)length, ack_now ? Py_True : Py_False);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"bind", bind, METH_VARARGS, "bind(easy, open_easy): libsodium's box functions"},
     {"seal", seal, METH_VARARGS, "seal(key, nonce_head, fuid, counter, parts) -> bytearray"},
@@ -672,6 +768,8 @@ static PyMethodDef methods[] = {
     {"seal_pieces", seal_pieces, METH_VARARGS, "seal_pieces(...): a train of DATA pieces"},
     {"seal_batches", seal_batches, METH_VARARGS, "seal_batches(...): whole messages in datagrams"},
     {"open_train", open_train, METH_VARARGS, "open_train(...) -> list of entries"},
+    {"seal_message", seal_message, METH_VARARGS, "seal_message(...): one whole message's datagram"},
+    {"open_message", open_message, METH_VARARGS, "open_message(...) -> tuple | bytearray | None"},
     {NULL, NULL, 0, NULL},
 };
 

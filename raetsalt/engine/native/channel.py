@@ -50,6 +50,7 @@ from raetsalt.engine.native.frames import (
     LEAST,
     LEAST_ACK,
     LEAST_FRAME,
+    ONE_RANGE,
     OVERHEAD,
     PATH_FRAME,
     PATH_RESPONSE_FRAME,
@@ -60,7 +61,7 @@ from raetsalt.engine.native.frames import (
 )
 from raetsalt.engine.native.receive import Receiver
 from raetsalt.engine.native.recovery import Recovery
-from raetsalt.engine.native.scheduler import Frame, Scheduler
+from raetsalt.engine.native.scheduler import Frame, Run, Scheduler
 from raetsalt.engine.reassembly import Reassembly
 from raetsalt.engine.remote import Address, Outgoing, Receive
 from raetsalt.errors import BadPacket
@@ -257,6 +258,9 @@ class Channel:
                     break
                 # Tell the receiver which acks still matter, so its ranges stay few.
                 least = recovery.oldest_unacked()
+                run = scheduler.single()
+                if run is not None and self._message(run, least, now, out):
+                    continue
                 with_ack = False
                 if receiver.ack_pending:
                     first = scheduler.first_size()
@@ -397,6 +401,45 @@ class Channel:
         scheduler.took_bodies(run, index - start, len(made))
         return True
 
+    def _message(
+        self, run: Run, least: int, now: float, out: list[tuple[Datagram, tuple[str, int]]]
+    ) -> bool:
+        """A lone message and the ack owed (one range) in one datagram, framed and sealed
+        in one call: the bytes and the bookkeeping of ``flush``'s loop for it.  False
+        (nothing done) when the loop must choose: more ranges, or no room for both."""
+        receiver = self.receiver
+        body = run.bodies[run.sent]
+        with_ack = receiver.ack_pending > 0
+        first = last = 0
+        if with_ack:
+            ranges = receiver.ack_ranges
+            if len(ranges) != 1:
+                return False
+            first, last = ranges[0]
+        frames = LEAST.size + (ONE_RANGE.size if with_ack else 0)
+        frames += BATCH_HEAD.size + BATCH_LENGTH + len(body)
+        if frames + len(ACK_NOW) > self._limit:
+            return False
+        size = PREFIX.size + TAG + frames
+        recovery = self.recovery
+        self.flow.on_sent(now, size, express=True)
+        ack_now = self.flow.allowance(recovery.bytes_in_flight + size, now) <= 0
+        counter = recovery.counter + 1
+        if counter >= recovery.skip_at:
+            recovery.skip()
+            counter += 1
+        data = self._kernel.seal_message(
+            self._key, self._tx_nonce, self.remote.fuid, counter, least, with_ack, first,
+            last, run.kind, run.stream, run.first_seq + run.sent, body, ack_now,
+        )
+        out.append((data, self.remote.ha))
+        recovery.on_sent(now, len(data), [(run, run.sent, 1)])
+        self.keys.sealed += 1
+        if with_ack:
+            receiver.acked()
+        self.scheduler.took_bodies(run, 1, 1)
+        return True
+
     def _emit(
         self,
         parts: Sequence[bytes | memoryview],
@@ -513,12 +556,13 @@ class Channel:
         if counter <= highest and window.seen(counter):  # new counters: no call
             raise BadPacket("native counter already seen", DropReason.REPLAY)
         keys = self.keys
-        plain = self._kernel.open(self._key, self._rx_nonce, data, counter)
-        if plain is None:
+        # A lone message (with its ack) comes taken apart; other packets as their frames.
+        opened = self._kernel.open_message(self._key, self._rx_nonce, data, counter)
+        if opened is None:
             other = keys.other()  # during a key rotation: the previous or the next key
             if other is not None:
-                plain = self._kernel.open(other.shared_key, self._rx_nonce, data, counter)
-            if plain is None:
+                opened = self._kernel.open(other.shared_key, self._rx_nonce, data, counter)
+            if opened is None:
                 raise BadPacket("box does not open", DropReason.DECRYPT)
             keys.opened_with_other(now, self.recovery.pto)
             self._use(keys.box)
@@ -526,7 +570,10 @@ class Channel:
             keys.opened_with_current(now, self.recovery.pto)
         receiver = self.receiver
         try:
-            receiver.take_packet(counter, plain, now)
+            if isinstance(opened, tuple):
+                receiver.take_message(counter, opened, now)
+            else:
+                receiver.take_packet(counter, opened, now)
             if receiver.probed:  # the remote probes us: the answer says how long to wait
                 receiver.probed = False
                 self.hint_due = True

@@ -42,7 +42,7 @@ from raetsalt.engine.native.frames import (
     STREAMS,
     lengths_struct,
 )
-from raetsalt.engine.native.trains import Entry
+from raetsalt.engine.native.trains import Entry, Message
 from raetsalt.engine.reassembly import Reassembly
 from raetsalt.engine.replay import ReplayWindow
 from raetsalt.errors import BadPacket
@@ -117,6 +117,30 @@ class Receiver:
         if carries == REFUSED:
             # Data we could not hold: leave the packet unacknowledged, so the sender
             # sends its frames again under new counters (this one is marked seen).
+            self.window.mark(counter)
+        else:
+            self._record(counter, carries == HELD, now)
+
+    def take_message(self, counter: int, message: Message, now: float) -> None:
+        """``take_packet`` for a packet the kernel took apart (``trains.open_message``):
+        the same frames, handled in the same order, without reading them again."""
+        plain, least, first, last, kind, stream, seq, at, length, ack_now = message
+        if least is not None:
+            ranges = self.ack_ranges
+            if ranges and ranges[0][0] < least:
+                self.forget_below(least)
+        if first is not None and last is not None:
+            self._on_ack([(first, last)], now)
+        carries = NO_DATA
+        if kind is not None:
+            held = self._batch(kind, stream, seq, (length,), plain, at, now)
+            carries = HELD if held else REFUSED
+        if ack_now:
+            self.ack_due = True
+            self._want_flush()
+            if carries == NO_DATA:
+                carries = HELD
+        if carries == REFUSED:
             self.window.mark(counter)
         else:
             self._record(counter, carries == HELD, now)

@@ -234,6 +234,22 @@ class Scheduler:
             return None, False
         return item, len(queue) > 1
 
+    def single(self) -> Run | None:
+        """The run whose next body is all ``fill`` would frame: one whole express
+        message, with nothing to send again and nothing else queued (a lone request or
+        reply).  The caller frames it itself (``Channel``'s lone message) and then calls
+        ``took_bodies``.  None otherwise."""
+        retx = self.retx
+        if retx[EXPRESS] or retx[BULK] or self.streams[BULK].queue:
+            return None
+        queue = self.streams[EXPRESS].queue
+        if len(queue) != 1:
+            return None
+        item = queue[0]
+        if isinstance(item, Bulk) or item.dead or len(item.bodies) - item.sent != 1:
+            return None
+        return item
+
     def took_bodies(self, run: Run, count: int, datagrams: int) -> None:
         """``count`` bodies of ``run`` (from ``batch_burst``) were framed in ``datagrams``."""
         self._turn += datagrams

@@ -12,6 +12,9 @@ the per-datagram work that does not need the channel's state:
   one buffer (the channel's bulk burst);
 * ``seal_batches(...)``: consecutive whole messages in BATCH frames, as many datagrams as
   they fill (the channel's burst of small messages);
+* ``seal_message(...)`` and ``open_message(...)``: the datagram of one whole message
+  (LEAST, the ack owed in one range, the message, ACK_NOW), as a lone request or reply
+  goes, built and taken apart in one call each;
 * ``open_train(...)``: open every datagram of a received train, and hand back runs of
   consecutive bulk pieces with their data already joined (one reassembly append per run
   instead of one per datagram), the frames of other datagrams, what is left to the
@@ -36,6 +39,7 @@ from typing import Any
 from raetsalt.crypto.box import open_with_key_untrusted, seal_with_key
 from raetsalt.crypto.kernel import box_function_addresses
 from raetsalt.engine.native.frames import (
+    ACK_FRAME,
     ACK_NOW_FRAME,
     BATCH_FRAME,
     BATCH_HEAD,
@@ -46,6 +50,7 @@ from raetsalt.engine.native.frames import (
     MAGIC,
     MAX_DATAGRAM,
     NONCE,
+    ONE_RANGE,
     OVERHEAD,
     PIECE,
     PREFIX,
@@ -57,13 +62,19 @@ from raetsalt.engine.native.frames import (
 Buffer = bytes | bytearray | memoryview
 Entry = tuple[int, ...]
 """An entry of ``open_train`` (a MESSAGES entry also holds two lists of ints)."""
+Message = tuple[
+    bytearray, int | None, int | None, int | None, int | None, int, int, int, int, bool
+]
+"""What ``open_message`` takes apart: (plain, least, ack first, ack last, kind, stream,
+seq, at, length, ack_now); None for the fields of an absent LEAST or ACK, kind None
+(and stream, seq, at, length 0) without a message."""
 
 RUN = 0
 PLAIN = 1
 RAW = 2
 FORGED = 3
 MESSAGES = 4
-ABI = 3
+ABI = 4
 """The compiled module's ``ABI``: one built from older source (a stale in-place build
 left by an earlier install) does not match and is not used."""
 
@@ -214,6 +225,57 @@ class PyKernel:
             spent += len(data)
             index = stop
         return made, asking
+
+    def seal_message(
+        self,
+        key: bytes,
+        nonce_head: bytes,
+        fuid: int,
+        counter: int,
+        least: int,
+        with_ack: bool,
+        ack_first: int,
+        ack_last: int,
+        kind: int,
+        stream: int,
+        seq: int,
+        body: Buffer,
+        ack_now: bool,
+    ) -> bytearray:
+        """The datagram ``counter`` of one whole message: LEAST(least), a one-range ACK
+        (``ack_first``..``ack_last``) when ``with_ack``, a BATCH frame of ``body`` alone
+        (message ``seq``), then ACK_NOW when ``ack_now``."""
+        if (
+            fuid > 0xFFFFFFFF
+            or not 0 <= kind <= 0xFF
+            or not 0 <= stream < STREAMS
+            or not 0 <= seq <= 0xFFFFFFFF
+            or len(body) > 0xFFFF
+        ):
+            raise ValueError("seal_message: arguments out of range")
+        parts: list[Buffer] = [LEAST.pack(LEAST_FRAME, least)]
+        if with_ack:
+            parts.append(ONE_RANGE.pack(ACK_FRAME, 1, ack_first, ack_last))
+        parts.append(BATCH_HEAD.pack(BATCH_FRAME, kind, stream, seq, 1))
+        parts.append(len(body).to_bytes(BATCH_LENGTH, "big"))
+        parts.append(body)
+        if ack_now:
+            parts.append(bytes([ACK_NOW_FRAME]))
+        plain = sum(map(len, parts))
+        if plain > MAX_DATAGRAM - PREFIX.size - TAG:
+            raise ValueError("seal_message: arguments out of range")
+        return self.seal(key, nonce_head, fuid, counter, parts)
+
+    def open_message(
+        self, key: bytes, nonce_head: bytes, data: Buffer, counter: int
+    ) -> Message | bytearray | None:
+        """None if the box does not open; the datagram taken apart (``Message``) when its
+        frames are exactly, in this order and each at most once, LEAST, a one-range ACK,
+        a BATCH frame of one message (stream in range, the frame holding exactly its
+        length) and ACK_NOW, with at least one of the first three; else its frames, for
+        the ordinary parser."""
+        plain = self.open(key, nonce_head, data, counter)
+        return None if plain is None else _message(plain)
 
     def open_train(
         self,
@@ -406,6 +468,34 @@ def _batch(
     if rest == 1 and plain[-1] == ACK_NOW_FRAME:
         return least, kind, stream, seq, lengths, at, 1
     return None
+
+
+def _message(plain: bytearray) -> Message | bytearray:
+    """``open_message``'s reading of opened frames (see there)."""
+    end = len(plain)
+    pos = 0
+    least = first = last = kind = None
+    stream = seq = at = length = 0
+    if end - pos >= LEAST.size and plain[pos] == LEAST_FRAME:
+        _, least = LEAST.unpack_from(plain, pos)
+        pos += LEAST.size
+    if end - pos >= ONE_RANGE.size and plain[pos] == ACK_FRAME and plain[pos + 1] == 1:
+        _, _, first, last = ONE_RANGE.unpack_from(plain, pos)
+        pos += ONE_RANGE.size
+    head = BATCH_HEAD.size + BATCH_LENGTH
+    if end - pos >= head and plain[pos] == BATCH_FRAME:
+        _, b_kind, b_stream, b_seq, count = BATCH_HEAD.unpack_from(plain, pos)
+        size = int.from_bytes(plain[pos + BATCH_HEAD.size : pos + head], "big")
+        if count == 1 and b_stream < STREAMS and end - pos - head >= size:
+            kind, stream, seq, length = b_kind, b_stream, b_seq, size
+            at = pos + head
+            pos = at + size
+    ack_now = end - pos == 1 and plain[pos] == ACK_NOW_FRAME
+    if ack_now:
+        pos += 1
+    if pos != end or (least is None and first is None and kind is None):
+        return plain
+    return plain, least, first, last, kind, stream, seq, at, length, ack_now
 
 
 def _load_compiled() -> Kernel | None:

@@ -37,6 +37,8 @@ EXPECTED = {
     "PIECE_HEAD": PIECE.size,
     "LEAST_FRAME": frames.LEAST_FRAME,
     "DATA_FRAME": frames.DATA_FRAME,
+    "ACK_FRAME": frames.ACK_FRAME,
+    "ONE_RANGE": frames.ONE_RANGE.size,
     "BATCH_FRAME": frames.BATCH_FRAME,
     "BATCH_HEAD": frames.BATCH_HEAD.size,
     "BATCH_LENGTH": frames.BATCH_LENGTH,
@@ -99,3 +101,25 @@ def test_a_compiled_piece_reads_back_field_by_field_with_the_frames_structs() ->
                       300, chunk)
     assert plain[PIECE.size : PIECE.size + chunk] == body[300:400]
     assert plain[PIECE.size + chunk :] == frames.ACK_NOW
+
+
+@pytest.mark.skipif(trains.COMPILED is None, reason="no compiled kernel here")
+def test_a_compiled_lone_message_reads_back_field_by_field_with_the_frames_structs() -> None:
+    kernel = trains.COMPILED
+    assert kernel is not None
+    key, head = bytes(range(32)), frames.nonce_head(False)
+    body = b"a request"
+    out = kernel.seal_message(key, head, 0x0A0B0C0D, 77, 70, True, 60, 76, 1,
+                              frames.EXPRESS, 0x01020304, body, True)
+    assert PREFIX.unpack_from(out) == (frames.MAGIC, 0x0A0B0C0D, 77)
+    plain = trains.PyKernel().open(key, head, out, 77)
+    assert plain is not None
+    assert LEAST.unpack_from(plain) == (frames.LEAST_FRAME, 70)
+    assert frames.ONE_RANGE.unpack_from(plain, LEAST.size) == (frames.ACK_FRAME, 1, 60, 76)
+    at = LEAST.size + frames.ONE_RANGE.size
+    assert frames.BATCH_HEAD.unpack_from(plain, at) == (
+        frames.BATCH_FRAME, 1, frames.EXPRESS, 0x01020304, 1)
+    at += frames.BATCH_HEAD.size
+    assert frames.lengths_struct(1).unpack_from(plain, at) == (len(body),)
+    at += frames.BATCH_LENGTH
+    assert plain[at:] == body + frames.ACK_NOW
