@@ -374,17 +374,20 @@ class Reassembly:
         return when
 
     def on_timer(self, now: float) -> None:
-        limit = now - self.timeout
+        # (deadlines are compared as get_timer computes them: with ``now - timeout``
+        # instead, rounding could leave a partial due but never discarded, and its timer
+        # firing again at the same instant without end)
+        timeout = self.timeout
         partials = self.partials
         if self.stall_check is not None and self.stall_check <= now:
-            for seq in [s for s, p in partials.items() if p.touched <= limit]:
+            for seq in [s for s, p in partials.items() if p.touched + timeout <= now]:
                 partial = partials.pop(seq)
                 self.budget.release(self.owner, partial.charge, waiting=partial.waiting)
                 self._discard(seq, now, f"message {seq}: {len(partial.buffer)} of "
                               f"{partial.total} bytes, no progress for {self.timeout:g} s")
             touched = [p.touched for p in partials.values()]
             self.stall_check = min(touched) + self.timeout if touched else None
-        if self.ready and self.next_deliver not in partials and self.head_since <= limit:
+        if self.ready and self.next_deliver not in partials and self.head_since + timeout <= now:
             seq = self.next_deliver
             self._discard(seq, now, f"message {seq} never came; {len(self.ready)} wait for it")
 

@@ -250,6 +250,28 @@ def test_reassembly_delivers_exactly_in_order_within_budget(
     assert budget.used == 0 and not budget.by_owner
 
 
+@pytest.mark.parametrize("touched", [43.27670679050534, 12.5])
+def test_a_stalled_message_ends_at_the_deadline_its_timer_names(touched: float) -> None:
+    # 43.27...4 + 30 rounds to a time from which 30 back is below 43.27...4: compared
+    # that way, the partial was never due, and its timer fired at that instant forever.
+    drops: list[object] = []
+    inbox = Reassembly(ReassemblyBudget(MiB, MiB, MiB), 1, max_message=MiB, timeout=30.0,
+                       deliver=lambda kind, data: None,
+                       drop=lambda reason, detail: drops.append(reason))
+    assert inbox.take(1, 3, 1000, 0, b"x" * 10, 0, 10, touched)
+    due = inbox.get_timer()
+    assert due == touched + 30.0
+    inbox.on_timer(due)
+    assert not inbox.partials and len(drops) == 1
+    assert inbox.get_timer() is None
+    # ... and so does a gap: message 3 waits for 2, of which nothing came
+    assert inbox.take(3, 3, 10, 0, b"y" * 10, 0, 10, touched)
+    due = inbox.get_timer()
+    assert due == touched + 30.0
+    inbox.on_timer(due)
+    assert inbox.next_deliver == 4 and len(drops) == 2
+
+
 # -- raet profile ---------------------------------------------------------------------------
 
 
