@@ -138,11 +138,12 @@ class KeyRing:
         """Time to offer the next key (not while a rotation is under way)."""
         if self._offer is not None or self.next is not None or self.previous is not None:
             return False
-        return now - self.installed_at >= self.interval or self.sealed >= self.packets
+        # (as get_timer names the instant: ``now - installed_at`` may round below it)
+        return now >= self.installed_at + self.interval or self.sealed >= self.packets
 
     def expired(self, now: float) -> bool:
         """No rotation completed in time: the current key must not be used any more."""
-        return now - self.installed_at >= self.reject_after or self.sealed >= self.reject_packets
+        return now >= self.installed_at + self.reject_after or self.sealed >= self.reject_packets
 
     def get_timer(self, pto: float) -> float | None:
         """When ``on_timer`` has something to do: repeat an offer, drop the previous key,

@@ -158,3 +158,17 @@ def test_a_datagram_sealed_for_a_key_frame_does_not_shift_the_next_bursts_record
     first = recovery.oldest_unacked()
     records = [recovery.record(counter) for counter in range(first, recovery.counter + 1)]
     assert all(record is None or record.frames for record in records)
+
+
+def test_a_rotation_starts_at_the_instant_its_timer_names() -> None:
+    # 150.61...3 + 120 rounds so that the sum less 150.61...3 is below 120: compared
+    # that way, the rotation was not due when its timer fired, and the timer fired at
+    # that instant without end.
+    installed = 150.61642402352393
+    a_short, b_short = KeyPair.generate(), KeyPair.generate()
+    ring = KeyRing(SessionBox(a_short.secret, b_short.public), installed, interval=120.0,
+                   packets=100, initiator=True, reject_after=120.0 * 3)
+    due = ring.get_timer(0.1)
+    assert due == installed + 120.0
+    assert ring.on_timer(due, 0.1) is not None  # the offer of the next key
+    assert not ring.expired(installed + 360.0 - 1e-6) and ring.expired(installed + 360.0)
