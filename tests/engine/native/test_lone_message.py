@@ -54,6 +54,7 @@ message_args = st.tuples(
 
 
 @needs_c
+@settings(deadline=None)
 @given(args=message_args)
 def test_seal_message_is_the_same_in_c_and_python_and_reads_back(args: tuple[Any, ...]) -> None:
     assert C is not None
@@ -112,7 +113,7 @@ plain_st = st.lists(frame_st, max_size=5).map(b"".join)
 
 
 @needs_c
-@settings(max_examples=500)
+@settings(max_examples=500, deadline=None)
 @given(plain=plain_st)
 def test_open_message_is_the_same_in_c_and_python_whatever_the_frames(plain: bytes) -> None:
     assert C is not None
@@ -159,7 +160,7 @@ class Recorded:
                 r.window.highest, [i.next_deliver for i in r.inboxes])
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(packets=st.lists(plain_st, min_size=1, max_size=8))
 def test_the_receiver_takes_a_packet_taken_apart_as_it_takes_its_frames(
     packets: list[bytes],
