@@ -421,22 +421,14 @@ class Channel:
         if frames + len(ACK_NOW) > self._limit:
             return False
         size = PREFIX.size + TAG + frames
-        recovery = self.recovery
         self.flow.on_sent(now, size, express=True)
-        ack_now = self.flow.allowance(recovery.bytes_in_flight + size, now) <= 0
-        counter = recovery.counter + 1
-        if counter >= recovery.skip_at:
-            recovery.skip()
-            counter += 1
+        ack_now = self.flow.allowance(self.recovery.bytes_in_flight + size, now) <= 0
         data = self._kernel.seal_message(
-            self._key, self._tx_nonce, self.remote.fuid, counter, least, with_ack, first,
-            last, run.kind, run.stream, run.first_seq + run.sent, body, ack_now,
+            self._key, self._tx_nonce, self.remote.fuid, self._next_counter(), least,
+            with_ack, first, last, run.kind, run.stream, run.first_seq + run.sent, body,
+            ack_now,
         )
-        out.append((data, self.remote.ha))
-        recovery.on_sent(now, len(data), [(run, run.sent, 1)])
-        self.keys.sealed += 1
-        if with_ack:
-            receiver.acked()
+        self._went(data, now, out, [(run, run.sent, 1)], with_ack=with_ack)
         self.scheduler.took_bodies(run, 1, 1)
         return True
 
@@ -449,14 +441,33 @@ class Channel:
         *,
         with_ack: bool,
     ) -> None:
+        counter = self._next_counter()
+        data = self._kernel.seal(self._key, self._tx_nonce, self.remote.fuid, counter, parts)
+        self._went(data, now, out, frames, with_ack=with_ack)
+
+    def _next_counter(self) -> int:
+        """The counter of the next datagram with a record (one is left unused now and
+        then: native/recovery.py, the optimistic-ack check)."""
         recovery = self.recovery
         counter = recovery.counter + 1
         if counter >= recovery.skip_at:
-            recovery.skip()  # (native/recovery.py: the optimistic-ack check)
+            recovery.skip()
             counter += 1
-        data = self._kernel.seal(self._key, self._tx_nonce, self.remote.fuid, counter, parts)
+        return counter
+
+    def _went(
+        self,
+        data: bytearray,
+        now: float,
+        out: list[tuple[Datagram, tuple[str, int]]],
+        frames: list[Frame] | None,
+        *,
+        with_ack: bool,
+    ) -> None:
+        """``data``, sealed under ``_next_counter``, goes out carrying ``frames`` (and the
+        ack owed, when ``with_ack``)."""
         out.append((data, self.remote.ha))
-        recovery.on_sent(now, len(data), frames)
+        self.recovery.on_sent(now, len(data), frames)
         self.keys.sealed += 1
         if with_ack:
             self.receiver.acked()

@@ -113,13 +113,7 @@ class Receiver:
         """The frames of the authenticated packet ``counter``.  Only packets carrying
         data are acknowledged (an ack of an ack would never end), but every counter goes
         into the ranges."""
-        carries = self._frames_untrusted(plain, now)
-        if carries == REFUSED:
-            # Data we could not hold: leave the packet unacknowledged, so the sender
-            # sends its frames again under new counters (this one is marked seen).
-            self.window.mark(counter)
-        else:
-            self._record(counter, carries == HELD, now)
+        self._settle(counter, self._frames_untrusted(plain, now), now)
 
     def take_message(self, counter: int, message: Message, now: float) -> None:
         """``take_packet`` for a packet the kernel took apart (``trains.open_message``):
@@ -140,6 +134,12 @@ class Receiver:
             self._want_flush()
             if carries == NO_DATA:
                 carries = HELD
+        self._settle(counter, carries, now)
+
+    def _settle(self, counter: int, carries: int, now: float) -> None:
+        """Packet ``counter`` carried what ``carries`` says: into the ranges, or, with
+        data we could not hold, left unacknowledged, so the sender sends its frames again
+        under new counters (this one is marked seen)."""
         if carries == REFUSED:
             self.window.mark(counter)
         else:

@@ -223,30 +223,32 @@ class Scheduler:
         is left to ``fill``, which adds the next run's); the caller frames them itself
         (``Channel``'s burst of small messages) and then calls ``took_bodies``.
         (None, False) otherwise."""
-        retx = self.retx
-        if retx[EXPRESS] or retx[BULK] or self.streams[BULK].queue:
+        item = self._express_head()
+        if item is None or len(item.bodies) - item.sent < 2:
             return None, False
-        queue = self.streams[EXPRESS].queue
-        if not queue:
-            return None, False
-        item = queue[0]
-        if isinstance(item, Bulk) or item.dead or len(item.bodies) - item.sent < 2:
-            return None, False
-        return item, len(queue) > 1
+        return item, len(self.streams[EXPRESS].queue) > 1
 
     def single(self) -> Run | None:
         """The run whose next body is all ``fill`` would frame: one whole express
         message, with nothing to send again and nothing else queued (a lone request or
         reply).  The caller frames it itself (``Channel``'s lone message) and then calls
         ``took_bodies``.  None otherwise."""
+        item = self._express_head()
+        if item is None or len(item.bodies) - item.sent != 1:
+            return None
+        return item if len(self.streams[EXPRESS].queue) == 1 else None
+
+    def _express_head(self) -> Run | None:
+        """The run of whole express messages ``fill`` would frame first when nothing else
+        waits (nothing to send again, no bulk); None otherwise."""
         retx = self.retx
         if retx[EXPRESS] or retx[BULK] or self.streams[BULK].queue:
             return None
         queue = self.streams[EXPRESS].queue
-        if len(queue) != 1:
+        if not queue:
             return None
         item = queue[0]
-        if isinstance(item, Bulk) or item.dead or len(item.bodies) - item.sent != 1:
+        if isinstance(item, Bulk) or item.dead:
             return None
         return item
 

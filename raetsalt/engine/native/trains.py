@@ -261,10 +261,7 @@ class PyKernel:
         parts.append(body)
         if ack_now:
             parts.append(bytes([ACK_NOW_FRAME]))
-        plain = sum(map(len, parts))
-        if plain > MAX_DATAGRAM - PREFIX.size - TAG:
-            raise ValueError("seal_message: arguments out of range")
-        return self.seal(key, nonce_head, fuid, counter, parts)
+        return self.seal(key, nonce_head, fuid, counter, parts)  # (refuses a datagram too large)
 
     def open_message(
         self, key: bytes, nonce_head: bytes, data: Buffer, counter: int
